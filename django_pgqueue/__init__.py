@@ -1,0 +1,26 @@
+"""django-pgqueue: a fast, durable message queue on the PostgreSQL you already run.
+
+The public API is small: enqueue in the caller's transaction (:func:`enqueue`), after it
+commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`), and register handlers
+(:func:`handler`). Leasing and transitions live on ``Message.objects`` and in
+``django_pgqueue.core``.
+"""
+
+from ._version import __version__
+from .core.enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
+from .exceptions import InvalidMessage, LeaseError, PayloadError, PgQueueError, QueueNameError
+from .worker.registry import handler
+
+__all__ = [
+    "EnqueuedMessage",
+    "InvalidMessage",
+    "LeaseError",
+    "PayloadError",
+    "PgQueueError",
+    "QueueNameError",
+    "__version__",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_on_commit",
+    "handler",
+]

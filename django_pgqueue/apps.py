@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class PgQueueConfig(AppConfig):
+    name = "django_pgqueue"
+    label = "django_pgqueue"
+    verbose_name = "PostgreSQL queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the system checks; importing django.tasks registers Django's own
+        # TASKS checks, which otherwise run only if something else imports it.
+        import django.tasks  # noqa: F401
+
+        from . import checks  # noqa: F401

@@ -1,0 +1,212 @@
+"""The ``PGQUEUE`` settings namespace: defaults, validation and live reload.
+
+Every key is documented in ``docs/reference/settings.md``. Read settings through
+:func:`get_settings`; the value is rebuilt whenever Django's ``setting_changed`` fires
+(``override_settings`` in tests), so nothing caches a stale copy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+SETTINGS_NAME = "PGQUEUE"
+
+#: Channel names become SQL identifiers in LISTEN; keep them plain and short.
+CHANNEL_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+#: Keys allowed inside ``PGQUEUE["QUEUES"][<name>]``: per-queue overrides.
+PER_QUEUE_KEYS = frozenset(
+    {"VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "TASK_TIMEOUT", "CONCURRENCY_LIMIT", "RATE_LIMIT"}
+)
+
+
+@dataclass(frozen=True)
+class PgQueueSettings:
+    """The effective settings: ``PGQUEUE`` laid over these defaults."""
+
+    DATABASE_ALIAS: str = "default"
+    DEFAULT_QUEUE: str = "default"
+    MAX_ATTEMPTS: int = 3
+    VISIBILITY_TIMEOUT: float = 30.0
+    BACKOFF_BASE: float = 1.0
+    BACKOFF_MAX: float = 3600.0
+    BACKOFF_JITTER: float = 0.2
+    MAX_PAYLOAD_BYTES: int = 256 * 1024
+    NOTIFY: bool = True
+    NOTIFY_CHANNEL: str = "django_pgqueue"
+    POLL_INTERVAL: float = 5.0
+    BATCH_SIZE: int = 100
+    CONCURRENCY: int = 4
+    GRACE_PERIOD: float = 30.0
+    TASK_TIMEOUT: float | None = None
+    HEARTBEAT_INTERVAL: float = 10.0
+    COMPLETION_FLUSH_INTERVAL: float = 0.05
+    STALE_READY_WARNING: float = 60.0
+    QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_queue(self, queue: str, key: str) -> Any:
+        """A per-queue override from ``QUEUES`` if there is one, else the global value."""
+        override = self.QUEUES.get(queue, {})
+        if key in override:
+            return override[key]
+        return getattr(self, key, None)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _non_negative(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _optional_positive(value: Any) -> bool:
+    return value is None or _positive(value)
+
+
+# One rule per key: (predicate, what a valid value looks like).
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "DATABASE_ALIAS": (lambda v: isinstance(v, str) and bool(v), "a database alias"),
+    "DEFAULT_QUEUE": (lambda v: isinstance(v, str), "a queue name"),
+    "MAX_ATTEMPTS": (_positive_int, "a whole number >= 1"),
+    "VISIBILITY_TIMEOUT": (_positive, "a number of seconds > 0"),
+    "BACKOFF_BASE": (_non_negative, "a number of seconds >= 0"),
+    "BACKOFF_MAX": (_non_negative, "a number of seconds >= 0"),
+    "BACKOFF_JITTER": (lambda v: _non_negative(v) and v <= 1, "a fraction between 0 and 1"),
+    "MAX_PAYLOAD_BYTES": (_positive_int, "a whole number of bytes >= 1"),
+    "NOTIFY": (lambda v: isinstance(v, bool), "True or False"),
+    "NOTIFY_CHANNEL": (
+        lambda v: isinstance(v, str) and bool(CHANNEL_PATTERN.match(v)),
+        f"a channel name matching {CHANNEL_PATTERN.pattern}",
+    ),
+    "POLL_INTERVAL": (lambda v: _positive(v) and v <= 30, "a number of seconds in (0, 30]"),
+    "BATCH_SIZE": (lambda v: _positive_int(v) and v <= 10_000, "a whole number in [1, 10000]"),
+    "CONCURRENCY": (lambda v: _positive_int(v) and v <= 1_000, "a whole number in [1, 1000]"),
+    "GRACE_PERIOD": (_non_negative, "a number of seconds >= 0"),
+    "TASK_TIMEOUT": (_optional_positive, "None or a number of seconds > 0"),
+    "HEARTBEAT_INTERVAL": (_positive, "a number of seconds > 0"),
+    "COMPLETION_FLUSH_INTERVAL": (_non_negative, "a number of seconds >= 0"),
+    "STALE_READY_WARNING": (_positive, "a number of seconds > 0"),
+    "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
+}
+
+KNOWN_KEYS = frozenset(f.name for f in fields(PgQueueSettings))
+
+
+class SettingsError(ImproperlyConfigured):
+    """``PGQUEUE`` holds a key or value this version does not accept.
+
+    ``check_id`` names the system check that reports the same problem.
+    """
+
+    def __init__(self, message: str, check_id: str) -> None:
+        super().__init__(message)
+        self.check_id = check_id
+
+
+def settings_problems(raw: Any) -> list[SettingsError]:
+    """Every problem in a raw ``PGQUEUE`` value, in a stable order (used by checks too)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, Mapping):
+        return [SettingsError(f"{SETTINGS_NAME} must be a dict, not {type(raw).__name__}.", "E002")]
+    from .core.validation import QueueNameError, validate_queue_name
+
+    problems: list[SettingsError] = []
+    for key in sorted(set(raw) - KNOWN_KEYS):
+        problems.append(
+            SettingsError(
+                f"Unknown key {key!r} in {SETTINGS_NAME}. Known keys: {', '.join(sorted(KNOWN_KEYS))}.",
+                "E002",
+            )
+        )
+    for key, (is_valid, expected) in _RULES.items():
+        if key in raw and not is_valid(raw[key]):
+            problems.append(
+                SettingsError(
+                    f"{SETTINGS_NAME}[{key!r}] must be {expected}; got {raw[key]!r}.", "E003"
+                )
+            )
+    if "DEFAULT_QUEUE" in raw and isinstance(raw["DEFAULT_QUEUE"], str):
+        try:
+            validate_queue_name(raw["DEFAULT_QUEUE"])
+        except QueueNameError as exc:
+            problems.append(SettingsError(f"{SETTINGS_NAME}['DEFAULT_QUEUE']: {exc}", "E004"))
+    queues = raw.get("QUEUES")
+    if isinstance(queues, Mapping):
+        for name, overrides in queues.items():
+            try:
+                validate_queue_name(name)
+            except QueueNameError as exc:
+                problems.append(SettingsError(f"{SETTINGS_NAME}['QUEUES']: {exc}", "E004"))
+            if not isinstance(overrides, Mapping):
+                problems.append(
+                    SettingsError(f"{SETTINGS_NAME}['QUEUES'][{name!r}] must be a dict.", "E003")
+                )
+                continue
+            for key in sorted(set(overrides) - PER_QUEUE_KEYS):
+                problems.append(
+                    SettingsError(
+                        f"Unknown key {key!r} in {SETTINGS_NAME}['QUEUES'][{name!r}]. "
+                        f"Known keys: {', '.join(sorted(PER_QUEUE_KEYS))}.",
+                        "E002",
+                    )
+                )
+            for key in sorted(set(overrides) & PER_QUEUE_KEYS):
+                rule = _RULES.get(key)
+                value = overrides[key]
+                if rule is not None and not rule[0](value):
+                    problems.append(
+                        SettingsError(
+                            f"{SETTINGS_NAME}['QUEUES'][{name!r}][{key!r}] must be {rule[1]}; "
+                            f"got {value!r}.",
+                            "E003",
+                        )
+                    )
+                elif rule is None and not _optional_positive(value):
+                    problems.append(
+                        SettingsError(
+                            f"{SETTINGS_NAME}['QUEUES'][{name!r}][{key!r}] must be None or a "
+                            f"number > 0; got {value!r}.",
+                            "E003",
+                        )
+                    )
+    return problems
+
+
+def _build() -> PgQueueSettings:
+    raw = getattr(django_settings, SETTINGS_NAME, None)
+    problems = settings_problems(raw)
+    if problems:
+        raise problems[0]
+    return PgQueueSettings(**dict(raw or {}))
+
+
+_cached: PgQueueSettings | None = None
+
+
+def get_settings() -> PgQueueSettings:
+    """The effective ``PGQUEUE`` settings; raises :class:`SettingsError` when they are broken."""
+    global _cached
+    if _cached is None:
+        _cached = _build()
+    return _cached
+
+
+@receiver(setting_changed)
+def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
+    global _cached
+    if setting == SETTINGS_NAME:
+        _cached = None

@@ -1,0 +1,101 @@
+"""Operator actions (the admin's buttons), each one statement and batch-capable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, transaction
+
+from ..conf import get_settings
+from . import sql
+from .notify import notify_queues
+from .transitions import Outcome, _stale
+from .validation import validate_queue_name
+
+__all__ = [
+    "discard",
+    "pause_queue",
+    "purge_queue",
+    "release_leases",
+    "requeue_archived",
+    "resume_queue",
+    "retry_dead",
+    "retry_now",
+]
+
+
+def _run_and_notify(statement: str, params: list[Any], using: str | None) -> list[int]:
+    """Run a statement returning ``(id, queue)`` rows and wake the workers of those queues."""
+    alias = using or get_settings().DATABASE_ALIAS
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+        notify_queues((queue for _, queue in rows), using=alias)
+    return [message_id for message_id, _ in rows]
+
+
+def retry_dead(message_ids: Sequence[int], *, using: str | None = None) -> Outcome:
+    """Dead -> live, attempts reset, same message id. Ids not moved are in ``stale``: already
+    retried by someone else, or their dedup key is held by a live message."""
+    ids = list(message_ids)
+    done = _run_and_notify(sql.RETRY_DEAD, [ids], using)
+    return Outcome(done=done, stale=_stale(ids, done))
+
+
+def retry_now(message_ids: Sequence[int], *, using: str | None = None) -> Outcome:
+    """A scheduled or backing-off (not leased) message becomes available now."""
+    ids = list(message_ids)
+    done = _run_and_notify(sql.RETRY_NOW, [ids], using)
+    return Outcome(done=done, stale=_stale(ids, done))
+
+
+def release_leases(message_ids: Sequence[int], *, using: str | None = None) -> Outcome:
+    """Release leases by id whoever holds them (a stuck worker); its late ack is fenced off."""
+    ids = list(message_ids)
+    done = _run_and_notify(sql.RELEASE_BY_ID, [ids], using)
+    return Outcome(done=done, stale=_stale(ids, done))
+
+
+def requeue_archived(archive_ids: Sequence[int], *, using: str | None = None) -> list[int]:
+    """Enqueue copies of archived messages (by archive row id); returns the new message ids."""
+    return _run_and_notify(sql.REQUEUE_ARCHIVED, [list(archive_ids)], using)
+
+
+def discard(
+    message_ids: Sequence[int], *, note: str = "discarded by an operator", using: str | None = None
+) -> Outcome:
+    """Live -> dead with reason ``discarded``."""
+    ids = list(message_ids)
+    alias = using or get_settings().DATABASE_ALIAS
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.DISCARD, [ids, note])
+        done = [row[0] for row in cursor.fetchall()]
+    return Outcome(done=done, stale=_stale(ids, done))
+
+
+def purge_queue(queue: str, *, using: str | None = None) -> int:
+    """Delete every live message of ``queue``; returns how many."""
+    validate_queue_name(queue)
+    alias = using or get_settings().DATABASE_ALIAS
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.PURGE_QUEUE, [queue])
+        return cursor.rowcount
+
+
+def _set_paused(queue: str, paused: bool, using: str | None) -> None:
+    validate_queue_name(queue)
+    alias = using or get_settings().DATABASE_ALIAS
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.SET_PAUSED, [queue, paused])
+        if not paused:
+            notify_queues([queue], using=alias)
+
+
+def pause_queue(queue: str, *, using: str | None = None) -> None:
+    """Stop workers from claiming from ``queue`` (in-flight messages finish)."""
+    _set_paused(queue, True, using)
+
+
+def resume_queue(queue: str, *, using: str | None = None) -> None:
+    _set_paused(queue, False, using)

@@ -1,0 +1,304 @@
+"""Every hot-path SQL statement, named and kept readable in one place.
+
+Rules these follow:
+- database time only (``now()`` is the transaction's start; claims are short transactions);
+- each move between the live, archive and dead tables is ONE statement
+  (``WITH moved AS (DELETE ... RETURNING ...) INSERT ...``), so a crash cannot leave a
+  message in two tables or in none;
+- completions and failures are fenced by ``(id, lease_token)`` pairs: a worker whose lease
+  expired and was taken over changes nothing;
+- batch inputs travel as arrays through ``unnest``: one round trip for N messages.
+"""
+
+from __future__ import annotations
+
+# Columns every table shares (see models.MessageFields).
+SHARED_COLUMNS = (
+    "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors"
+)
+
+# Columns ``lease()`` returns, in this order (core/manager.py builds Message objects from them).
+LEASED_COLUMNS = (
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "priority",
+    "tenant",
+    "dedup_key",
+    "enqueued_at",
+    "available_at",
+    "attempts",
+    "max_attempts",
+    "errors",
+    "lease_token",
+    "leased_by",
+    "leased_at",
+    "last_error",
+)
+
+ENQUEUE = """
+INSERT INTO pgqueue_message
+    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+VALUES
+    (%s, %s, %s::jsonb, %s, %s, %s, %s, COALESCE(%s::timestamptz, now() + make_interval(secs => %s)))
+ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+RETURNING id, enqueued_at, available_at
+"""
+
+# The same insert with the wake-up folded in: Postgres delivers it only on commit and merges
+# identical notifications of one transaction, so N enqueues in one transaction send one.
+ENQUEUE_AND_NOTIFY = f"""
+WITH inserted AS ({ENQUEUE})
+SELECT id, enqueued_at, available_at, pg_notify(%s, %s) FROM inserted
+"""
+
+FIND_BY_DEDUP_KEY = """
+SELECT id, enqueued_at, available_at FROM pgqueue_message WHERE queue = %s AND dedup_key = %s
+"""
+
+ENQUEUE_MANY_UNNEST = """
+INSERT INTO pgqueue_message
+    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts,
+       COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0)))
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::smallint[], %s::text[], %s::text[],
+            %s::int[], %s::timestamptz[], %s::float8[])
+     AS t(queue, task, payload, priority, tenant, dedup_key, max_attempts, run_at, delay)
+ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+"""
+
+ENQUEUE_MANY_COPY = """
+COPY pgqueue_message (queue, task, payload, priority, tenant, max_attempts, available_at)
+FROM STDIN
+"""
+
+NOTIFY_QUEUES = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)"
+
+# The claim. ``{candidates}`` is the ORM's ``select_for_update(skip_locked=True)`` query from
+# ``MessageManager.lease`` (it selects ``id, lease_token``); ``{reap_limit}`` bounds the reaper.
+# One statement does both jobs:
+#   1. buries leases that ran out on their last attempt (reason ``lease_expired``): attempts
+#      count at claim, so a message that kills its worker every time ends here, not in a loop;
+#   2. leases the batch: attempts + 1, a fresh fencing token, visible again after the timeout.
+# Rows come back tagged ``claimed`` or ``buried`` so the caller can log both.
+LEASE = """
+WITH exhausted AS (
+    SELECT id FROM pgqueue_message
+    WHERE queue = %s AND attempts >= max_attempts AND available_at <= now()
+    ORDER BY available_at
+    LIMIT {reap_limit}
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    DELETE FROM pgqueue_message m USING exhausted e WHERE m.id = e.id
+    RETURNING m.*
+), buried AS (
+    INSERT INTO pgqueue_dead (message_id, {shared}, reason, details, worker_id, died_at)
+    SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
+           max_attempts,
+           errors || jsonb_build_array(jsonb_build_object(
+               'attempt', attempts, 'at', now(), 'worker', leased_by,
+               'type', 'LeaseExpired',
+               'message', 'the lease expired before the worker finished (crash or timeout)')),
+           'lease_expired',
+           jsonb_build_object(
+               'type', 'LeaseExpired',
+               'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
+                                 leased_by, leased_at, attempts, max_attempts),
+               'traceback', ''),
+           leased_by, now()
+    FROM reaped
+    RETURNING message_id, queue, task, attempts, worker_id
+), candidates AS (
+    {candidates}
+), claimed AS (
+    UPDATE pgqueue_message m
+    SET attempts = m.attempts + 1,
+        lease_token = gen_random_uuid(),
+        leased_by = %s,
+        leased_at = now(),
+        available_at = now() + make_interval(secs => %s)
+    FROM candidates c
+    WHERE m.id = c.id
+    RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered
+)
+SELECT 'claimed' AS outcome, claimed.* FROM claimed
+UNION ALL
+SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
+       NULL, NULL, worker_id, NULL, NULL, NULL
+FROM buried
+"""
+
+# Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
+COMPLETE = f"""
+WITH done AS (
+    DELETE FROM pgqueue_message m
+    USING unnest(%s::bigint[], %s::uuid[], %s::text[]) AS d(id, token, result)
+    WHERE m.id = d.id AND m.lease_token = d.token
+    RETURNING m.*, d.result
+)
+INSERT INTO pgqueue_archive
+    (message_id, {SHARED_COLUMNS}, started_at, finished_at, worker_id, result)
+SELECT id, {SHARED_COLUMNS}, leased_at, now(), leased_by, result::jsonb
+FROM done
+RETURNING message_id
+"""
+
+# A failed attempt: back off while attempts remain (and the failure is retryable), else
+# bury with its reason. Fenced by lease token; ``delay`` is seconds added to database time.
+FAIL = f"""
+WITH input AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[])
+        AS i(id, token, error, final_reason, delay)
+), target AS (
+    SELECT m.id, i.error::jsonb AS error, i.final_reason, i.delay,
+           (i.delay IS NOT NULL AND m.attempts < m.max_attempts) AS retry
+    FROM pgqueue_message m JOIN input i ON m.id = i.id AND m.lease_token = i.token
+    FOR UPDATE OF m
+), retried AS (
+    UPDATE pgqueue_message m
+    SET available_at = now() + make_interval(secs => t.delay),
+        lease_token = NULL, leased_by = NULL, leased_at = NULL,
+        last_error = t.error,
+        errors = m.errors || jsonb_build_array(t.error)
+    FROM target t
+    WHERE m.id = t.id AND t.retry
+    RETURNING m.id
+), removed AS (
+    DELETE FROM pgqueue_message m USING target t
+    WHERE m.id = t.id AND NOT t.retry
+    RETURNING m.*, t.error, t.final_reason
+), buried AS (
+    INSERT INTO pgqueue_dead
+        (message_id, {SHARED_COLUMNS}, reason, details, worker_id, died_at)
+    SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
+           max_attempts, errors || jsonb_build_array(error), final_reason, error, leased_by, now()
+    FROM removed
+    RETURNING message_id
+)
+SELECT id, 'retried' FROM retried
+UNION ALL
+SELECT message_id, 'buried' FROM buried
+"""
+
+# Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token.
+EXTEND = """
+UPDATE pgqueue_message m
+SET available_at = now() + make_interval(secs => %s)
+FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+WHERE m.id = l.id AND m.lease_token = l.token
+RETURNING m.id
+"""
+
+# Give leases back so the messages run again at once (graceful shutdown past its grace
+# period). ``reset_attempt`` takes back the attempt counted at claim: it was not a failure.
+RELEASE = """
+UPDATE pgqueue_message m
+SET available_at = now(), lease_token = NULL, leased_by = NULL, leased_at = NULL,
+    attempts = CASE WHEN %s THEN GREATEST(m.attempts - 1, 0) ELSE m.attempts END
+FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+WHERE m.id = l.id AND m.lease_token = l.token
+RETURNING m.id
+"""
+
+# Operator: release leases by id, whoever holds them (a stuck worker).
+RELEASE_BY_ID = """
+UPDATE pgqueue_message
+SET available_at = now(), lease_token = NULL, leased_by = NULL, leased_at = NULL
+WHERE id = ANY(%s) AND lease_token IS NOT NULL
+RETURNING id, queue
+"""
+
+# Operator: a scheduled or backing-off (not leased) message becomes available now.
+RETRY_NOW = """
+UPDATE pgqueue_message SET available_at = now()
+WHERE id = ANY(%s) AND lease_token IS NULL AND available_at > now()
+RETURNING id, queue
+"""
+
+# Operator: dead -> live with attempts reset, keeping the message id. Concurrent retries of
+# one message: the DELETE locks the row, so exactly one of them moves it. A dead message whose
+# dedup key is taken by a live one stays dead (reported, never dropped).
+RETRY_DEAD = f"""
+WITH revived AS (
+    DELETE FROM pgqueue_dead d
+    WHERE d.message_id = ANY(%s)
+      AND NOT EXISTS (
+          SELECT 1 FROM pgqueue_message m
+          WHERE m.queue = d.queue AND m.dedup_key = d.dedup_key)
+    RETURNING d.*
+)
+INSERT INTO pgqueue_message (id, {SHARED_COLUMNS}, available_at)
+SELECT message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, 0,
+       max_attempts, errors, now()
+FROM revived
+RETURNING id, queue
+"""
+
+# Operator: live -> dead with reason ``discarded``.
+DISCARD = f"""
+WITH removed AS (
+    DELETE FROM pgqueue_message WHERE id = ANY(%s) RETURNING *
+)
+INSERT INTO pgqueue_dead (message_id, {SHARED_COLUMNS}, reason, details, worker_id, died_at)
+SELECT id, {SHARED_COLUMNS}, 'discarded',
+       jsonb_build_object('type', 'Discarded', 'message', %s, 'traceback', ''),
+       leased_by, now()
+FROM removed
+RETURNING message_id
+"""
+
+# Operator: a copy of an archived message as a new live message (new id, no dedup key).
+REQUEUE_ARCHIVED = """
+INSERT INTO pgqueue_message (queue, task, payload, priority, tenant, max_attempts)
+SELECT queue, task, payload, priority, tenant, max_attempts
+FROM pgqueue_archive WHERE id = ANY(%s)
+ORDER BY id
+RETURNING id, queue
+"""
+
+PURGE_QUEUE = "DELETE FROM pgqueue_message WHERE queue = %s"
+
+# Distinct queues holding live messages, as a skip scan over the claim index:
+# O(number of queues) index probes instead of a scan of the backlog.
+LIVE_QUEUES = """
+WITH RECURSIVE q(queue) AS (
+    (SELECT queue FROM pgqueue_message WHERE attempts < max_attempts ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM pgqueue_message m
+            WHERE m.queue > q.queue AND m.attempts < m.max_attempts
+            ORDER BY m.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM q WHERE queue IS NOT NULL
+"""
+
+# When the next message of one queue falls due, for the idle worker's sleep. A skip scan
+# over the priorities of the claim index, then one probe per priority: O(priorities), not a
+# scan of everything scheduled. Leased rows count too: their lease expiry is when they may
+# be redelivered.
+NEXT_DUE_AT = """
+WITH RECURSIVE p(priority) AS (
+    (SELECT priority FROM pgqueue_message
+     WHERE queue = %(queue)s AND attempts < max_attempts
+     ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.priority FROM pgqueue_message m
+            WHERE m.queue = %(queue)s AND m.attempts < m.max_attempts AND m.priority < p.priority
+            ORDER BY m.priority DESC LIMIT 1)
+    FROM p WHERE p.priority IS NOT NULL
+)
+SELECT min((SELECT m.available_at FROM pgqueue_message m
+            WHERE m.queue = %(queue)s AND m.attempts < m.max_attempts
+              AND m.priority = p.priority AND m.available_at > now()
+            ORDER BY m.priority DESC, m.available_at LIMIT 1)),
+       now()
+FROM p WHERE p.priority IS NOT NULL
+"""
+
+PAUSED_QUEUES = "SELECT name FROM pgqueue_queue WHERE paused"
+
+SET_PAUSED = """
+INSERT INTO pgqueue_queue (name, paused, updated_at) VALUES (%s, %s, now())
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+"""

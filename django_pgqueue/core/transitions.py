@@ -1,0 +1,210 @@
+"""Moves of leased messages: complete, fail (retry or bury), extend, release.
+
+All take batches of leases, ``(id, lease_token)`` pairs or leased ``Message`` objects, and
+run one statement. A lease whose token no longer matches (it expired and another worker took
+the message, or an operator moved it) changes nothing and is reported in ``stale``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import traceback as traceback_module
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.db import connections
+
+from ..conf import get_settings
+from ..models import DeadReason
+from . import sql
+
+__all__ = [
+    "FailedAttempt",
+    "Outcome",
+    "backoff_delay",
+    "complete",
+    "error_entry",
+    "extend",
+    "fail",
+    "release",
+]
+
+
+class LeaseLike(Protocol):
+    id: int
+    lease_token: uuid.UUID | None
+
+
+LeaseRef = LeaseLike | tuple[int, uuid.UUID]
+
+
+@dataclass
+class Outcome:
+    """What a batch transition did: ``done`` ids moved or changed, ``stale`` ids fenced off."""
+
+    done: list[int] = field(default_factory=list)
+    stale: list[int] = field(default_factory=list)
+    retried: list[int] = field(default_factory=list)
+    buried: list[int] = field(default_factory=list)
+
+
+def _pairs(leases: Iterable[LeaseRef]) -> tuple[list[int], list[uuid.UUID | None]]:
+    ids: list[int] = []
+    tokens: list[uuid.UUID | None] = []
+    for lease in leases:
+        if isinstance(lease, tuple):
+            ids.append(lease[0])
+            tokens.append(lease[1])
+        else:
+            ids.append(lease.id)
+            tokens.append(lease.lease_token)
+    return ids, tokens
+
+
+def _alias(using: str | None) -> str:
+    return using or get_settings().DATABASE_ALIAS
+
+
+def _stale(ids: Sequence[int], done: Iterable[int]) -> list[int]:
+    finished = set(done)
+    return [i for i in ids if i not in finished]
+
+
+def complete(
+    leases: Iterable[LeaseRef],
+    results: Sequence[Any] | None = None,
+    *,
+    using: str | None = None,
+) -> Outcome:
+    """Archive finished messages with their JSON results (``None`` when not given)."""
+    ids, tokens = _pairs(leases)
+    if not ids:
+        return Outcome()
+    if results is None:
+        encoded: list[str | None] = [None] * len(ids)
+    else:
+        if len(results) != len(ids):
+            raise ValueError("complete(): one result per lease")
+        encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
+    with connections[_alias(using)].cursor() as cursor:
+        cursor.execute(sql.COMPLETE, [ids, tokens, encoded])
+        done = [row[0] for row in cursor.fetchall()]
+    return Outcome(done=done, stale=_stale(ids, done))
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    base: float | None = None,
+    maximum: float | None = None,
+    jitter: float | None = None,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds to wait before retrying after failed attempt number ``attempt`` (1-based).
+
+    ``base * 2 ** (attempt - 1)``, capped at ``maximum``, then spread by +/- ``jitter`` (a
+    fraction) so that a burst of failures does not retry in lockstep.
+    """
+    conf = get_settings()
+    base = conf.BACKOFF_BASE if base is None else base
+    maximum = conf.BACKOFF_MAX if maximum is None else maximum
+    jitter = conf.BACKOFF_JITTER if jitter is None else jitter
+    delay = min(maximum, base * 2 ** max(attempt - 1, 0))
+    if jitter:
+        delay *= 1 + (rng or random).uniform(-jitter, jitter)
+    return max(0.0, delay)
+
+
+def error_entry(
+    exc: BaseException | None = None,
+    *,
+    attempt: int,
+    worker_id: str | None = None,
+    type_name: str | None = None,
+    message: str | None = None,
+    traceback: str | None = None,
+) -> dict[str, Any]:
+    """One attempt's failure as stored in ``errors`` / ``details``."""
+    if exc is not None:
+        type_name = type_name or f"{type(exc).__module__}.{type(exc).__qualname__}"
+        message = message if message is not None else str(exc)
+        if traceback is None:
+            traceback = "".join(traceback_module.format_exception(exc))
+    return {
+        "attempt": attempt,
+        "worker": worker_id,
+        "type": type_name or "Error",
+        "message": message or "",
+        "traceback": traceback or "",
+    }
+
+
+@dataclass
+class FailedAttempt:
+    """A failed lease: the error entry, and how to treat it.
+
+    ``retry_in`` seconds before the next attempt, or ``None`` to bury it now whatever the
+    attempts left (a rejected message); ``final_reason`` is the dead reason used when it is
+    buried (its attempts are used up, or ``retry_in`` is ``None``).
+    """
+
+    lease: LeaseRef
+    error: dict[str, Any]
+    retry_in: float | None
+    final_reason: str = DeadReason.ERROR
+
+
+def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outcome:
+    """Retry failed messages after their delay, or move them to dead with their reason."""
+    if not attempts:
+        return Outcome()
+    ids, tokens = _pairs(a.lease for a in attempts)
+    for a in attempts:
+        if a.final_reason not in DeadReason.values:
+            raise ValueError(f"Unknown dead reason {a.final_reason!r}")
+    errors = [json.dumps(a.error, default=str) for a in attempts]
+    reasons = [str(a.final_reason) for a in attempts]
+    delays = [a.retry_in for a in attempts]
+    with connections[_alias(using)].cursor() as cursor:
+        cursor.execute(sql.FAIL, [ids, tokens, errors, reasons, delays])
+        rows = cursor.fetchall()
+    retried = [r[0] for r in rows if r[1] == "retried"]
+    buried = [r[0] for r in rows if r[1] == "buried"]
+    return Outcome(
+        done=retried + buried, stale=_stale(ids, retried + buried), retried=retried, buried=buried
+    )
+
+
+def extend(
+    leases: Iterable[LeaseRef], visibility_timeout: float, *, using: str | None = None
+) -> Outcome:
+    """Set the leases to expire ``visibility_timeout`` seconds from database now (``set_vt``)."""
+    if visibility_timeout <= 0:
+        raise ValueError("visibility_timeout must be > 0 seconds")
+    ids, tokens = _pairs(leases)
+    if not ids:
+        return Outcome()
+    with connections[_alias(using)].cursor() as cursor:
+        cursor.execute(sql.EXTEND, [float(visibility_timeout), ids, tokens])
+        done = [row[0] for row in cursor.fetchall()]
+    return Outcome(done=done, stale=_stale(ids, done))
+
+
+def release(
+    leases: Iterable[LeaseRef], *, reset_attempt: bool = True, using: str | None = None
+) -> Outcome:
+    """Give leases back: the messages are available again at once.
+
+    ``reset_attempt=True`` (default) takes back the attempt counted when it was leased: the
+    message did not fail, its worker stopped (graceful shutdown past the grace period).
+    """
+    ids, tokens = _pairs(leases)
+    if not ids:
+        return Outcome()
+    with connections[_alias(using)].cursor() as cursor:
+        cursor.execute(sql.RELEASE, [reset_attempt, ids, tokens])
+        done = [row[0] for row in cursor.fetchall()]
+    return Outcome(done=done, stale=_stale(ids, done))

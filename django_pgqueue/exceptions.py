@@ -1,0 +1,23 @@
+"""Every exception django-pgqueue raises on purpose, in one place."""
+
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Base class of django-pgqueue's own errors."""
+
+
+class InvalidMessage(PgQueueError, ValueError):
+    """A message was refused before anything was written (bad queue, payload, priority...)."""
+
+
+class QueueNameError(InvalidMessage):
+    """A queue name does not match the documented pattern."""
+
+
+class PayloadError(InvalidMessage):
+    """A payload is not JSON-serializable or is larger than ``MAX_PAYLOAD_BYTES``."""
+
+
+class LeaseError(PgQueueError):
+    """A lease operation was used wrongly (e.g. hold-the-lock mode outside a transaction)."""

@@ -1,0 +1,236 @@
+"""The tables: live messages, their archive, the dead letters, queue state and worker heartbeats.
+
+A message id is at every instant in exactly one of :class:`Message`,
+:class:`ArchivedMessage` (``message_id``) or :class:`DeadMessage` (``message_id``): every
+move between them is one SQL statement (see ``core/sql.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from .core.manager import MessageManager
+from .core.validation import (
+    DEDUP_KEY_MAX_LENGTH,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    QUEUE_NAME_MAX_LENGTH,
+    QUEUE_NAME_PATTERN,
+    TASK_NAME_MAX_LENGTH,
+    TENANT_MAX_LENGTH,
+)
+
+if TYPE_CHECKING:
+    import uuid
+
+MESSAGE_TABLE = "pgqueue_message"
+ARCHIVE_TABLE = "pgqueue_archive"
+DEAD_TABLE = "pgqueue_dead"
+QUEUE_TABLE = "pgqueue_queue"
+WORKER_TABLE = "pgqueue_worker"
+
+
+class MessageFields(models.Model):
+    """What a message carries, whichever table it is in."""
+
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    task = models.CharField(max_length=TASK_NAME_MAX_LENGTH)
+    payload = models.JSONField(null=True, blank=True)
+    priority = models.SmallIntegerField(default=0, db_default=0)
+    tenant = models.CharField(
+        max_length=TENANT_MAX_LENGTH,
+        null=True,
+        blank=True,
+        help_text="Tenant / ordering key for fairness and per-key concurrency limits.",
+    )
+    dedup_key = models.CharField(max_length=DEDUP_KEY_MAX_LENGTH, null=True, blank=True)
+    enqueued_at = models.DateTimeField(db_default=Now())
+    attempts = models.IntegerField(default=0, db_default=0)
+    max_attempts = models.IntegerField(default=3, db_default=3)
+    errors = models.JSONField(
+        default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
+        blank=True,
+        help_text="One entry per failed attempt: attempt, at, worker, type, message, traceback.",
+    )
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.task} #{self.pk} on {self.queue}"
+
+
+def _message_constraints(prefix: str) -> list[models.BaseConstraint]:
+    return [
+        models.CheckConstraint(
+            condition=Q(priority__gte=MIN_PRIORITY) & Q(priority__lte=MAX_PRIORITY),
+            name=f"{prefix}_priority_range",
+        ),
+        models.CheckConstraint(
+            condition=Q(queue__regex=QUEUE_NAME_PATTERN), name=f"{prefix}_queue_name"
+        ),
+        models.CheckConstraint(condition=Q(attempts__gte=0), name=f"{prefix}_attempts_gte_0"),
+        models.CheckConstraint(
+            condition=Q(max_attempts__gte=1), name=f"{prefix}_max_attempts_gte_1"
+        ),
+    ]
+
+
+class Message(MessageFields):
+    """A live message: ready, scheduled, backing off or leased by a worker.
+
+    ``available_at`` is both the schedule and the visibility time: a claim moves it to
+    ``now() + visibility timeout``, so a crashed worker's message becomes claimable again by
+    itself once that time passes.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    available_at = models.DateTimeField(db_default=Now())
+    lease_token = models.UUIDField(null=True, blank=True)
+    leased_by = models.CharField(max_length=255, null=True, blank=True)
+    leased_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.JSONField(null=True, blank=True)
+
+    objects = MessageManager()
+
+    # Set on instances returned by ``lease()``: the previous lease had expired.
+    redelivered: bool = False
+
+    class Meta:
+        db_table = MESSAGE_TABLE
+        verbose_name = "live message"
+        constraints = [
+            *_message_constraints("pgq_message"),
+            models.UniqueConstraint(
+                fields=["queue", "dedup_key"],
+                condition=Q(dedup_key__isnull=False),
+                name="pgq_message_dedup_key",
+            ),
+        ]
+        indexes = [
+            # Serves the claim: one queue, highest priority first, then oldest available.
+            models.Index(
+                F("queue"),
+                F("priority").desc(),
+                F("available_at"),
+                F("id"),
+                name="pgq_message_claim",
+                condition=Q(attempts__lt=F("max_attempts")),
+            ),
+            # Serves the reaper: leases that ran out on their last attempt.
+            models.Index(
+                fields=["queue", "available_at"],
+                name="pgq_message_exhausted",
+                condition=Q(attempts__gte=F("max_attempts")),
+            ),
+        ]
+        permissions = [
+            ("retry_now_message", "Can make a waiting live message available now"),
+            ("release_message", "Can release a live message's lease"),
+            ("discard_message", "Can discard a live message to the dead table"),
+            ("purge_queue", "Can purge all live messages of a queue"),
+        ]
+
+    @property
+    def lease(self) -> tuple[int, uuid.UUID | None]:
+        """The ``(id, lease_token)`` pair that fences completions."""
+        return (self.id, self.lease_token)
+
+
+class ArchivedMessage(MessageFields):
+    """A message that finished successfully, with its result."""
+
+    id = models.BigAutoField(primary_key=True)
+    message_id = models.BigIntegerField(unique=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(db_default=Now())
+    worker_id = models.CharField(max_length=255, null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = ARCHIVE_TABLE
+        verbose_name = "archived message"
+        constraints = _message_constraints("pgq_archive")
+        indexes = [models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished")]
+        permissions = [("requeue_archivedmessage", "Can requeue an archived message")]
+
+
+class DeadReason(models.TextChoices):
+    REJECTED = "rejected", "rejected (unknown task or undecodable payload)"
+    ERROR = "error", "error (handler raised on its last attempt)"
+    TIMEOUT = "timeout", "timeout"
+    LEASE_EXPIRED = "lease_expired", "lease expired on its last attempt"
+    DISCARDED = "discarded", "discarded by an operator"
+
+
+class DeadMessage(MessageFields):
+    """A message that failed for good, with the reason and what happened on each attempt."""
+
+    id = models.BigAutoField(primary_key=True)
+    message_id = models.BigIntegerField(unique=True)
+    reason = models.CharField(max_length=32, choices=DeadReason.choices)
+    details = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="type, message and traceback of the final failure.",
+    )
+    worker_id = models.CharField(max_length=255, null=True, blank=True)
+    died_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = DEAD_TABLE
+        verbose_name = "dead message"
+        constraints = [
+            *_message_constraints("pgq_dead"),
+            models.CheckConstraint(
+                condition=Q(reason__in=DeadReason.values), name="pgq_dead_reason_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["queue", "died_at"], name="pgq_dead_died")]
+        permissions = [("retry_deadmessage", "Can retry a dead message")]
+
+
+class QueueState(models.Model):
+    """Per-queue switches operators flip at run time (pause) and their limits."""
+
+    name = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH, primary_key=True)
+    paused = models.BooleanField(default=False, db_default=False)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = QUEUE_TABLE
+        verbose_name = "queue"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=QUEUE_NAME_PATTERN), name="pgq_queue_name_valid"
+            )
+        ]
+        permissions = [("pause_queue", "Can pause and resume a queue")]
+
+    def __str__(self) -> str:
+        return f"{self.name}{' (paused)' if self.paused else ''}"
+
+
+class WorkerHeartbeat(models.Model):
+    """One row per running worker, refreshed every heartbeat; stale rows mean dead workers."""
+
+    worker_id = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(null=True, blank=True)
+    queues = models.JSONField(default=list, blank=True)
+    concurrency = models.IntegerField(default=1)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    stats: models.JSONField[Any] = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = WORKER_TABLE
+        verbose_name = "worker"
+
+    def __str__(self) -> str:
+        return self.worker_id

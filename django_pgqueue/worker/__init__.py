@@ -1,0 +1,1 @@
+"""The worker: handler registry, fetch -> execute -> complete loop, listener, signals."""

@@ -1,0 +1,217 @@
+"""Enqueue: transactional promises, NOTIFY once per transaction per queue, bad input."""
+
+import datetime as dt
+import decimal
+import math
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+import django_pgqueue
+from django_pgqueue.conf import SettingsError
+from django_pgqueue.exceptions import InvalidMessage, PayloadError, QueueNameError
+from django_pgqueue.models import Message
+from tests.conftest import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def db_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def test_enqueue_writes_one_message_with_defaults():
+    sent = django_pgqueue.enqueue("send-email", {"to": "a@example.com"})
+    row = Message.objects.get(pk=sent.id)
+    assert (row.queue, row.task, row.payload) == ("default", "send-email", {"to": "a@example.com"})
+    assert row.priority == 0 and row.attempts == 0 and row.max_attempts == 3
+    assert row.lease_token is None
+    assert row.available_at == row.enqueued_at == sent.enqueued_at
+
+
+def test_rollback_leaves_no_message_and_sends_no_notification(listener):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        django_pgqueue.enqueue("send-email", {"n": 1})
+        raise RuntimeError("business logic failed")
+    assert Message.objects.count() == 0
+    assert drain(listener) == []
+
+
+def test_commit_sends_exactly_one_notification_per_queue(listener):
+    with transaction.atomic():
+        for n in range(5):
+            django_pgqueue.enqueue("a", {"n": n}, queue="alpha")
+        django_pgqueue.enqueue("b", {"n": 0}, queue="beta")
+        assert drain(listener, timeout=0.2) == [], "nothing is delivered before commit"
+    notes = drain(listener)
+    assert sorted(notes) == [("django_pgqueue", "alpha"), ("django_pgqueue", "beta")]
+
+
+def test_notification_payload_is_the_queue_name_only(listener):
+    django_pgqueue.enqueue("a", {"secret": "x" * 1000}, queue="alpha")
+    assert drain(listener) == [("django_pgqueue", "alpha")]
+
+
+def test_notify_can_be_turned_off(listener):
+    with override_settings(PGQUEUE={"NOTIFY": False}):
+        django_pgqueue.enqueue("a", {})
+        django_pgqueue.enqueue_many("a", [{}, {}])
+    assert drain(listener) == []
+    assert Message.objects.count() == 3
+
+
+def test_enqueue_on_commit_waits_for_the_commit(listener):
+    with transaction.atomic():
+        django_pgqueue.enqueue_on_commit("a", {"n": 1})
+        assert Message.objects.count() == 0
+    assert Message.objects.count() == 1
+    assert drain(listener) == [("django_pgqueue", "default")]
+
+
+def test_enqueue_on_commit_after_rollback_writes_nothing(listener):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        django_pgqueue.enqueue_on_commit("a", {"n": 1})
+        raise RuntimeError
+    assert Message.objects.count() == 0
+    assert drain(listener) == []
+
+
+def test_enqueue_on_commit_outside_a_transaction_writes_at_once():
+    django_pgqueue.enqueue_on_commit("a", {"n": 1})
+    assert Message.objects.count() == 1
+
+
+def test_enqueue_on_commit_validates_immediately():
+    with transaction.atomic():
+        with pytest.raises(PayloadError):
+            django_pgqueue.enqueue_on_commit("a", {"when": dt.datetime.now()})
+        assert Message.objects.count() == 0
+
+
+def test_enqueue_many_writes_all_rows_and_sends_one_notification(listener):
+    written = django_pgqueue.enqueue_many("bulk", ({"i": i} for i in range(10_000)), queue="bulk")
+    assert written == 10_000
+    assert Message.objects.filter(queue="bulk").count() == 10_000
+    assert drain(listener) == [("django_pgqueue", "bulk")]
+    first, last = Message.objects.order_by("id")[:1][0], Message.objects.order_by("-id")[:1][0]
+    assert first.payload == {"i": 0} and last.payload == {"i": 9999}
+
+
+def test_enqueue_many_validates_everything_before_writing():
+    payloads = [{"i": 1}, {"i": 2}, {"bad": {1, 2}}]
+    with pytest.raises(PayloadError):
+        django_pgqueue.enqueue_many("bulk", payloads)
+    assert Message.objects.count() == 0
+
+
+def test_enqueue_many_with_dedup_keys_skips_live_duplicates():
+    django_pgqueue.enqueue("t", {}, dedup_key="k1")
+    written = django_pgqueue.enqueue_many("t", [{}, {}, {}], dedup_keys=["k1", "k2", "k3"])
+    assert written == 2
+    assert sorted(Message.objects.values_list("dedup_key", flat=True)) == ["k1", "k2", "k3"]
+
+
+def test_dedup_key_returns_the_live_message():
+    first = django_pgqueue.enqueue("t", {"v": 1}, dedup_key="order-7")
+    second = django_pgqueue.enqueue("t", {"v": 2}, dedup_key="order-7")
+    assert second.id == first.id and second.deduplicated and not first.deduplicated
+    assert Message.objects.count() == 1
+    other_queue = django_pgqueue.enqueue("t", {}, dedup_key="order-7", queue="other")
+    assert other_queue.id != first.id
+
+
+def test_run_after_timedelta_is_added_to_database_time():
+    before = db_now()
+    sent = django_pgqueue.enqueue("t", {}, run_after=dt.timedelta(minutes=10))
+    assert sent.available_at - before >= dt.timedelta(minutes=10)
+    assert sent.available_at - before < dt.timedelta(minutes=10, seconds=5)
+
+
+def test_run_after_aware_datetime_is_kept():
+    when = timezone.now() + dt.timedelta(days=1)
+    sent = django_pgqueue.enqueue("t", {}, run_after=when)
+    assert sent.available_at == when
+
+
+def test_enqueue_many_delay_uses_database_time():
+    before = db_now()
+    django_pgqueue.enqueue_many("t", [{}, {}], run_after=dt.timedelta(seconds=30))
+    for available_at in Message.objects.values_list("available_at", flat=True):
+        assert dt.timedelta(seconds=30) <= available_at - before < dt.timedelta(seconds=35)
+
+
+@pytest.mark.parametrize(
+    "queue",
+    ["", "Default", "has space", "x" * 49, "'; DROP TABLE pgqueue_message --", "-lead", "ünï", 7],
+)
+def test_invalid_queue_names_are_refused_before_any_sql(queue, django_assert_num_queries):
+    with django_assert_num_queries(0), pytest.raises(QueueNameError):
+        django_pgqueue.enqueue("t", {}, queue=queue)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [dt.datetime(2026, 1, 1), decimal.Decimal("1.5"), {1, 2}, object(), {"x": math.nan}, b"raw"],
+)
+def test_non_json_payloads_are_refused(payload):
+    with pytest.raises(PayloadError, match="not JSON-serializable"):
+        django_pgqueue.enqueue("t", payload)
+    assert Message.objects.count() == 0
+
+
+def test_oversized_payload_is_refused():
+    with override_settings(PGQUEUE={"MAX_PAYLOAD_BYTES": 1024}):
+        with pytest.raises(PayloadError, match="over the 1024-byte cap"):
+            django_pgqueue.enqueue("t", {"blob": "x" * 2000})
+        django_pgqueue.enqueue("t", {"blob": "x" * 500})
+    assert Message.objects.count() == 1
+
+
+def test_default_cap_is_256_kib():
+    with pytest.raises(PayloadError):
+        django_pgqueue.enqueue("t", "x" * (256 * 1024))
+
+
+@pytest.mark.parametrize("priority", [101, -101, 1.5, True, "1"])
+def test_priority_out_of_range_is_refused(priority):
+    with pytest.raises(InvalidMessage, match="priority"):
+        django_pgqueue.enqueue("t", {}, priority=priority)
+
+
+def test_naive_run_after_is_refused():
+    with pytest.raises(InvalidMessage, match="aware datetime"):
+        django_pgqueue.enqueue("t", {}, run_after=dt.datetime(2030, 1, 1))
+
+
+@pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"dedup_key": ""}, {"tenant": "x" * 300}])
+def test_other_bad_arguments_are_refused(kwargs):
+    with pytest.raises(InvalidMessage):
+        django_pgqueue.enqueue("t", {}, **kwargs)
+
+
+def test_empty_task_name_is_refused():
+    with pytest.raises(InvalidMessage, match="task name"):
+        django_pgqueue.enqueue("", {})
+
+
+def test_unknown_setting_is_refused_at_enqueue():
+    with override_settings(PGQUEUE={"MAX_PAYLOAD_BYTE": 10}), pytest.raises(SettingsError):
+        django_pgqueue.enqueue("t", {})
+    assert Message.objects.count() == 0
+
+
+def test_database_constraints_back_the_validation(admin_conn):
+    import psycopg
+
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin_conn.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload, priority) VALUES ('ok', 't', '{}', 500)"
+        )
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin_conn.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload) VALUES ('Bad Name', 't', '{}')"
+        )

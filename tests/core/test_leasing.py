@@ -1,0 +1,198 @@
+"""Leasing: order, visibility timeout in database time, SKIP LOCKED exclusivity, self-healing."""
+
+import datetime as dt
+import logging
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+import django_pgqueue
+from django_pgqueue.core import transitions
+from django_pgqueue.core.operations import pause_queue, resume_queue
+from django_pgqueue.exceptions import LeaseError
+from django_pgqueue.models import DeadMessage, Message
+from tests.factories import MessageFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def lease(**kwargs):
+    kwargs.setdefault("worker_id", "w1")
+    return Message.objects.lease(kwargs.pop("queues", "default"), **kwargs)
+
+
+def db_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def test_higher_priority_first_then_fifo():
+    low = [django_pgqueue.enqueue("t", {"n": n}).id for n in range(3)]
+    high = [django_pgqueue.enqueue("t", {"n": n}, priority=10).id for n in range(2)]
+    leased = [m.id for m in lease(batch_size=10)]
+    assert leased == high + low
+
+
+def test_lease_sets_token_counts_attempt_and_hides_for_the_visibility_timeout():
+    django_pgqueue.enqueue("t", {"k": "v"})
+    before = db_now()
+    [message] = lease(visibility_timeout=120)
+    assert message.attempts == 1 and message.lease_token is not None
+    assert message.leased_by == "w1" and message.payload == {"k": "v"}
+    assert dt.timedelta(seconds=120) <= message.available_at - before < dt.timedelta(seconds=125)
+    assert lease(worker_id="w2") == []
+
+
+def test_scheduled_message_waits_until_due():
+    django_pgqueue.enqueue("t", {}, run_after=dt.timedelta(hours=1))
+    assert lease() == []
+    Message.objects.update(available_at=db_now() - dt.timedelta(seconds=1))
+    assert len(lease()) == 1
+
+
+def test_expired_lease_is_redelivered_by_itself(caplog):
+    message = MessageFactory(expired=True)
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        [again] = lease(worker_id="w2")
+    assert again.id == message.id and again.attempts == 2 and again.redelivered
+    assert again.lease_token != message.lease_token
+    assert "redelivered" in caplog.text
+
+
+def test_lease_expiring_on_its_last_attempt_goes_dead(caplog):
+    message = MessageFactory(expired=True, attempts=3, max_attempts=3)
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        assert lease() == []
+    dead = DeadMessage.objects.get(message_id=message.id)
+    assert dead.reason == "lease_expired" and dead.attempts == 3
+    assert dead.errors[-1]["type"] == "LeaseExpired"
+    assert not Message.objects.filter(pk=message.id).exists()
+    assert "dead-lettered" in caplog.text
+
+
+def test_a_message_that_kills_its_worker_every_time_ends_dead_not_looping():
+    """Attempts count at claim: crash (lease expiry) max_attempts times -> dead."""
+    sent = django_pgqueue.enqueue("t", {}, max_attempts=3)
+    for attempt in range(1, 4):
+        [m] = lease(worker_id=f"crashing-{attempt}")
+        assert m.attempts == attempt
+        # The worker dies; its lease runs out.
+        Message.objects.filter(pk=m.id).update(available_at=db_now() - dt.timedelta(seconds=1))
+    assert lease() == []
+    assert DeadMessage.objects.get(message_id=sent.id).reason == "lease_expired"
+
+
+def test_paused_queue_is_not_leased():
+    django_pgqueue.enqueue("t", {})
+    pause_queue("default")
+    assert lease() == []
+    resume_queue("default")
+    assert len(lease()) == 1
+
+
+def test_lease_tries_queues_in_order_until_the_batch_is_full():
+    for queue in ("a", "b"):
+        for _ in range(3):
+            django_pgqueue.enqueue("t", {}, queue=queue)
+    leased = lease(queues=["b", "a"], batch_size=4)
+    assert [m.queue for m in leased] == ["b", "b", "b", "a"]
+
+
+def test_lease_inside_atomic_without_hold_is_refused():
+    with transaction.atomic(), pytest.raises(LeaseError):
+        lease()
+
+
+def test_hold_mode_needs_a_transaction():
+    with pytest.raises(LeaseError):
+        lease(hold=True)
+
+
+def test_hold_mode_rollback_returns_the_whole_batch():
+    for n in range(3):
+        django_pgqueue.enqueue("t", {"n": n})
+    with pytest.raises(RuntimeError), transaction.atomic():
+        held = lease(hold=True, batch_size=3)
+        assert len(held) == 3
+        raise RuntimeError("processing failed")
+    assert Message.objects.filter(attempts=0, lease_token__isnull=True).count() == 3
+    assert len(lease(batch_size=3)) == 3
+
+
+def test_hold_mode_commit_keeps_the_completions():
+    django_pgqueue.enqueue("t", {})
+    with transaction.atomic():
+        held = lease(hold=True)
+        transitions.complete(held)
+    assert Message.objects.count() == 0
+
+
+def test_hold_mode_rows_stay_locked_for_others():
+    django_pgqueue.enqueue("t", {})
+    seen: list[int] = []
+    with transaction.atomic():
+        assert len(lease(hold=True)) == 1
+        # Make the lease visible-expired: only the row lock protects it now.
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE pgqueue_message SET available_at = now() - interval '1 minute'")
+
+        def other():
+            seen.extend(m.id for m in lease(worker_id="other"))
+            connections.close_all()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert seen == []
+
+
+def test_concurrent_leases_never_share_a_message():
+    total = 600
+    django_pgqueue.enqueue_many("t", ({"i": i} for i in range(total)))
+    got: dict[str, list[int]] = {}
+    barrier = threading.Barrier(4)
+
+    def work(name: str) -> None:
+        mine: list[int] = []
+        barrier.wait()
+        while batch := Message.objects.lease("default", worker_id=name, batch_size=7):
+            mine.extend(m.id for m in batch)
+        got[name] = mine
+        connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for ids in got.values() for i in ids]
+    assert len(every) == total and len(set(every)) == total
+    assert all(got.values()), "every worker got some of the work"
+
+
+@pytest.mark.slow
+def test_claim_is_an_index_lookup_on_a_large_backlog(admin_conn):
+    admin_conn.execute(
+        """
+        INSERT INTO pgqueue_message (queue, task, payload, priority, available_at)
+        SELECT CASE WHEN g % 10 = 0 THEN 'other' ELSE 'default' END, 't',
+               jsonb_build_object('g', g), (g % 3) - 1,
+               now() + CASE WHEN g % 4 = 0 THEN interval '1 hour' ELSE interval '0' END
+        FROM generate_series(1, 150000) g
+        """
+    )
+    admin_conn.execute("ANALYZE pgqueue_message")
+    queryset = (
+        Message.objects.claimable("default").select_for_update(skip_locked=True).values("id")[:100]
+    )
+    with connection.cursor() as cursor, transaction.atomic():
+        sql, params = queryset.query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "pgq_message_claim" in plan, plan
+    assert "Seq Scan on pgqueue_message" not in plan, plan
+    assert "Sort" not in plan, plan
+    # And the real thing leases from the head of the queue.
+    assert len(lease(batch_size=100)) == 100

@@ -1,0 +1,240 @@
+"""Transitions: complete, fail (retry with backoff / bury), extend, release, operator moves.
+
+A message id is at every instant in exactly one of live / archive / dead.
+"""
+
+import datetime as dt
+import random
+import threading
+import uuid
+
+import pytest
+from django.db import connection, connections
+
+import django_pgqueue
+from django_pgqueue.core import operations, transitions
+from django_pgqueue.core.transitions import FailedAttempt, backoff_delay, error_entry
+from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
+from tests.conftest import drain
+from tests.factories import ArchivedMessageFactory, DeadMessageFactory, MessageFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def db_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def lease_one(**kwargs):
+    [message] = Message.objects.lease("default", worker_id=kwargs.pop("worker_id", "w1"), **kwargs)
+    return message
+
+
+def tables_holding(message_id):
+    return [
+        name
+        for name, present in (
+            ("live", Message.objects.filter(pk=message_id).exists()),
+            ("archive", ArchivedMessage.objects.filter(message_id=message_id).exists()),
+            ("dead", DeadMessage.objects.filter(message_id=message_id).exists()),
+        )
+        if present
+    ]
+
+
+def test_complete_archives_with_result_and_timing():
+    sent = django_pgqueue.enqueue("t", {"p": 1}, priority=5)
+    message = lease_one()
+    outcome = transitions.complete([message], [{"ok": True}])
+    assert outcome.done == [sent.id] and outcome.stale == []
+    archived = ArchivedMessage.objects.get(message_id=sent.id)
+    assert archived.result == {"ok": True} and archived.payload == {"p": 1}
+    assert archived.priority == 5 and archived.attempts == 1 and archived.worker_id == "w1"
+    assert archived.started_at <= archived.finished_at
+    assert tables_holding(sent.id) == ["archive"]
+
+
+def test_complete_with_a_stale_token_changes_nothing():
+    django_pgqueue.enqueue("t", {})
+    message = lease_one()
+    # The lease expired and another worker took the message.
+    Message.objects.update(available_at=db_now() - dt.timedelta(seconds=1))
+    taken = lease_one(worker_id="w2")
+    outcome = transitions.complete([message])
+    assert outcome.done == [] and outcome.stale == [message.id]
+    assert tables_holding(message.id) == ["live"]
+    assert transitions.complete([taken]).done == [message.id]
+
+
+def test_batch_complete_moves_each_fenced_pair_only():
+    for n in range(3):
+        django_pgqueue.enqueue("t", {"n": n})
+    batch = Message.objects.lease("default", worker_id="w1", batch_size=3)
+    forged = (batch[2].id, uuid.uuid4())
+    outcome = transitions.complete([batch[0], batch[1], forged])
+    assert sorted(outcome.done) == sorted([batch[0].id, batch[1].id])
+    assert outcome.stale == [batch[2].id]
+
+
+def test_fail_retries_later_with_backoff_and_keeps_history():
+    sent = django_pgqueue.enqueue("t", {}, max_attempts=3)
+    message = lease_one()
+    before = db_now()
+    entry = error_entry(ValueError("boom"), attempt=1, worker_id="w1")
+    outcome = transitions.fail([FailedAttempt(message, entry, retry_in=30)])
+    assert outcome.retried == [sent.id]
+    row = Message.objects.get(pk=sent.id)
+    assert row.lease_token is None and row.attempts == 1
+    assert dt.timedelta(seconds=30) <= row.available_at - before < dt.timedelta(seconds=35)
+    assert row.errors[0]["type"] == "builtins.ValueError" and row.errors[0]["message"] == "boom"
+    assert (
+        "Traceback" in row.errors[0]["traceback"]
+        or row.errors[0]["traceback"] == ("builtins.ValueError: boom\n")
+        or "ValueError: boom" in row.errors[0]["traceback"]
+    )
+    assert row.last_error["message"] == "boom"
+
+
+def test_fail_on_the_last_attempt_buries_with_details_and_full_history():
+    sent = django_pgqueue.enqueue("t", {}, max_attempts=2)
+    for attempt in (1, 2):
+        message = lease_one()
+        Message.objects.filter(pk=sent.id).update(available_at=db_now())  # skip the wait
+        outcome = transitions.fail(
+            [
+                FailedAttempt(
+                    message, error_entry(KeyError(f"k{attempt}"), attempt=attempt), retry_in=0
+                )
+            ]
+        )
+        Message.objects.filter(pk=sent.id).update(available_at=db_now())
+    assert outcome.buried == [sent.id]
+    dead = DeadMessage.objects.get(message_id=sent.id)
+    assert dead.reason == "error" and dead.attempts == 2
+    assert [e["attempt"] for e in dead.errors] == [1, 2]
+    assert dead.details["type"] == "builtins.KeyError"
+    assert tables_holding(sent.id) == ["dead"]
+
+
+def test_fail_without_retry_buries_at_once_with_its_reason():
+    sent = django_pgqueue.enqueue("unknown-task", {}, max_attempts=5)
+    message = lease_one()
+    entry = error_entry(attempt=1, type_name="UnknownTask", message="no handler")
+    transitions.fail([FailedAttempt(message, entry, retry_in=None, final_reason="rejected")])
+    dead = DeadMessage.objects.get(message_id=sent.id)
+    assert dead.reason == "rejected" and dead.details["message"] == "no handler"
+
+
+def test_fail_with_stale_token_is_fenced():
+    django_pgqueue.enqueue("t", {})
+    message = lease_one()
+    forged = FailedAttempt((message.id, uuid.uuid4()), error_entry(attempt=1), retry_in=0)
+    assert transitions.fail([forged]).stale == [message.id]
+    assert Message.objects.get(pk=message.id).lease_token == message.lease_token
+
+
+def test_extend_and_set_vt():
+    django_pgqueue.enqueue("t", {})
+    message = lease_one(visibility_timeout=5)
+    before = db_now()
+    assert transitions.extend([message], 600).done == [message.id]
+    row = Message.objects.get(pk=message.id)
+    assert dt.timedelta(seconds=600) <= row.available_at - before < dt.timedelta(seconds=605)
+    assert transitions.extend([(message.id, uuid.uuid4())], 600).stale == [message.id]
+
+
+def test_release_makes_the_message_available_now_and_takes_back_the_attempt():
+    django_pgqueue.enqueue("t", {})
+    message = lease_one(visibility_timeout=600)
+    assert transitions.release([message]).done == [message.id]
+    again = lease_one(worker_id="w2")
+    assert again.id == message.id and again.attempts == 1
+
+
+def test_backoff_schedule_doubles_and_caps():
+    delays = [backoff_delay(n, base=2, maximum=60, jitter=0) for n in range(1, 8)]
+    assert delays == [2, 4, 8, 16, 32, 60, 60]
+
+
+def test_backoff_jitter_stays_within_bounds():
+    rng = random.Random(42)
+    delays = {backoff_delay(3, base=1, maximum=100, jitter=0.25, rng=rng) for _ in range(200)}
+    assert min(delays) >= 3 and max(delays) <= 5 and len(delays) > 100
+
+
+def test_retry_dead_returns_it_live_with_the_same_id_and_attempts_reset(listener):
+    dead = DeadMessageFactory(queue="mail", attempts=3)
+    outcome = operations.retry_dead([dead.message_id])
+    assert outcome.done == [dead.message_id]
+    live = Message.objects.get(pk=dead.message_id)
+    assert live.attempts == 0 and live.queue == "mail" and live.payload == dead.payload
+    assert tables_holding(dead.message_id) == ["live"]
+    assert drain(listener) == [("django_pgqueue", "mail")]
+
+
+def test_concurrent_retries_of_one_dead_message_make_exactly_one_live_message():
+    dead = DeadMessageFactory()
+    barrier = threading.Barrier(4)
+    results = []
+
+    def retry():
+        barrier.wait()
+        results.append(operations.retry_dead([dead.message_id]).done)
+        connections.close_all()
+
+    threads = [threading.Thread(target=retry) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in results) == [0, 0, 0, 1]
+    assert Message.objects.filter(pk=dead.message_id).count() == 1
+    assert not DeadMessage.objects.exists()
+
+
+def test_retry_dead_keeps_it_dead_when_its_dedup_key_is_live():
+    dead = DeadMessageFactory(dedup_key="k")
+    django_pgqueue.enqueue("t", {}, dedup_key="k")
+    assert operations.retry_dead([dead.message_id]).stale == [dead.message_id]
+    assert DeadMessage.objects.filter(pk=dead.pk).exists()
+
+
+def test_discard_moves_live_to_dead():
+    message = MessageFactory()
+    assert operations.discard([message.id]).done == [message.id]
+    assert DeadMessage.objects.get(message_id=message.id).reason == "discarded"
+
+
+def test_requeue_archived_makes_a_new_message():
+    archived = ArchivedMessageFactory(payload={"again": 1})
+    [new_id] = operations.requeue_archived([archived.id])
+    assert new_id != archived.message_id
+    assert Message.objects.get(pk=new_id).payload == {"again": 1}
+
+
+def test_retry_now_and_release_leases():
+    waiting = MessageFactory(available_at=db_now() + dt.timedelta(hours=1))
+    stuck = MessageFactory(leased=True)
+    assert operations.retry_now([waiting.id, stuck.id]).done == [waiting.id]
+    assert operations.release_leases([stuck.id, waiting.id]).done == [stuck.id]
+    ids = {m.id for m in Message.objects.lease("default", worker_id="w", batch_size=5)}
+    assert ids == {waiting.id, stuck.id}
+
+
+def test_purge_queue_deletes_only_that_queue():
+    MessageFactory.create_batch(3, queue="junk")
+    MessageFactory(queue="keep")
+    assert operations.purge_queue("junk") == 3
+    assert list(Message.objects.values_list("queue", flat=True)) == ["keep"]
+
+
+def test_every_id_is_in_exactly_one_table_after_mixed_traffic():
+    ids = [django_pgqueue.enqueue("t", {"n": n}, max_attempts=1).id for n in range(30)]
+    batch = Message.objects.lease("default", worker_id="w", batch_size=30)
+    transitions.complete(batch[:10])
+    transitions.fail([FailedAttempt(m, error_entry(attempt=1), retry_in=0) for m in batch[10:20]])
+    transitions.release(batch[20:25])
+    for message_id in ids:
+        assert len(tables_holding(message_id)) == 1, message_id

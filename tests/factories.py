@@ -1,0 +1,103 @@
+"""factory-boy factories for every model; rows go in through the ORM, no worker needed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import factory
+from django.utils import timezone
+
+from django_pgqueue.models import (
+    ArchivedMessage,
+    DeadMessage,
+    DeadReason,
+    Message,
+    QueueState,
+    WorkerHeartbeat,
+)
+
+
+class MessageFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Message
+
+    queue = "default"
+    task = "tests.noop"
+    payload = factory.Sequence(lambda n: {"n": n})
+    priority = 0
+    max_attempts = 3
+    attempts = 0
+    errors = factory.LazyFunction(list)
+
+    class Params:
+        # A message leased by a worker whose lease is still running.
+        leased = factory.Trait(
+            attempts=1,
+            lease_token=factory.LazyFunction(uuid.uuid4),
+            leased_by="worker-1",
+            leased_at=factory.LazyFunction(timezone.now),
+            available_at=factory.LazyFunction(lambda: timezone.now() + dt.timedelta(minutes=5)),
+        )
+        # A lease that ran out: the worker crashed.
+        expired = factory.Trait(
+            attempts=1,
+            lease_token=factory.LazyFunction(uuid.uuid4),
+            leased_by="worker-dead",
+            leased_at=factory.LazyFunction(lambda: timezone.now() - dt.timedelta(minutes=10)),
+            available_at=factory.LazyFunction(lambda: timezone.now() - dt.timedelta(minutes=5)),
+        )
+
+
+class ArchivedMessageFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ArchivedMessage
+
+    message_id = factory.Sequence(lambda n: 1_000_000 + n)
+    queue = "default"
+    task = "tests.noop"
+    payload = factory.Sequence(lambda n: {"n": n})
+    attempts = 1
+    max_attempts = 3
+    errors = factory.LazyFunction(list)
+    started_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(seconds=2))
+    worker_id = "worker-1"
+    result = None
+
+
+class DeadMessageFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = DeadMessage
+
+    message_id = factory.Sequence(lambda n: 2_000_000 + n)
+    queue = "default"
+    task = "tests.noop"
+    payload = factory.Sequence(lambda n: {"n": n})
+    attempts = 3
+    max_attempts = 3
+    reason = DeadReason.ERROR
+    details = factory.LazyFunction(
+        lambda: {"type": "ValueError", "message": "boom", "traceback": "Traceback ..."}
+    )
+    errors = factory.LazyFunction(list)
+    worker_id = "worker-1"
+
+
+class QueueStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = QueueState
+        django_get_or_create = ("name",)
+
+    name = "default"
+    paused = False
+
+
+class WorkerHeartbeatFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WorkerHeartbeat
+
+    worker_id = factory.Sequence(lambda n: f"host:{1000 + n}")
+    hostname = "host"
+    pid = factory.Sequence(lambda n: 1000 + n)
+    queues = factory.LazyFunction(lambda: ["default"])
+    concurrency = 4

@@ -1,0 +1,62 @@
+"""Settings for the test suite: a real PostgreSQL, never SQLite.
+
+``DATABASE_URL`` set -> that server; unset -> the embedded server in ``<repo>/.pgdata``.
+``PGQUEUE_TEST_DB`` names the test database (default ``test_pgqueue``) so that several
+checkouts can run their suites against one server at once.
+"""
+
+import os
+from pathlib import Path
+
+from django_pgqueue.embedded import database_from_environment
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = "tests-only"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_pgqueue",
+    "demo",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+
+DATABASES = {"default": database_from_environment(REPO_DIR / ".pgdata")}
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGQUEUE_TEST_DB", "test_pgqueue")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+PGQUEUE = {"BACKOFF_JITTER": 0.0}

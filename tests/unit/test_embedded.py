@@ -1,0 +1,28 @@
+"""The zero-setup path: no DATABASE_URL -> a real embedded PostgreSQL; set -> that server."""
+
+import psycopg
+import pytest
+
+from django_pgqueue.embedded import database_from_environment, embedded_database
+
+
+@pytest.mark.slow
+def test_embedded_server_starts_and_answers(tmp_path):
+    config = embedded_database(tmp_path / "pgdata")
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    with psycopg.connect(
+        dbname=config["NAME"], user=config["USER"], host=config["HOST"], autocommit=True
+    ) as conn:
+        assert conn.execute("SELECT 1 + 1").fetchone() == (2,)
+        assert conn.info.server_version >= 130000
+    # A second call reuses the running server in the same folder.
+    assert embedded_database(tmp_path / "pgdata")["HOST"] == config["HOST"]
+
+
+def test_database_url_wins_over_the_embedded_server(monkeypatch, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", "postgres://alice:secret@db.example:6543/shop")
+    config = database_from_environment(tmp_path / "never-created")
+    assert config["NAME"] == "shop"
+    assert config["HOST"] == "db.example"
+    assert int(config["PORT"]) == 6543
+    assert not (tmp_path / "never-created").exists()
