@@ -1,0 +1,38 @@
+"""What a handler that asks for it (first parameter named ``context``) receives."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass
+class MessageContext:
+    """The message being handled and a way to keep its lease.
+
+    ``attempt`` starts at 1 and counts this run. ``extend_lease(seconds)`` pushes the lease
+    expiry to database now + ``seconds`` and returns False when the lease was lost (another
+    worker holds the message now: stop and do not repeat side effects).
+    """
+
+    message_id: int
+    task: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    worker_id: str
+    lease_token: uuid.UUID
+    enqueued_at: datetime | None = None
+    tenant: str | None = None
+    _extend: Callable[[float], bool] | None = field(default=None, repr=False)
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    def extend_lease(self, seconds: float) -> bool:
+        if self._extend is None:
+            raise RuntimeError("extend_lease() is only available inside a worker")
+        return self._extend(seconds)
