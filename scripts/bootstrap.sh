@@ -8,8 +8,9 @@ EXTRAS="${1:-dev}"
 VENV="$REPO_DIR/.venv"
 
 find_python() {
-    local candidates=(python3.13 python3.12 python3)
-    for dir in /root/.pyenv/versions/3.13* /root/.pyenv/versions/3.12* "$HOME"/.pyenv/versions/3.13* "$HOME"/.pyenv/versions/3.12*; do
+    # 3.12 first: the embedded PostgreSQL wheel (pgserver) is published up to 3.12.
+    local candidates=(python3.12)
+    for dir in "$HOME"/.pyenv/versions/3.12* /root/.pyenv/versions/3.12* "$HOME"/.pyenv/versions/3.13* /root/.pyenv/versions/3.13*; do
         [ -x "$dir/bin/python" ] && candidates+=("$dir/bin/python")
     done
     for py in "${candidates[@]}"; do
