@@ -234,3 +234,8 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+
+# The pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
+from .pipeline.models import ExportRange, ExportRun, QueueStatsHourly  # noqa: E402, F401

@@ -1,0 +1,6 @@
+"""The data pipeline on Spark: export the archive to Parquet, hourly stats, verified pruning
+and bulk enqueue.
+
+Importing this package needs neither pyspark nor Java; the jobs import pyspark when they
+start a session (``pip install 'django-pgqueue[spark]'``).
+"""
