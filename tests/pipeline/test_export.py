@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_pgqueue.models import ExportRange, ExportRun
+from django_pgqueue.pipeline import export as export_module
+from django_pgqueue.pipeline.errors import ForeignOutput
+from django_pgqueue.pipeline.export import export, read_export
+from django_pgqueue.pipeline.models import ExportRangeStatus
+
+from .conftest import fill_archive, fill_dead, run_sql
+
+pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
+
+ARCHIVE_SQL = """
+SELECT id, message_id, queue, task, payload::text, priority, tenant, dedup_key,
+       (extract(epoch FROM enqueued_at) * 1000000)::bigint, attempts, max_attempts,
+       errors::text, (extract(epoch FROM started_at) * 1000000)::bigint,
+       (extract(epoch FROM finished_at) * 1000000)::bigint, worker_id, result::text,
+       to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+FROM pgqueue_archive ORDER BY id
+"""
+
+
+def exported_archive(spark: Any, destination: str) -> list[tuple[Any, ...]]:
+    from pyspark.sql import functions as F
+
+    frame = read_export(spark, destination, "archive")
+    columns = [
+        "id", "message_id", "queue", "task", "payload", "priority", "tenant", "dedup_key",
+        F.unix_micros("enqueued_at"), "attempts", "max_attempts", "errors",
+        F.unix_micros("started_at"), F.unix_micros("finished_at"), "worker_id", "result", "day",
+    ]  # fmt: skip
+    return [tuple(row) for row in frame.select(*columns).orderBy("id").collect()]
+
+
+def test_export_writes_parquet_equal_to_the_source_rows(spark: Any, tmp_path: Path) -> None:
+    fill_archive(2_000)
+    fill_dead(300)
+    destination = str(tmp_path / "out")
+
+    result = export(spark, destination, range_size=700)
+
+    assert result.rows_exported == 2_300
+    assert result.mismatched == []
+    assert exported_archive(spark, destination) == [tuple(r) for r in run_sql(ARCHIVE_SQL)]
+    dead = read_export(spark, destination, "dead")
+    assert sorted(r["id"] for r in dead.select("id").collect()) == [
+        r[0] for r in run_sql("SELECT id FROM pgqueue_dead ORDER BY id")
+    ]
+    # Partitioned by queue and UTC day, payload kept as JSON text.
+    days = {p.name for p in (tmp_path / "out" / "archive" / "queue=q1").iterdir()}
+    assert "day=2026-10-01" in days and "day=2026-10-02" in days
+    assert all(r.status == ExportRangeStatus.VERIFIED for r in ExportRange.objects.all())
+    assert ExportRun.objects.get().status == "completed"
+
+
+def test_second_export_adds_nothing_and_new_rows_go_in_new_ranges(
+    spark: Any, tmp_path: Path
+) -> None:
+    fill_archive(500)
+    destination = str(tmp_path / "out")
+    export(spark, destination, sources=["archive"], range_size=200)
+    files_before = sorted(p for p in (tmp_path / "out").rglob("*.parquet"))
+
+    again = export(spark, destination, sources=["archive"], range_size=200)
+
+    assert again.rows_exported == 0 and again.ranges_exported == 0
+    assert sorted(p for p in (tmp_path / "out").rglob("*.parquet")) == files_before
+    fill_archive(100, start_day="2026-11-01")
+    third = export(spark, destination, sources=["archive"], range_size=200)
+    assert third.rows_exported == 100
+    ids = [row[0] for row in exported_archive(spark, destination)]
+    assert len(ids) == len(set(ids)) == 600
+
+
+def test_crash_mid_export_resumes_without_duplicates(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill_archive(1_200)
+    destination = str(tmp_path / "out")
+    real_read_back = export_module._read_back
+    calls = {"n": 0}
+
+    def crash_on_second_batch(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # files of this batch are on disk, not yet verified
+            raise RuntimeError("injected crash")
+        return real_read_back(*args, **kwargs)
+
+    monkeypatch.setattr(export_module, "_read_back", crash_on_second_batch)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        export(spark, destination, sources=["archive"], range_size=200, ranges_per_job=2)
+    assert ExportRun.objects.get().status == "failed"
+    statuses = list(ExportRange.objects.order_by("lo").values_list("status", flat=True))
+    assert statuses[:2] == ["verified", "verified"] and "verified" not in statuses[2:]
+    monkeypatch.setattr(export_module, "_read_back", real_read_back)
+
+    resumed = export(spark, destination, sources=["archive"], range_size=200, ranges_per_job=2)
+
+    assert resumed.ranges_exported == len(statuses) - 2
+    assert exported_archive(spark, destination) == [tuple(r) for r in run_sql(ARCHIVE_SQL)]
+
+
+def test_destination_with_foreign_files_is_refused(spark: Any, tmp_path: Path) -> None:
+    fill_archive(10)
+    (tmp_path / "holiday.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(ForeignOutput, match="holiday.jpg"):
+        export(spark, str(tmp_path))
+    assert not ExportRun.objects.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["holiday.jpg"]
