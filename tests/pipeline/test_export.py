@@ -108,7 +108,7 @@ def test_crash_mid_export_resumes_without_duplicates(
 def test_destination_with_foreign_files_is_refused(spark: Any, tmp_path: Path) -> None:
     fill_archive(10)
     (tmp_path / "holiday.jpg").write_bytes(b"\xff\xd8")
-    with pytest.raises(ForeignOutput, match="holiday.jpg"):
+    with pytest.raises(ForeignOutput, match=r"holiday\.jpg"):
         export(spark, str(tmp_path))
     assert not ExportRun.objects.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["holiday.jpg"]
