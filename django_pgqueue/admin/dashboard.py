@@ -1,0 +1,178 @@
+"""The queue dashboard (the "Queues" page of the admin) and its pause, resume and purge views."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.views.decorators.http import require_POST
+
+from ..core import operations
+from ..core.validation import validate_queue_name
+from ..exceptions import QueueNameError
+from ..models import QueueState
+from .actions import acting_user_id
+from .overview import COUNT_CAP, THROUGHPUT_CAP, _live_window, read_overview
+
+if TYPE_CHECKING:
+    BaseModelAdmin = admin.ModelAdmin[Any]
+else:  # ModelAdmin is generic only in the type stubs
+    BaseModelAdmin = admin.ModelAdmin
+
+__all__ = ["QueueStateAdmin", "pipeline_stats_view"]
+
+# The Spark pipeline's charts, linked when that optional part is importable.
+PIPELINE_VIEW = ("django_pgqueue.pipeline.views", "stats_view")
+
+
+def pipeline_stats_view() -> Callable[..., HttpResponse] | None:
+    """The pipeline's stats view, or None when the pipeline (or pyspark) is not installed."""
+    module_name, attribute = PIPELINE_VIEW
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    view = getattr(module, attribute, None)
+    return view if callable(view) else None
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(BaseModelAdmin):
+    """Its change list is the dashboard: every queue at a glance, with pause and purge."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_pgqueue.pause_queue")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_pgqueue.purge_queue")
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        urls = [
+            path("pause/", wrap(self.pause_view), name="django_pgqueue_queue_pause"),
+            path("resume/", wrap(self.resume_view), name="django_pgqueue_queue_resume"),
+            path("purge/", wrap(self.purge_view), name="django_pgqueue_queue_purge"),
+        ]
+        if pipeline_stats_view() is not None:
+            urls.append(
+                path("history/", wrap(self.pipeline_history_view), name="django_pgqueue_history")
+            )
+        return urls + super().get_urls()
+
+    def _require_view(self, request: HttpRequest) -> None:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        self._require_view(request)
+        overview = read_overview()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Queue dashboard",
+            "opts": self.opts,
+            "overview": overview,
+            "count_cap": f"{COUNT_CAP:,}",
+            "throughput_cap": f"{THROUGHPUT_CAP:,}",
+            "live_window": f"{_live_window():g}",
+            "can_pause": self.has_pause_permission(request),
+            "can_purge": self.has_purge_permission(request),
+            "history_url": (
+                reverse("admin:django_pgqueue_history")
+                if pipeline_stats_view() is not None
+                else None
+            ),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/django_pgqueue/queuestate/dashboard.html", context)
+
+    def pipeline_history_view(self, request: HttpRequest) -> HttpResponse:
+        self._require_view(request)
+        view = pipeline_stats_view()
+        if view is None:
+            raise PermissionDenied("The pipeline is not installed.")
+        return view(request)
+
+    def _queue_from(self, request: HttpRequest) -> str:
+        try:
+            return validate_queue_name(request.POST.get("queue") or request.GET.get("queue"))
+        except QueueNameError as exc:
+            raise BadRequest(str(exc)) from exc
+
+    def _log(self, request: HttpRequest, queue: str, message: str) -> None:
+        LogEntry.objects.log_actions(
+            user_id=acting_user_id(request),
+            queryset=[QueueState(name=queue)],
+            action_flag=CHANGE,
+            change_message=message,
+        )
+
+    def _back(self) -> HttpResponseRedirect:
+        return HttpResponseRedirect(reverse("admin:django_pgqueue_queuestate_changelist"))
+
+    def _set_paused(self, request: HttpRequest, paused: bool) -> HttpResponse:
+        if not self.has_pause_permission(request):
+            raise PermissionDenied
+        queue = self._queue_from(request)
+        if paused:
+            operations.pause_queue(queue)
+        else:
+            operations.resume_queue(queue)
+        verb = "Paused" if paused else "Resumed"
+        self._log(request, queue, f"{verb} the queue.")
+        self.message_user(
+            request,
+            f"{verb} queue {queue}."
+            + (" Workers stop claiming from it; messages in flight finish." if paused else ""),
+            messages.SUCCESS,
+        )
+        return self._back()
+
+    @require_POST
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        return self._set_paused(request, True)
+
+    @require_POST
+    def resume_view(self, request: HttpRequest) -> HttpResponse:
+        return self._set_paused(request, False)
+
+    def purge_view(self, request: HttpRequest) -> HttpResponse:
+        """GET: the confirmation page. POST with ``confirm=yes``: delete the queue's live rows."""
+        if not self.has_purge_permission(request):
+            raise PermissionDenied
+        queue = self._queue_from(request)
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            purged = operations.purge_queue(queue)
+            self._log(request, queue, f"Purged {purged:,} live messages.")
+            self.message_user(
+                request, f"Purged {purged:,} live messages from queue {queue}.", messages.SUCCESS
+            )
+            return self._back()
+        summary = next((q for q in read_overview().queues if q.name == queue), None)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Purge queue {queue}?",
+            "opts": self.opts,
+            "queue": queue,
+            "summary": summary,
+        }
+        return TemplateResponse(
+            request, "admin/django_pgqueue/queuestate/purge_confirmation.html", context
+        )

@@ -1,0 +1,65 @@
+"""Payloads, results and tracebacks as escaped, truncated HTML; never trusted as markup."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+__all__ = ["errors_html", "json_html", "json_preview", "traceback_html"]
+
+# Detail pages show this much of a payload or result; the list shows one short line.
+DETAIL_LIMIT = 20_000
+PREVIEW_LIMIT = 80
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def _dump(value: Any, *, indent: int | None) -> str:
+    separators = None if indent else (",", ":")
+    return json.dumps(
+        value, indent=indent, sort_keys=True, ensure_ascii=False, separators=separators, default=str
+    )
+
+
+def json_preview(value: Any) -> str:
+    """One line for the change list (plain text: the admin escapes it)."""
+    return _truncate(_dump(value, indent=None), PREVIEW_LIMIT)
+
+
+def json_html(value: Any, limit: int = DETAIL_LIMIT) -> SafeString:
+    """Pretty-printed JSON in a <pre>, escaped by format_html."""
+    return format_html('<pre class="pgq-json">{}</pre>', _truncate(_dump(value, indent=2), limit))
+
+
+def traceback_html(text: str | None, limit: int = DETAIL_LIMIT) -> SafeString:
+    if not text:
+        return format_html("<span>{}</span>", "—")
+    return format_html('<pre class="pgq-traceback">{}</pre>', _truncate(text, limit))
+
+
+def errors_html(errors: Any) -> SafeString:
+    """Every failed attempt: when, where, what, and its traceback."""
+    if not isinstance(errors, list) or not errors:
+        return format_html("<span>{}</span>", "no failed attempts")
+    items = []
+    for entry in errors:
+        if not isinstance(entry, dict):
+            items.append((json_html(entry),))
+            continue
+        heading = format_html(
+            "<strong>attempt {}</strong> at {} on {}: {}: {}",
+            entry.get("attempt", "?"),
+            entry.get("at", "?"),
+            entry.get("worker") or "?",
+            entry.get("type", "?"),
+            _truncate(str(entry.get("message", "")), 2_000),
+        )
+        items.append((format_html("{}{}", heading, traceback_html(entry.get("traceback"))),))
+    return format_html('<ol class="pgq-errors">{}</ol>', format_html_join("", "<li>{}</li>", items))
