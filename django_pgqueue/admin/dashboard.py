@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import BadRequest, PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.views.decorators.http import require_POST
 
 from ..core import operations
 from ..core.validation import validate_queue_name
@@ -128,6 +127,8 @@ class QueueStateAdmin(BaseModelAdmin):
         return HttpResponseRedirect(reverse("admin:django_pgqueue_queuestate_changelist"))
 
     def _set_paused(self, request: HttpRequest, paused: bool) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
         if not self.has_pause_permission(request):
             raise PermissionDenied
         queue = self._queue_from(request)
@@ -145,11 +146,9 @@ class QueueStateAdmin(BaseModelAdmin):
         )
         return self._back()
 
-    @require_POST
     def pause_view(self, request: HttpRequest) -> HttpResponse:
         return self._set_paused(request, True)
 
-    @require_POST
     def resume_view(self, request: HttpRequest) -> HttpResponse:
         return self._set_paused(request, False)
 

@@ -1,0 +1,134 @@
+"""The dashboard page and its pause / resume / purge views, each behind its permission."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_pgqueue.models import DeadMessage, Message, QueueState
+from tests.admin.conftest import StaffClient
+from tests.factories import (
+    DeadMessageFactory,
+    MessageFactory,
+    QueueStateFactory,
+    WorkerHeartbeatFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+DASHBOARD = "admin:django_pgqueue_queuestate_changelist"
+PAST = dt.timedelta(minutes=1)
+
+
+def test_dashboard_shows_queues_workers_and_state(staff_client: StaffClient) -> None:
+    MessageFactory.create_batch(2, queue="emails", available_at=timezone.now() - PAST)
+    DeadMessageFactory(queue="emails")
+    QueueStateFactory(name="reports", paused=True)
+    WorkerHeartbeatFactory(worker_id="web-1:42", queues=["emails"], stats={"running": 3})
+
+    page = staff_client().get(reverse(DASHBOARD))
+
+    assert page.status_code == 200
+    queues = {q.name: q for q in page.context["overview"].queues}
+    assert str(queues["emails"].ready) == "2"
+    assert str(queues["emails"].dead) == "1"
+    assert queues["reports"].paused
+    assert 'data-queue="emails"' in page.text
+    assert "web-1:42" in page.text
+    assert "running: 3" in page.text
+    # View permission only: no buttons that would fail.
+    assert 'class="button pgq-pause"' not in page.text
+    assert 'class="button pgq-purge"' not in page.text
+
+
+def test_dashboard_needs_the_queue_view_permission(staff_client: StaffClient) -> None:
+    client = staff_client("view_message", view=False)
+    assert client.get(reverse(DASHBOARD)).status_code == 403
+
+
+def test_dashboard_statement_count_is_bounded(staff_client: StaffClient) -> None:
+    client = staff_client()
+    MessageFactory(queue="q0")
+    client.get(reverse(DASHBOARD))  # warm caches (content types, session)
+    with CaptureQueriesContext(connection) as small:
+        client.get(reverse(DASHBOARD))
+    for n in range(1, 12):
+        MessageFactory.create_batch(4, queue=f"q{n}")
+        DeadMessageFactory.create_batch(2, queue=f"q{n}")
+    with CaptureQueriesContext(connection) as large:
+        client.get(reverse(DASHBOARD))
+
+    assert len(small) == len(large) <= 8
+    for query in large.captured_queries:
+        sql = query["sql"].upper()
+        assert "COUNT(*)" not in sql or "LIMIT" in sql, sql
+
+
+@pytest.mark.parametrize("view", ["pause", "resume"])
+def test_pause_and_resume_need_the_permission(staff_client: StaffClient, view: str) -> None:
+    QueueStateFactory(name="emails", paused=view == "resume")
+    url = reverse(f"admin:django_pgqueue_queue_{view}")
+
+    assert staff_client().post(url, {"queue": "emails"}).status_code == 403
+    assert QueueState.objects.get(name="emails").paused is (view == "resume")
+    assert not LogEntry.objects.exists()
+
+    for client in (staff_client("pause_queue"), staff_client(superuser=True)):
+        response = client.post(url, {"queue": "emails"})
+        assert response.status_code == 302
+        assert QueueState.objects.get(name="emails").paused is (view == "pause")
+    assert LogEntry.objects.filter(object_id="emails").count() == 2
+
+
+def test_pause_is_post_only_and_validates_the_queue(staff_client: StaffClient) -> None:
+    client = staff_client("pause_queue")
+    assert client.get(reverse("admin:django_pgqueue_queue_pause")).status_code == 405
+    bad = client.post(reverse("admin:django_pgqueue_queue_pause"), {"queue": "Bad Name!"})
+    assert bad.status_code == 400
+    assert not QueueState.objects.exists()
+
+
+def test_pause_buttons_show_for_permitted_staff(staff_client: StaffClient) -> None:
+    QueueStateFactory(name="emails", paused=True)
+    QueueStateFactory(name="reports", paused=False)
+    page = staff_client("pause_queue").get(reverse(DASHBOARD))
+    assert page.text.count('class="button pgq-resume"') == 1
+    assert page.text.count('class="button pgq-pause"') == 1
+
+
+def test_purge_needs_permission_and_confirmation(staff_client: StaffClient) -> None:
+    MessageFactory.create_batch(3, queue="emails")
+    MessageFactory(queue="reports")
+    DeadMessageFactory(queue="emails")
+    url = reverse("admin:django_pgqueue_queue_purge")
+
+    viewer = staff_client()
+    assert viewer.get(url, {"queue": "emails"}).status_code == 403
+    assert viewer.post(url, {"queue": "emails", "confirm": "yes"}).status_code == 403
+    assert Message.objects.filter(queue="emails").count() == 3
+
+    operator = staff_client("purge_queue")
+    confirmation = operator.get(url, {"queue": "emails"})
+    assert confirmation.status_code == 200
+    assert "Yes, purge queue emails" in confirmation.text
+    # A post without the confirmation field only shows the page again.
+    assert operator.post(url, {"queue": "emails"}).status_code == 200
+    assert Message.objects.filter(queue="emails").count() == 3
+
+    done = operator.post(url, {"queue": "emails", "confirm": "yes"})
+    assert done.status_code == 302
+    assert [str(m) for m in get_messages(done.wsgi_request)] == [
+        "Purged 3 live messages from queue emails."
+    ]
+    assert not Message.objects.filter(queue="emails").exists()
+    assert Message.objects.filter(queue="reports").count() == 1
+    assert DeadMessage.objects.count() == 1
+    entry = LogEntry.objects.get()
+    assert (entry.object_id, entry.get_change_message()) == ("emails", "Purged 3 live messages.")
