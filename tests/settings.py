@@ -60,3 +60,12 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGQUEUE_TEST_DB", "test_
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PGQUEUE = {"BACKOFF_JITTER": 0.0}
+
+# The django.tasks backend under test (tests/tasks/); "dummy" stores without running.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgqueue.tasks.PgQueueBackend",
+        "QUEUES": ["default", "tasks-other", "emails"],
+    },
+    "dummy": {"BACKEND": "django_pgqueue.tasks.PgQueueDummyBackend", "QUEUES": []},
+}

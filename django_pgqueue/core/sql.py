@@ -97,7 +97,7 @@ WITH exhausted AS (
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
-               'attempt', attempts, 'at', now(), 'worker', leased_by,
+               'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
            'lease_expired',
@@ -151,7 +151,11 @@ WITH input AS (
     SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[])
         AS i(id, token, error, final_reason, delay)
 ), target AS (
-    SELECT m.id, i.error::jsonb AS error, i.final_reason, i.delay,
+    -- Each error records when its attempt started and failed (database time), unless the
+    -- caller set them: the Tasks backend reports a task's first start from this history.
+    SELECT m.id,
+           jsonb_build_object('started_at', m.leased_at, 'at', now()) || i.error::jsonb AS error,
+           i.final_reason, i.delay,
            (i.delay IS NOT NULL AND m.attempts < m.max_attempts) AS retry
     FROM pgqueue_message m JOIN input i ON m.id = i.id AND m.lease_token = i.token
     FOR UPDATE OF m

@@ -1,0 +1,25 @@
+"""django-pgqueue as a ``django.tasks`` backend.
+
+```python
+TASKS = {"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend"}}
+```
+
+Tasks are messages: they live in the same live / archive / dead tables and run in the same
+``pgq_worker`` as plain messages. See ``docs/how-to/django-tasks.md``.
+"""
+
+from .backend import PgQueueBackend, PgQueueDummyBackend, PgQueueImmediateBackend
+from .commit import enqueue_on_commit
+from .results import LeaseExpired, TaskTimeout
+from .task import PgQueueTask, task
+
+__all__ = [
+    "LeaseExpired",
+    "PgQueueBackend",
+    "PgQueueDummyBackend",
+    "PgQueueImmediateBackend",
+    "PgQueueTask",
+    "TaskTimeout",
+    "enqueue_on_commit",
+    "task",
+]

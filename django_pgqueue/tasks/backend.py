@@ -1,0 +1,255 @@
+"""``PgQueueBackend``: Django's Tasks framework on django-pgqueue's tables and worker.
+
+A task is one message row: ``task`` = the task's ``module_path``, ``payload`` =
+``{"args": [...], "kwargs": {...}}``, and priority / queue / ``run_after`` map to the row's
+priority / queue / ``available_at``. The row is written in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from functools import partial
+from typing import Any, cast
+
+from django.apps import apps
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.backends.dummy import DummyBackend
+from django.tasks.backends.immediate import ImmediateBackend
+from django.tasks.exceptions import InvalidTask
+from django.tasks.signals import task_enqueued
+from django.utils.json import normalize_json
+
+from ..conf import get_settings
+from ..core.enqueue import enqueue as enqueue_message
+from ..core.validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
+from ..exceptions import InvalidMessage
+from .task import TASK_OPTIONS, PgQueueTask
+
+__all__ = ["PgQueueBackend", "PgQueueDummyBackend", "PgQueueImmediateBackend"]
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# Each option: (is valid, what a valid value is). ``None`` always means "not set here".
+_OPTION_RULES = {
+    "max_attempts": (lambda v: _whole(v) and v >= 1, "a whole number >= 1"),
+    "backoff": (lambda v: _number(v) and v >= 0, "a number of seconds >= 0"),
+    "backoff_max": (lambda v: _number(v) and v >= 0, "a number of seconds >= 0"),
+    "timeout": (lambda v: _number(v) and v > 0, "a number of seconds > 0"),
+    "visibility_timeout": (lambda v: _number(v) and v > 0, "a number of seconds > 0"),
+}
+assert set(_OPTION_RULES) == set(TASK_OPTIONS)
+
+
+def option_problems(options: Any) -> list[str]:
+    if not isinstance(options, Mapping):
+        return [f"OPTIONS must be a dict, not {type(options).__name__}."]
+    problems = [
+        f"Unknown OPTIONS key {key!r}; known keys: {', '.join(TASK_OPTIONS)}."
+        for key in sorted(set(options) - set(_OPTION_RULES), key=str)
+    ]
+    for key, (is_valid, expected) in _OPTION_RULES.items():
+        value = options.get(key)
+        if value is not None and not is_valid(value):
+            problems.append(f"OPTIONS[{key!r}] must be {expected}; got {value!r}.")
+    return problems
+
+
+class _WithoutRunAfter:
+    """``task`` seen with ``run_after=None``, for Django's checks that cannot take a timedelta."""
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+
+    def __getattr__(self, name: str) -> Any:
+        return None if name == "run_after" else getattr(self._task, name)
+
+
+class PgQueueBackend(BaseTaskBackend):
+    """``TASKS = {"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend", ...}}``.
+
+    ``OPTIONS`` (all optional, lowercase): ``max_attempts``, ``backoff``, ``backoff_max``,
+    ``timeout``, ``visibility_timeout``: defaults for tasks that do not set their own.
+    """
+
+    task_class = PgQueueTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        # Cheap on purpose: built per thread, possibly at import time before apps are ready.
+        super().__init__(alias, params)
+        self._option_problems = option_problems(self.options)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def task_defaults(self) -> dict[str, Any]:
+        """The ``OPTIONS`` defaults for task options (raises if ``OPTIONS`` is broken)."""
+        if self._option_problems:
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: " + " ".join(self._option_problems))
+        return {key: self.options.get(key) for key in TASK_OPTIONS}
+
+    @property
+    def database(self) -> str:
+        return get_settings().DATABASE_ALIAS
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages: list[checks.CheckMessage] = list(super().check(**kwargs))
+        messages += [
+            checks.Error(
+                f"TASKS[{self.alias!r}]: {problem}",
+                hint="See docs/how-to/django-tasks.md for the options.",
+                obj=self,
+                id="django_pgqueue.E020",
+            )
+            for problem in self._option_problems
+        ]
+        if not apps.is_installed("django_pgqueue"):
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses PgQueueBackend but 'django_pgqueue' is not in "
+                    "INSTALLED_APPS.",
+                    hint="Add 'django_pgqueue' to INSTALLED_APPS and run migrate.",
+                    obj=self,
+                    id="django_pgqueue.E021",
+                )
+            )
+        for queue in sorted(self.queues):
+            try:
+                validate_queue_name(queue)
+            except InvalidMessage as exc:
+                messages.append(
+                    checks.Error(
+                        f"TASKS[{self.alias!r}]['QUEUES']: {exc}",
+                        hint=f"Queue names must match {QUEUE_NAME_PATTERN}.",
+                        obj=self,
+                        id="django_pgqueue.E022",
+                    )
+                )
+        return messages
+
+    # -- validation ------------------------------------------------------------------------
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        run_after: Any = task.run_after
+        if isinstance(run_after, timedelta):
+            # Django documents timedelta but its own check calls run_after.utcoffset().
+            super().validate_task(cast("Task[Any, Any]", _WithoutRunAfter(task)))
+            if run_after < timedelta(0):
+                raise InvalidTask("run_after must not be a negative timedelta.")
+        else:
+            super().validate_task(task)
+        try:
+            validate_queue_name(task.queue_name)
+        except InvalidMessage as exc:
+            raise InvalidTask(str(exc)) from None
+        if len(task.module_path) > TASK_NAME_MAX_LENGTH:
+            raise InvalidTask(
+                f"Task path {task.module_path!r} is longer than {TASK_NAME_MAX_LENGTH} characters."
+            )
+        if isinstance(task, PgQueueTask):
+            for key, (is_valid, expected) in _OPTION_RULES.items():
+                value = getattr(task, key)
+                if value is not None and not is_valid(value):
+                    raise InvalidTask(f"{key} must be {expected}; got {value!r}.")
+
+    def _payload(self, task: Task[Any, Any], args: Any, kwargs: Any) -> dict[str, Any]:
+        """The message payload; ``InvalidTask`` unless it survives a JSON round trip intact."""
+        try:
+            payload: dict[str, Any] = {
+                "args": normalize_json(list(args)),
+                "kwargs": normalize_json(dict(kwargs)),
+            }
+            text = json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTask(f"Task arguments must be JSON-serializable: {exc}") from exc
+        if json.loads(text) != payload:
+            raise InvalidTask(
+                "Task arguments must round-trip through JSON unchanged (dict keys must be strings)."
+            )
+        if task.backend != self.alias:
+            payload["backend"] = self.alias
+        return payload
+
+    def _max_attempts(self, task: Task[Any, Any]) -> int | None:
+        own = getattr(task, "max_attempts", None)
+        return own if own is not None else self.task_defaults()["max_attempts"]
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def enqueue(
+        self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any]
+    ) -> TaskResult[Any, Any]:
+        self.validate_task(task)
+        payload = self._payload(task, args, kwargs)
+        using = self.database
+        try:
+            message = enqueue_message(
+                task.module_path,
+                payload,
+                queue=task.queue_name,
+                priority=task.priority,
+                run_after=task.run_after,
+                max_attempts=self._max_attempts(task),
+                using=using,
+            )
+        except InvalidMessage as exc:  # e.g. over PGQUEUE['MAX_PAYLOAD_BYTES']
+            raise InvalidTask(str(exc)) from exc
+        from .results import unchecked_copy
+
+        if message.available_at > message.enqueued_at:
+            # Shows a timedelta as the absolute (database) time it resolved to.
+            task = unchecked_copy(task, run_after=message.available_at)
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task,
+            id=str(message.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=message.enqueued_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        # Announce only what commits: a rolled-back enqueue left no row and sends nothing.
+        transaction.on_commit(
+            partial(task_enqueued.send, sender=type(self), task_result=result),
+            using=using,
+            robust=True,
+        )
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        from .results import load_result
+
+        return load_result(result_id, backend=self.alias, using=self.database)
+
+
+class PgQueueImmediateBackend(ImmediateBackend):
+    """Django's ImmediateBackend (runs tasks at once, in process) accepting ``PgQueueTask``
+    options, for fast unit tests of code that uses ``@task(max_attempts=...)``."""
+
+    task_class = PgQueueTask
+
+
+class PgQueueDummyBackend(DummyBackend):
+    """Django's DummyBackend (stores, never runs) accepting ``PgQueueTask`` options."""
+
+    task_class = PgQueueTask

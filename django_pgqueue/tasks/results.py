@@ -1,0 +1,254 @@
+"""A message row, wherever it is (live, archive, dead), as a Django ``TaskResult``.
+
+The message id is kept when a row moves between the three tables, so ``TaskResult.id`` is
+``str(message id)`` for the task's whole life and one statement finds it in any of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.db import connections
+from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.utils.module_loading import import_string
+
+__all__ = ["LeaseExpired", "TaskRow", "fetch_row", "find_task", "parse_result_id", "to_result"]
+
+# Largest bigint: a larger id cannot exist and would make PostgreSQL raise instead of miss.
+_MAX_ID = 2**63 - 1
+
+# One statement, so a row moving between tables meanwhile is still found (one snapshot).
+# ``running`` uses database time: a lease that ran out is READY again, whatever the host says.
+LOOKUP = """
+SELECT 'live', task, payload, priority, queue, enqueued_at, available_at, attempts, errors,
+       leased_by, leased_at, (lease_token IS NOT NULL AND available_at > now()),
+       NULL::jsonb, NULL::timestamptz, NULL::text
+FROM pgqueue_message WHERE id = %(id)s
+UNION ALL
+SELECT 'archive', task, payload, priority, queue, enqueued_at, NULL, attempts, errors,
+       worker_id, started_at, false, result, finished_at, NULL
+FROM pgqueue_archive WHERE message_id = %(id)s
+UNION ALL
+SELECT 'dead', task, payload, priority, queue, enqueued_at, NULL, attempts, errors,
+       worker_id, NULL, false, NULL, died_at, reason
+FROM pgqueue_dead WHERE message_id = %(id)s
+LIMIT 1
+"""
+
+
+class LeaseExpired(TimeoutError):
+    """A worker's lease ran out before it reported (it crashed, or was stopped hard)."""
+
+
+class TaskTimeout(TimeoutError):
+    """An attempt ran longer than the task's ``timeout``."""
+
+
+# Error types the worker records without a dotted path, mapped to importable classes so that
+# ``TaskError.exception_class`` works for every error.
+_ERROR_CLASSES = {
+    "LeaseExpired": f"{LeaseExpired.__module__}.{LeaseExpired.__qualname__}",
+    "Timeout": f"{TaskTimeout.__module__}.{TaskTimeout.__qualname__}",
+}
+
+
+class TaskRow(NamedTuple):
+    table: str  # live | archive | dead
+    task: str
+    payload: Any
+    priority: int
+    queue: str
+    enqueued_at: datetime
+    available_at: datetime | None
+    attempts: int
+    errors: list[dict[str, Any]]
+    worker: str | None  # the current / last attempt's worker
+    attempt_started_at: datetime | None  # the current / last attempt's start
+    running: bool
+    result: Any
+    finished_at: datetime | None
+    dead_reason: str | None
+
+
+def parse_result_id(result_id: object) -> int:
+    """The message id behind a result id; malformed ids simply do not exist."""
+    try:
+        message_id = int(str(result_id), 10)
+    except ValueError:
+        raise TaskResultDoesNotExist(result_id) from None
+    if not 0 < message_id <= _MAX_ID:
+        raise TaskResultDoesNotExist(result_id)
+    return message_id
+
+
+def _json(value: Any) -> Any:
+    # Django's psycopg 3 setup hands jsonb to Python as text.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def fetch_row(message_id: int, *, using: str) -> TaskRow | None:
+    with connections[using].cursor() as cursor:
+        cursor.execute(LOOKUP, {"id": message_id})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = list(row)
+    values[2] = _json(values[2])
+    values[8] = _json(values[8]) or []
+    values[12] = _json(values[12])
+    return TaskRow(*values)
+
+
+def find_task(module_path: str) -> Task | None:
+    """The task object for a stored ``module_path``, or None if this code has no such task.
+
+    Tasks created in this process are known by path; otherwise the path is imported the way
+    Django unpickles a ``Task`` and must name a ``Task`` instance.
+    """
+    from .execution import known_task
+
+    found = known_task(module_path)
+    if found is not None:
+        return found
+    try:
+        candidate = import_string(module_path)
+    except (ImportError, ValueError):
+        return None
+    return candidate if isinstance(candidate, Task) else None
+
+
+def unchecked_copy(task: Task, **changes: Any) -> Task:
+    """A copy of ``task`` with ``changes``, skipping validation.
+
+    ``Task.using()`` validates again: a stored result must stay readable after its queue was
+    removed from ``QUEUES`` or its ``run_after`` has passed.
+    """
+    copy = object.__new__(type(task))
+    for f in dataclasses.fields(task):
+        object.__setattr__(copy, f.name, changes.get(f.name, getattr(task, f.name)))
+    return copy
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def task_error(entry: Mapping[str, Any]) -> TaskError:
+    type_name = str(entry.get("type") or "Exception")
+    path = _ERROR_CLASSES.get(type_name, type_name)
+    if "." not in path:
+        path = f"builtins.{path}"
+    traceback = entry.get("traceback") or ""
+    if not traceback:
+        message = entry.get("message") or ""
+        traceback = f"{type_name}: {message}\n" if message else f"{type_name}\n"
+    return TaskError(exception_class_path=path, traceback=traceback)
+
+
+def worker_ids(row: TaskRow) -> list[str]:
+    """One entry per attempt (so ``attempts`` = the row's attempt count).
+
+    A failed attempt's worker comes from its error entry, the current or last attempt's from
+    the row; an attempt whose worker vanished without a trace (its lease expired before a
+    later attempt) is ``"unknown"``.
+    """
+    by_attempt: dict[int, str] = {}
+    for entry in row.errors:
+        attempt = entry.get("attempt")
+        if isinstance(attempt, int) and entry.get("worker"):
+            by_attempt[attempt] = str(entry["worker"])
+    if row.attempts and row.worker:
+        by_attempt.setdefault(row.attempts, row.worker)
+    return [by_attempt.get(n, "unknown") for n in range(1, row.attempts + 1)]
+
+
+def _status(row: TaskRow) -> TaskResultStatus:
+    if row.table == "archive":
+        return TaskResultStatus.SUCCESSFUL
+    if row.table == "dead":
+        return TaskResultStatus.FAILED
+    return TaskResultStatus.RUNNING if row.running else TaskResultStatus.READY
+
+
+def _attempt_times(row: TaskRow) -> tuple[datetime | None, datetime | None]:
+    """(first attempt's start, latest attempt's start)."""
+    starts = [_timestamp(e.get("started_at")) for e in row.errors]
+    known = [s for s in starts if s is not None]
+    current = row.attempt_started_at if row.attempts else None
+    first = known[0] if known else current
+    last = current or (known[-1] if known else None)
+    return first, last
+
+
+def split_payload(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    if not isinstance(payload, Mapping):
+        return None
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if not isinstance(args, Sequence) or isinstance(args, str) or not isinstance(kwargs, Mapping):
+        return None
+    return list(args), dict(kwargs)
+
+
+def to_result(row: TaskRow, task: Task, *, result_id: str, backend: str) -> TaskResult:
+    split = split_payload(row.payload)
+    if split is None:
+        raise TaskResultDoesNotExist(result_id)
+    args, kwargs = split
+    status = _status(row)
+    run_after = None
+    if (
+        row.table == "live"
+        and row.attempts == 0
+        and row.available_at is not None
+        and row.available_at > row.enqueued_at
+    ):
+        run_after = row.available_at
+    started_at, last_attempted_at = _attempt_times(row)
+    result: TaskResult[Any, Any] = TaskResult(
+        task=unchecked_copy(
+            task,
+            priority=row.priority,
+            queue_name=row.queue,
+            run_after=run_after,
+            backend=backend,
+        ),
+        id=result_id,
+        status=status,
+        enqueued_at=row.enqueued_at,
+        started_at=started_at,
+        finished_at=row.finished_at,
+        last_attempted_at=last_attempted_at,
+        args=args,
+        kwargs=kwargs,
+        backend=backend,
+        errors=[task_error(e) for e in row.errors if isinstance(e, Mapping)],
+        worker_ids=worker_ids(row),
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", row.result)
+    return result
+
+
+def load_result(result_id: object, *, backend: str, using: str) -> TaskResult:
+    message_id = parse_result_id(result_id)
+    row = fetch_row(message_id, using=using)
+    if row is None:
+        raise TaskResultDoesNotExist(result_id)
+    task = find_task(row.task)
+    if task is None:
+        # A plain message, or a task this code no longer defines.
+        raise TaskResultDoesNotExist(result_id)
+    return to_result(row, task, result_id=str(message_id), backend=backend)
