@@ -26,6 +26,17 @@ CHANNEL_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PER_QUEUE_KEYS = frozenset(
     {"VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "TASK_TIMEOUT", "CONCURRENCY_LIMIT", "RATE_LIMIT"}
 )
+#: Flow-control keys (core/flow_control.py) that exist only per queue, not at the top level.
+PER_QUEUE_ONLY_KEYS = frozenset(
+    {
+        "FAIRNESS",
+        "TENANT_WEIGHTS",
+        "KEY_CONCURRENCY_LIMIT",
+        "KEY_CONCURRENCY_LIMITS",
+        "KEY_RATE_LIMIT",
+    }
+)
+PER_QUEUE_KEYS = PER_QUEUE_KEYS | PER_QUEUE_ONLY_KEYS
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class PgQueueSettings:
     HEARTBEAT_INTERVAL: float = 10.0
     COMPLETION_FLUSH_INTERVAL: float = 0.05
     STALE_READY_WARNING: float = 60.0
+    SYNCHRONOUS_ACKS: bool = False
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -99,10 +111,34 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "HEARTBEAT_INTERVAL": (_positive, "a number of seconds > 0"),
     "COMPLETION_FLUSH_INTERVAL": (_non_negative, "a number of seconds >= 0"),
     "STALE_READY_WARNING": (_positive, "a number of seconds > 0"),
+    "SYNCHRONOUS_ACKS": (lambda v: isinstance(v, bool), "True or False"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 
 KNOWN_KEYS = frozenset(f.name for f in fields(PgQueueSettings))
+
+
+def _optional_positive_int(value: Any) -> bool:
+    return value is None or _positive_int(value)
+
+
+def _int_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and k and _positive_int(v) for k, v in value.items()
+    )
+
+
+# Rules of the keys that exist only inside ``QUEUES[<name>]`` (and stricter ones for the
+# flow-control limits than the generic "None or a number > 0").
+_PER_QUEUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "FAIRNESS": (lambda v: isinstance(v, bool), "True or False"),
+    "TENANT_WEIGHTS": (_int_map, "a dict of tenant -> whole number >= 1"),
+    "CONCURRENCY_LIMIT": (_optional_positive_int, "None or a whole number >= 1"),
+    "KEY_CONCURRENCY_LIMIT": (_optional_positive_int, "None or a whole number >= 1"),
+    "KEY_CONCURRENCY_LIMITS": (_int_map, "a dict of key -> whole number >= 1"),
+    "RATE_LIMIT": (_optional_positive, "None or a number of messages per second > 0"),
+    "KEY_RATE_LIMIT": (_optional_positive, "None or a number of messages per second > 0"),
+}
 
 
 class SettingsError(ImproperlyConfigured):
@@ -165,7 +201,7 @@ def settings_problems(raw: Any) -> list[SettingsError]:
                     )
                 )
             for key in sorted(set(overrides) & PER_QUEUE_KEYS):
-                rule = _RULES.get(key)
+                rule = _PER_QUEUE_RULES.get(key) or _RULES.get(key)
                 value = overrides[key]
                 if rule is not None and not rule[0](value):
                     problems.append(

@@ -201,70 +201,72 @@ def enqueue_many(
     ``INSERT ... ON CONFLICT DO NOTHING`` (duplicates of live messages are skipped and not
     counted). Every payload is validated before anything is written; one wake-up is sent.
     """
-    keys = list(dedup_keys) if dedup_keys is not None else None
-    prepared = [
-        _prepare(
-            task,
-            payload,
-            queue=queue,
-            priority=priority,
-            run_after=run_after,
-            dedup_key=keys[i] if keys is not None else None,
-            max_attempts=max_attempts,
-            tenant=tenant,
-        )
-        for i, payload in enumerate(payloads)
-    ]
-    if keys is not None and len(keys) != len(prepared):
-        raise ValueError("enqueue_many(): one dedup key per payload")
-    return write_prepared(prepared, using=using)
+    # The arguments shared by every row are validated once; only payloads (and keys) vary.
+    template = _prepare(
+        task,
+        None,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        dedup_key=None,
+        max_attempts=max_attempts,
+        tenant=tenant,
+    )
+    max_bytes = get_settings().MAX_PAYLOAD_BYTES
+    encoded = [encode_payload(payload, max_bytes) for payload in payloads]
+    keys: list[str | None] | None = None
+    if dedup_keys is not None:
+        keys = [validate_optional_key(key, "dedup_key", DEDUP_KEY_MAX_LENGTH) for key in dedup_keys]
+        if len(keys) != len(encoded):
+            raise ValueError("enqueue_many(): one dedup key per payload")
+    return _write_many(template, encoded, keys, using=using)
 
 
-def write_prepared(prepared: list[_Prepared], *, using: str | None = None) -> int:
-    if not prepared:
+def _write_many(
+    template: _Prepared,
+    payloads_json: list[str],
+    dedup_keys: list[str | None] | None,
+    *,
+    using: str | None = None,
+) -> int:
+    """Write validated rows that share everything but payload and dedup key."""
+    if not payloads_json:
         return 0
     alias = using or get_settings().DATABASE_ALIAS
-    connection = connections[alias]
-    with transaction.atomic(using=alias), connection.cursor() as cursor:
-        if any(p.dedup_key is not None for p in prepared):
-            cursor.execute(sql.ENQUEUE_MANY_UNNEST, _columns(prepared))
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        if dedup_keys is not None and any(k is not None for k in dedup_keys):
+            count = len(payloads_json)
+            cursor.execute(
+                sql.ENQUEUE_MANY_UNNEST,
+                [
+                    [template.queue] * count,
+                    [template.task] * count,
+                    payloads_json,
+                    [template.priority] * count,
+                    [template.tenant] * count,
+                    dedup_keys,
+                    [template.max_attempts] * count,
+                    [template.run_at] * count,
+                    [template.delay] * count,
+                ],
+            )
             written = cursor.rowcount
         else:
-            written = _copy(cursor.cursor, prepared)
-        notify_queues({p.queue for p in prepared}, using=alias)
+            written = _copy(cursor.cursor, template, payloads_json)
+        notify_queues([template.queue], using=alias)
     return written
 
 
-def _columns(prepared: list[_Prepared]) -> list[list[Any]]:
-    return [
-        [p.queue for p in prepared],
-        [p.task for p in prepared],
-        [p.payload_json for p in prepared],
-        [p.priority for p in prepared],
-        [p.tenant for p in prepared],
-        [p.dedup_key for p in prepared],
-        [p.max_attempts for p in prepared],
-        [p.run_at for p in prepared],
-        [p.delay for p in prepared],
-    ]
-
-
-def _copy(raw_cursor: Any, prepared: list[_Prepared]) -> int:
-    """COPY rows straight into the live table; delays are resolved against database time."""
-    raw_cursor.execute("SELECT now()")
-    db_now: datetime = raw_cursor.fetchone()[0]
+def _copy(raw_cursor: Any, template: _Prepared, payloads_json: list[str]) -> int:
+    """COPY rows straight into the live table; a delay is resolved against database time."""
+    raw_cursor.execute(
+        "SELECT COALESCE(%s::timestamptz, now() + make_interval(secs => %s))",
+        [template.run_at, template.delay or 0.0],
+    )
+    available_at: datetime = raw_cursor.fetchone()[0]
+    fixed = (template.queue, template.task)
+    tail = (template.priority, template.tenant, template.max_attempts, available_at)
     with raw_cursor.copy(sql.ENQUEUE_MANY_COPY) as copy:
-        for p in prepared:
-            available_at = p.run_at or (db_now + timedelta(seconds=p.delay or 0))
-            copy.write_row(
-                (
-                    p.queue,
-                    p.task,
-                    p.payload_json,
-                    p.priority,
-                    p.tenant,
-                    p.max_attempts,
-                    available_at,
-                )
-            )
-    return len(prepared)
+        for payload_json in payloads_json:
+            copy.write_row((*fixed, payload_json, *tail))
+    return len(payloads_json)

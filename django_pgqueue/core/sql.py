@@ -30,12 +30,12 @@ LEASED_COLUMNS = (
     "available_at",
     "attempts",
     "max_attempts",
-    "errors",
     "lease_token",
     "leased_by",
     "leased_at",
-    "last_error",
 )
+# Not returned by a claim: ``errors`` and ``last_error`` can hold long tracebacks that a
+# handler does not need; reading them on a leased Message loads them lazily.
 
 ENQUEUE = """
 INSERT INTO pgqueue_message
@@ -125,7 +125,7 @@ WITH exhausted AS (
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, NULL, worker_id, NULL, NULL, NULL
+       NULL, worker_id, NULL, NULL
 FROM buried
 """
 
@@ -305,4 +305,193 @@ PAUSED_QUEUES = "SELECT name FROM pgqueue_queue WHERE paused"
 SET_PAUSED = """
 INSERT INTO pgqueue_queue (name, paused, updated_at) VALUES (%s, %s, now())
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+"""
+
+# --- Flow control (core/flow_control.py): fairness, concurrency and rate limits -------------
+# Only queues that opt in run these. A claim of such a queue is one short transaction:
+# FLOW_LOCK (serializes claims of the queue), FLOW_STATE, FLOW_PICK (keyed queues only),
+# LEASE with FLOW_CANDIDATES, FLOW_SAVE. Taking the lock in its own statement matters: under
+# READ COMMITTED every later statement then sees what the previous claimer committed.
+
+FLOW_LOCK = "SELECT 1 FROM pgqueue_flow_state WHERE queue = %s FOR UPDATE"
+
+FLOW_CREATE = "INSERT INTO pgqueue_flow_state (queue) VALUES (%s) ON CONFLICT (queue) DO NOTHING"
+
+# The queue's state after the lock: round-robin cursor, refilled rate bucket (NULL without a
+# rate), the database clock it was refilled to, the pause switch, and the slots in use.
+# A slot is held while its message is live with the same lease token and an unexpired lease;
+# every other slot row (finished, failed, released or expired lease) is deleted here.
+FLOW_STATE = """
+WITH slots AS (
+    SELECT s.lease_token, s.key,
+           EXISTS (SELECT 1 FROM pgqueue_message m
+                   WHERE m.id = s.message_id AND m.lease_token = s.lease_token
+                     AND m.available_at > now()) AS held
+    FROM pgqueue_flow_slot s
+    WHERE s.queue = %(queue)s
+), freed AS (
+    DELETE FROM pgqueue_flow_slot s USING slots
+    WHERE s.lease_token = slots.lease_token AND NOT slots.held
+), per_key AS (
+    SELECT key, count(*) AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
+)
+SELECT f.rr_cursor, f.rr_used,
+       LEAST(%(burst)s::float8,
+             COALESCE(f.tokens + %(rate)s::float8
+                                 * extract(epoch FROM clock_timestamp() - f.refilled_at),
+                      %(burst)s::float8)),
+       clock_timestamp(),
+       EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = f.queue AND q.paused),
+       (SELECT count(*) FROM slots WHERE held),
+       (SELECT COALESCE(jsonb_object_agg(key, n), '{}'::jsonb) FROM per_key)
+FROM pgqueue_flow_state f
+WHERE f.queue = %(queue)s
+"""
+
+# The next tenant (after ``{after}``) holding live messages: one probe of pgq_message_tenant.
+_NEXT_TENANT = """(SELECT tenant FROM pgqueue_message
+     WHERE queue = %(queue)s AND attempts < max_attempts AND tenant IS NOT NULL{after}
+     ORDER BY tenant LIMIT 1)"""
+
+# Weighted round robin over tenants, as a walk of the tenant index (a skip scan: one probe
+# per tenant, never a scan of the backlog). The walk starts after the cursor (at it when the
+# cursor tenant's turn is unfinished), wraps around once and stops after ``max_tenants``.
+# Each tenant visited may give up to least(key limit - in flight, whole tokens in its rate
+# bucket) messages, its oldest ready ones by (priority desc, available_at, id): a second
+# probe. They are dealt in rounds: ``weight`` messages per tenant per round, tenants in walk
+# order, so one claim of N messages over K tenants takes ~N/K from each.
+# Messages without a tenant are one more group, taking its turn where the rotation wraps;
+# they are looked for among the first ``untenanted_window`` ready messages of the queue.
+# Returns the picked (id, tenant, pos, used) in deal order (``used``: messages the tenant has
+# had in its current turn), then the last tenant walked (id NULL).
+FLOW_PICK = f"""
+WITH RECURSIVE walk(tenant, pos, wrapped) AS (
+    SELECT s.tenant::text, 1, s.wrapped
+    FROM (
+        SELECT COALESCE(a.tenant, {_NEXT_TENANT.format(after="")}) AS tenant,
+               a.tenant IS NULL AS wrapped
+        FROM (SELECT {
+    _NEXT_TENANT.format(after=" AND (tenant > %(cursor)s OR (%(resume)s AND tenant = %(cursor)s))")
+} AS tenant) a
+    ) s
+    WHERE s.tenant IS NOT NULL
+  UNION ALL
+    SELECT nxt.tenant::text, w.pos + 1, nxt.wrapped
+    FROM walk w, LATERAL (
+        SELECT COALESCE(a.tenant, CASE WHEN NOT w.wrapped THEN {
+    _NEXT_TENANT.format(after="")
+} END) AS tenant,
+               w.wrapped OR a.tenant IS NULL AS wrapped
+        FROM (SELECT {_NEXT_TENANT.format(after=" AND tenant > w.tenant")} AS tenant) a
+    ) nxt
+    WHERE w.pos < %(max_tenants)s AND nxt.tenant IS NOT NULL
+      AND NOT (nxt.wrapped
+               AND (nxt.tenant > %(cursor)s OR (%(resume)s AND nxt.tenant = %(cursor)s)))
+), turn AS (
+    SELECT w.tenant, w.pos::float8 AS pos,
+           COALESCE((%(weights)s::jsonb ->> w.tenant)::int, 1) AS weight,
+           CASE WHEN w.pos = 1 AND %(resume)s AND w.tenant = %(cursor)s
+                THEN %(used)s ELSE 0 END AS used,
+           LEAST(
+               COALESCE((%(key_limits)s::jsonb ->> w.tenant)::int, %(key_limit)s::int, 2147483647)
+                 - COALESCE((%(in_flight)s::jsonb ->> w.tenant)::int, 0),
+               CASE WHEN %(key_rate)s::float8 IS NULL THEN 2147483647
+                    ELSE floor(LEAST(%(key_burst)s::float8,
+                                     COALESCE(b.tokens + %(key_rate)s::float8
+                                              * extract(epoch FROM clock_timestamp() - b.refilled_at),
+                                              %(key_burst)s::float8)))::int
+               END) AS capacity
+    FROM walk w
+    LEFT JOIN pgqueue_flow_key_bucket b ON b.queue = %(queue)s AND b.key = w.tenant
+), rounds AS (
+    -- Enough rounds for the batch: twice its fair share per tenant, at most its capacity.
+    SELECT ceil(2.0 * %(n)s / GREATEST(1, (SELECT count(*) FROM turn WHERE capacity > 0)))::int
+           AS share
+), untenanted_turn AS (
+    SELECT COALESCE((SELECT min(pos) - 0.5 FROM walk WHERE wrapped),
+                    CASE WHEN NOT EXISTS (SELECT 1 FROM walk) THEN 0.0 END) AS pos
+), picked AS (
+    SELECT t.pos, t.tenant, h.id, t.weight, h.rank + t.used AS seq
+    FROM turn t CROSS JOIN rounds r, LATERAL (
+        SELECT id, row_number() OVER () AS rank
+        FROM (SELECT id FROM pgqueue_message
+              WHERE queue = %(queue)s AND tenant = t.tenant AND attempts < max_attempts
+                AND available_at <= now()
+              ORDER BY priority DESC, available_at, id
+              LIMIT LEAST(t.capacity, t.weight * r.share)) head
+    ) h
+    WHERE t.capacity > 0
+  UNION ALL
+    SELECT u.pos, NULL, h.id, 1, h.rank
+    FROM untenanted_turn u CROSS JOIN rounds r, LATERAL (
+        SELECT id, row_number() OVER () AS rank
+        FROM (SELECT id FROM (SELECT id, tenant, priority, available_at FROM pgqueue_message
+                              WHERE queue = %(queue)s AND attempts < max_attempts
+                                AND available_at <= now()
+                              ORDER BY priority DESC, available_at, id
+                              LIMIT %(untenanted_window)s) win
+              WHERE tenant IS NULL
+              ORDER BY priority DESC, available_at, id
+              LIMIT r.share) head
+    ) h
+    WHERE u.pos IS NOT NULL
+)
+-- Round k of the rotation holds each tenant's messages number k*weight+1 .. (k+1)*weight.
+(SELECT id, tenant, pos, (seq - 1) %% weight + 1 AS used
+ FROM picked
+ ORDER BY (seq - 1) / weight, pos, seq
+ LIMIT %(n)s)
+UNION ALL
+(SELECT NULL, tenant, pos, NULL FROM walk ORDER BY pos DESC LIMIT 1)
+"""
+
+# ``{candidates}`` of LEASE for a flow-controlled claim: the picked ids, re-checked and locked.
+FLOW_CANDIDATES = """
+SELECT id, lease_token FROM pgqueue_message
+WHERE id = ANY(%s::bigint[]) AND queue = %s AND attempts < max_attempts AND available_at <= now()
+FOR UPDATE SKIP LOCKED
+"""
+
+# ``{candidates}`` of LEASE for a queue with queue-wide limits only: the plain claim order
+# (served by pgq_message_claim), at most as many as the limits allow right now.
+FLOW_QUEUE_CANDIDATES = """
+SELECT id, lease_token FROM pgqueue_message
+WHERE queue = %s AND attempts < max_attempts AND available_at <= now()
+ORDER BY priority DESC, available_at, id
+LIMIT %s
+FOR UPDATE SKIP LOCKED
+"""
+
+# After the lease, in the same transaction: the cursor, the queue's bucket, one slot per leased
+# message (when limits are on), the keys' buckets, and a few idle (full again) buckets dropped.
+FLOW_SAVE = """
+WITH state AS (
+    UPDATE pgqueue_flow_state
+    SET rr_cursor = %(cursor)s, rr_used = %(used)s,
+        tokens = %(tokens)s::float8, refilled_at = %(refilled_at)s::timestamptz
+    WHERE queue = %(queue)s
+), slots AS (
+    INSERT INTO pgqueue_flow_slot (lease_token, message_id, queue, key)
+    SELECT token, id, %(queue)s, key
+    FROM unnest(%(slot_tokens)s::uuid[], %(slot_ids)s::bigint[], %(slot_keys)s::text[])
+         AS t(token, id, key)
+), buckets AS (
+    INSERT INTO pgqueue_flow_key_bucket AS b (queue, key, tokens, refilled_at)
+    SELECT %(queue)s, key, %(key_burst)s::float8 - n, clock_timestamp()
+    FROM unnest(%(bucket_keys)s::text[], %(bucket_counts)s::int[]) AS t(key, n)
+    ON CONFLICT (queue, key) DO UPDATE
+    SET tokens = LEAST(%(key_burst)s::float8,
+                       b.tokens + %(key_rate)s::float8
+                                  * extract(epoch FROM clock_timestamp() - b.refilled_at))
+                 - (%(key_burst)s::float8 - EXCLUDED.tokens),
+        refilled_at = clock_timestamp()
+), idle AS (
+    DELETE FROM pgqueue_flow_key_bucket
+    WHERE queue = %(queue)s AND key IN (
+        SELECT key FROM pgqueue_flow_key_bucket
+        WHERE queue = %(queue)s AND key <> ALL(%(bucket_keys)s::text[])
+          AND refilled_at < clock_timestamp() - make_interval(secs => %(key_idle)s::float8)
+        LIMIT 16)
+)
+SELECT 1
 """

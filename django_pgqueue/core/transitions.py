@@ -20,6 +20,7 @@ from django.db import connections
 from ..conf import get_settings
 from ..models import DeadReason
 from . import sql
+from .execution import ack_settings, execute
 
 __all__ = [
     "FailedAttempt",
@@ -89,8 +90,9 @@ def complete(
         if len(results) != len(ids):
             raise ValueError("complete(): one result per lease")
         encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
-    with connections[_alias(using)].cursor() as cursor:
-        cursor.execute(sql.COMPLETE, [ids, tokens, encoded])
+    connection = connections[_alias(using)]
+    with connection.cursor() as cursor:
+        execute(cursor, sql.COMPLETE, [ids, tokens, encoded], ack_settings(connection))
         done = [row[0] for row in cursor.fetchall()]
     return Outcome(done=done, stale=_stale(ids, done))
 
@@ -168,8 +170,9 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     errors = [json.dumps(a.error, default=str) for a in attempts]
     reasons = [str(a.final_reason) for a in attempts]
     delays = [a.retry_in for a in attempts]
-    with connections[_alias(using)].cursor() as cursor:
-        cursor.execute(sql.FAIL, [ids, tokens, errors, reasons, delays])
+    connection = connections[_alias(using)]
+    with connection.cursor() as cursor:
+        execute(cursor, sql.FAIL, [ids, tokens, errors, reasons, delays], ack_settings(connection))
         rows = cursor.fetchall()
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
@@ -187,8 +190,10 @@ def extend(
     ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
-    with connections[_alias(using)].cursor() as cursor:
-        cursor.execute(sql.EXTEND, [float(visibility_timeout), ids, tokens])
+    connection = connections[_alias(using)]
+    with connection.cursor() as cursor:
+        params = [float(visibility_timeout), ids, tokens]
+        execute(cursor, sql.EXTEND, params, ack_settings(connection))
         done = [row[0] for row in cursor.fetchall()]
     return Outcome(done=done, stale=_stale(ids, done))
 

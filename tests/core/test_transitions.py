@@ -238,3 +238,38 @@ def test_every_id_is_in_exactly_one_table_after_mixed_traffic():
     transitions.release(batch[20:25])
     for message_id in ids:
         assert len(tables_holding(message_id)) == 1, message_id
+
+
+def test_acks_inside_the_callers_transaction_never_make_its_commit_asynchronous():
+    from django.db import transaction
+
+    django_pgqueue.enqueue("t", {})
+    message = lease_one()
+    with transaction.atomic(), connection.cursor() as cursor:
+        transitions.complete([message])
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        assert cursor.fetchone()[0] == "on"
+    assert ArchivedMessage.objects.filter(message_id=message.id).exists()
+
+
+@pytest.mark.parametrize("synchronous", [True, False])
+def test_synchronous_acks_setting_keeps_the_same_outcome(synchronous):
+    from django.test import override_settings
+
+    with override_settings(PGQUEUE={"SYNCHRONOUS_ACKS": synchronous}):
+        django_pgqueue.enqueue("t", {})
+        message = lease_one()
+        assert transitions.extend([message], 60).done == [message.id]
+        assert transitions.complete([message]).done == [message.id]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        assert cursor.fetchone()[0] == "on", "SET LOCAL must not leak into the session"
+
+
+def test_leased_message_loads_its_error_history_lazily():
+    sent = django_pgqueue.enqueue("t", {}, max_attempts=3)
+    message = lease_one()
+    transitions.fail([FailedAttempt(message, error_entry(ValueError("x"), attempt=1), retry_in=0)])
+    again = lease_one()
+    assert again.id == sent.id
+    assert [e["message"] for e in again.errors] == ["x"]

@@ -1,0 +1,54 @@
+"""Running a hot-path statement with transaction-local settings in one round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..conf import get_settings
+
+# The claim must walk the claim index in order and stop after N rows. When the table's
+# statistics are stale (a bulk load that autovacuum has not analyzed yet), the planner may
+# estimate a handful of rows and pick a bitmap scan + sort of the whole backlog instead.
+# Ruling those out for the claim keeps it O(batch) at any backlog.
+ORDERED_PLAN = {"enable_bitmapscan": "off", "enable_sort": "off"}
+
+# Leases and acks may be lost in a database crash without breaking at-least-once delivery
+# (the message runs again once its lease expires), so they need not wait for the WAL flush.
+ASYNC_COMMIT = {"synchronous_commit": "off"}
+
+
+def ack_settings(connection: BaseDatabaseWrapper) -> dict[str, str]:
+    """``ASYNC_COMMIT`` when it applies: our own transaction and ``SYNCHRONOUS_ACKS`` off.
+
+    Never inside the caller's transaction: it would make *their* commit asynchronous too.
+    """
+    if get_settings().SYNCHRONOUS_ACKS or connection.in_atomic_block:
+        return {}
+    return ASYNC_COMMIT
+
+
+def execute(
+    cursor: Any, statement: str, params: Sequence[Any], local_settings: Mapping[str, str]
+) -> None:
+    """``cursor.execute(statement, params)`` under ``SET LOCAL`` for each setting.
+
+    Outside a transaction block the statements sent together form one implicit transaction,
+    so ``SET LOCAL`` covers exactly this statement. One round trip with Django's default
+    client-side binding (psycopg's ``ClientCursor`` accepts several statements); separate
+    statements otherwise.
+    """
+    if not local_settings:
+        cursor.execute(statement, params)
+        return
+    prefix = "".join(f"SET LOCAL {name} = {value}; " for name, value in local_settings.items())
+    if isinstance(cursor.cursor, psycopg.ClientCursor):
+        cursor.execute(prefix + statement, params)
+        for _ in local_settings:
+            cursor.nextset()
+    else:
+        cursor.execute(prefix)
+        cursor.execute(statement, params)
