@@ -122,6 +122,18 @@ class Message(MessageFields):
                 name="pgq_message_claim",
                 condition=Q(attempts__lt=F("max_attempts")),
             ),
+            # Serves flow-controlled claims (core/flow_control.py): the round robin walks the
+            # tenants of a queue, then takes each one's oldest ready messages. Rows without a
+            # tenant stay out of it, so queues that use no tenants pay nothing for it.
+            models.Index(
+                F("queue"),
+                F("tenant"),
+                F("priority").desc(),
+                F("available_at"),
+                F("id"),
+                name="pgq_message_tenant",
+                condition=Q(attempts__lt=F("max_attempts")) & Q(tenant__isnull=False),
+            ),
             # Serves the reaper: leases that ran out on their last attempt.
             models.Index(
                 fields=["queue", "available_at"],
@@ -236,6 +248,7 @@ class WorkerHeartbeat(models.Model):
         return self.worker_id
 
 
-
-# The pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
+# Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
+# pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
+from .core.flow_models import FlowKeyBucket, FlowSlot, FlowState  # noqa: E402, F401
 from .pipeline.models import ExportRange, ExportRun, QueueStatsHourly  # noqa: E402, F401

@@ -1,0 +1,77 @@
+"""Flow-control state: the round-robin cursor and rate buckets per queue, per-key rate
+buckets, and the in-flight slot ledger (see ``core/flow_control.py``).
+
+All three are small and only touched by claims of queues that opt into flow control.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from .validation import QUEUE_NAME_MAX_LENGTH, TENANT_MAX_LENGTH
+
+FLOW_STATE_TABLE = "pgqueue_flow_state"
+FLOW_KEY_BUCKET_TABLE = "pgqueue_flow_key_bucket"
+FLOW_SLOT_TABLE = "pgqueue_flow_slot"
+
+
+class FlowState(models.Model):
+    """One row per flow-controlled queue; claims lock it, which serializes them per queue."""
+
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH, primary_key=True)
+    rr_cursor = models.CharField(
+        max_length=TENANT_MAX_LENGTH,
+        null=True,
+        blank=True,
+        help_text="Tenant served last by the round robin (NULL: start of the rotation).",
+    )
+    rr_used = models.IntegerField(
+        default=0, db_default=0, help_text="Messages the cursor tenant got in its current turn."
+    )
+    tokens = models.FloatField(
+        null=True, blank=True, help_text="Queue rate-limit bucket (NULL: full)."
+    )
+    refilled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = FLOW_STATE_TABLE
+        verbose_name = "flow-control state"
+
+    def __str__(self) -> str:
+        return self.queue
+
+
+class FlowKeyBucket(models.Model):
+    """The rate-limit bucket of one key (tenant) of one queue."""
+
+    pk = models.CompositePrimaryKey("queue", "key")
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    key = models.CharField(max_length=TENANT_MAX_LENGTH)
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+
+    class Meta:
+        db_table = FLOW_KEY_BUCKET_TABLE
+        verbose_name = "flow-control key bucket"
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.key}"
+
+
+class FlowSlot(models.Model):
+    """A lease that may hold a concurrency slot. Whether it still does is read from the live
+    message (same id, same token, lease not expired), so a crash or a finished message can
+    never leak a slot; rows that no longer hold one are deleted by the next claim."""
+
+    lease_token = models.UUIDField(primary_key=True)
+    message_id = models.BigIntegerField()
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    key = models.CharField(max_length=TENANT_MAX_LENGTH, null=True, blank=True)
+
+    class Meta:
+        db_table = FLOW_SLOT_TABLE
+        verbose_name = "flow-control slot"
+        indexes = [models.Index(fields=["queue"], name="pgq_flow_slot_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.key or '-'} {self.lease_token}"
