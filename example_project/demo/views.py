@@ -1,11 +1,16 @@
+from typing import Any
+
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.tasks import TaskResultStatus
+from django.tasks.exceptions import TaskResultDoesNotExist
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 import django_pgqueue
 
 from .models import Signup
+from .tasks import signup_digest
 
 
 @csrf_exempt  # a demo API endpoint; real forms keep CSRF protection
@@ -31,3 +36,29 @@ def home(request: HttpRequest) -> HttpResponse:
         "<p>POST email=... to <code>/signup/</code>; operators see the queue at "
         '<a href="/admin/">/admin/</a>.</p>'
     )
+
+
+@csrf_exempt  # a demo API endpoint
+@require_POST
+def digest(request: HttpRequest) -> HttpResponse:
+    """Enqueue the digest task; the row commits with the request's transaction."""
+    with transaction.atomic():
+        result = signup_digest.enqueue(note=request.POST.get("note", ""))
+    return JsonResponse({"task_id": result.id, "status": result.status}, status=201)
+
+
+def task_status(request: HttpRequest, task_id: str) -> HttpResponse:
+    """Where the task is: READY, RUNNING, SUCCESSFUL (with its value) or FAILED."""
+    try:
+        result = signup_digest.get_result(task_id)
+    except TaskResultDoesNotExist:
+        raise Http404("no such task") from None
+    body: dict[str, Any] = {
+        "task_id": result.id,
+        "status": result.status,
+        "attempts": result.attempts,
+        "errors": [e.exception_class_path for e in result.errors],
+    }
+    if result.status == TaskResultStatus.SUCCESSFUL:
+        body["return_value"] = result.return_value
+    return JsonResponse(body)

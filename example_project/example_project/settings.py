@@ -74,6 +74,15 @@ PGQUEUE = {
     "QUEUES": {"emails": {"MAX_ATTEMPTS": 5}},
 }
 
+# django.tasks on the same tables and worker (demo/tasks.py); see docs/how-to/django-tasks.md.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgqueue.tasks.PgQueueBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"max_attempts": env.int("TASKS_MAX_ATTEMPTS", default=3)},
+    }
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -26,3 +26,11 @@ class Command(BaseCommand):
             if response.status_code != 201:
                 raise RuntimeError(f"signup view answered {response.status_code}")
         self.stdout.write(f"posted {signups} signups; each enqueued a welcome message on commit")
+        response = client.post("/tasks/digest/", {"note": "demo_setup"})
+        if response.status_code != 201:
+            raise RuntimeError(f"digest view answered {response.status_code}")
+        task_id = response.json()["task_id"]
+        self.stdout.write(
+            f"enqueued the signup_digest django.tasks task {task_id}; "
+            f"its status is at /tasks/{task_id}/"
+        )
