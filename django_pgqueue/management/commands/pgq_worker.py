@@ -1,0 +1,154 @@
+"""``manage.py pgq_worker``: run a worker (a thin shell over :mod:`django_pgqueue.worker`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...worker.runner import Worker, WorkerOptions
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise ValueError(value)
+    return number
+
+
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a django-pgqueue worker: lease messages, run their registered handlers, archive "
+        "the results. SIGTERM/SIGINT drain in-flight messages and exit 0; a second signal "
+        "releases them and exits 1."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            default=[],
+            metavar="NAME",
+            help="Serve this queue (repeatable; in the given order). Default: every queue.",
+        )
+        parser.add_argument(
+            "--exclude-queue",
+            action="append",
+            dest="exclude_queues",
+            default=[],
+            metavar="NAME",
+            help="Never serve this queue (repeatable).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=_positive_int,
+            help="Handlers run at once "
+            "(threads for sync handlers; async ones share one event loop). "
+            "Default PGQUEUE['CONCURRENCY'].",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=_positive_int,
+            help="Messages leased per "
+            "round trip and completions archived per statement; the worker "
+            "holds at most max(concurrency, batch size). Default "
+            "PGQUEUE['BATCH_SIZE'].",
+        )
+        parser.add_argument(
+            "--visibility-timeout",
+            type=_positive_float,
+            help="Seconds a "
+            "lease lasts before another worker may take the message "
+            "(heartbeats extend it). Default: per queue / "
+            "PGQUEUE['VISIBILITY_TIMEOUT'].",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=_positive_float,
+            help="Seconds between polls when no NOTIFY arrives. Default PGQUEUE['POLL_INTERVAL'].",
+        )
+        parser.add_argument(
+            "--no-listen",
+            action="store_false",
+            dest="listen",
+            help="Poll only, no LISTEN connection (PgBouncer transaction pooling).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Drain what is ready, then exit 0."
+        )
+        parser.add_argument(
+            "--max-messages", type=_positive_int, help="Exit 0 after handling this many messages."
+        )
+        parser.add_argument(
+            "--worker-id",
+            help="Name in logs, leases and the heartbeat row. Default host:pid:random.",
+        )
+        parser.add_argument(
+            "--healthcheck-file",
+            help="File rewritten on every heartbeat; "
+            "a liveness probe checks its age. Removed on exit.",
+        )
+        parser.add_argument(
+            "--grace-period",
+            type=_non_negative_float,
+            help="Seconds "
+            "in-flight handlers get to finish after SIGTERM. Default "
+            "PGQUEUE['GRACE_PERIOD'].",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._ensure_logging(options["verbosity"])
+        worker_options = WorkerOptions(
+            queues=options["queues"],
+            exclude_queues=options["exclude_queues"],
+            concurrency=options["concurrency"],
+            batch_size=options["batch_size"],
+            visibility_timeout=options["visibility_timeout"],
+            poll_interval=options["poll_interval"],
+            listen=options["listen"],
+            burst=options["burst"],
+            max_messages=options["max_messages"],
+            worker_id=options["worker_id"],
+            healthcheck_file=options["healthcheck_file"],
+            grace_period=options["grace_period"],
+        )
+        try:
+            worker = Worker(worker_options)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        code = worker.run()
+        if code:
+            raise CommandError(
+                "stopped before every in-flight message finished; their leases were released",
+                returncode=code,
+            )
+
+    @staticmethod
+    def _ensure_logging(verbosity: int) -> None:
+        """Print the worker's log lines when the project configured no handler for them."""
+        package = logging.getLogger("django_pgqueue")
+        if package.handlers or logging.getLogger().handlers:
+            return
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package.addHandler(stream)
+        package.setLevel(
+            logging.DEBUG if verbosity > 1 else logging.WARNING if verbosity == 0 else logging.INFO
+        )

@@ -1,0 +1,117 @@
+"""Database plumbing shared by the worker's threads: outage handling and connection labels.
+
+Every worker thread uses its own Django connection (Django keeps them per thread). When the
+database goes away, the failing call closes that thread's connection, waits with capped
+exponential backoff and retries; the first failure of an outage logs one WARNING and the
+recovery one INFO line, so a Postgres restart is two log lines, not a storm.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: Errors that mean "the connection or the server is gone", worth a reconnect and a retry.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 5.0
+
+
+class Stopped(Exception):
+    """Raised out of a retry loop when the worker is told to stop at once."""
+
+
+def backoff_schedule(first: float = BACKOFF_FIRST, cap: float = BACKOFF_MAX) -> Callable[[], float]:
+    """A function giving the next wait of a doubling backoff capped at ``cap`` seconds."""
+    state = {"next": first}
+
+    def step() -> float:
+        delay = state["next"]
+        state["next"] = min(cap, delay * 2)
+        return delay
+
+    return step
+
+
+def close_connection(alias: str) -> None:
+    """Drop this thread's connection, whatever state it is in (the next query reconnects)."""
+    try:
+        connections[alias].close()
+    except DatabaseError:
+        # Closing a connection the server already dropped may fail; it is gone either way.
+        pass
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, CONNECTION_ERRORS):
+        return True
+    # Django's "connection already closed" after a server-side kill arrives as a plain
+    # DatabaseError on some code paths; the wrapped psycopg error tells the truth.
+    cause = exc.__cause__
+    return cause is not None and type(cause).__name__ in {"OperationalError", "InterfaceError"}
+
+
+def retrying[T](
+    what: str,
+    call: Callable[[], T],
+    *,
+    alias: str,
+    abort: threading.Event | None = None,
+) -> T:
+    """Run ``call``; on a lost connection, reconnect with capped backoff until it succeeds.
+
+    ``abort`` set -> give up and raise :class:`Stopped`. Errors other than connection errors
+    propagate at once: they are bugs or bad data, and retrying would loop.
+    """
+    next_delay: Callable[[], float] | None = None
+    started = 0.0
+    while True:
+        try:
+            result = call()
+        except DatabaseError as exc:
+            if not is_connection_error(exc):
+                raise
+            close_connection(alias)
+            if next_delay is None:
+                next_delay = backoff_schedule()
+                started = time.monotonic()
+                logger.warning(
+                    "Database unavailable during %s (%s); reconnecting with backoff.",
+                    what,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                )
+            delay = next_delay()
+            if abort is not None:
+                if abort.wait(delay):
+                    raise Stopped(what) from exc
+            else:
+                time.sleep(delay)
+            continue
+        if next_delay is not None:
+            logger.info(
+                "Database reachable again for %s after %.1fs.", what, time.monotonic() - started
+            )
+        return result
+
+
+def label_connection(worker_id: str) -> Callable[..., Any]:
+    """A ``connection_created`` receiver naming each worker connection in pg_stat_activity.
+
+    ``application_name`` = ``pgq_worker:<worker id>:<thread name>`` lets operators (and the
+    fault tests) tell the fetch, completion and handler connections apart.
+    """
+
+    def receiver(sender: Any, connection: Any, **kwargs: Any) -> None:
+        name = f"pgq_worker:{worker_id}:{threading.current_thread().name}"[:63]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('application_name', %s, false)", [name])
+
+    return receiver

@@ -1,0 +1,673 @@
+"""The worker: fetch -> execute -> complete, with wake-ups, heartbeats and graceful shutdown.
+
+Threads and the connection each one uses:
+
+- main: fetches (leases) batches sized to the free slots, enforces sync timeouts, sends the
+  listener probe, logs the status line; its own Django connection;
+- ``completer``: archives finished messages and records failures in batches, extends the
+  leases of in-flight messages and upserts the heartbeat row; its own Django connection;
+- ``listener``: LISTEN on a dedicated psycopg connection (unless ``--no-listen``);
+- ``handler-N`` threads and one ``async-handlers`` event loop: run the handlers (a handler's
+  own queries use that thread's connection).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from django.db import connections
+from django.db.backends.signals import connection_created
+
+from ..conf import get_settings
+from ..core import sql, transitions
+from ..core.validation import validate_queue_name
+from ..models import DeadReason, Message
+from . import heartbeat
+from .completer import Completer
+from .db import Stopped, label_connection, retrying
+from .discovery import autodiscover
+from .executor import Executor, Job
+from .listener import PROBE_PREFIX, Listener
+from .registry import registry
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: Seconds between status lines (processed/s, in flight, retries, dead).
+STATUS_INTERVAL = 30.0
+#: Seconds between listener probes; a probe not heard by the next one means a deaf listener.
+PROBE_INTERVAL = 15.0
+#: A heartbeat extends leases at least this many times per visibility timeout.
+BEATS_PER_LEASE = 3
+
+STALE_READY = """
+SELECT q.queue, extract(epoch FROM now() - o.available_at)::float8
+FROM unnest(%s::text[]) AS q(queue)
+CROSS JOIN LATERAL (
+    SELECT m.available_at FROM pgqueue_message m
+    WHERE m.queue = q.queue AND m.attempts < m.max_attempts
+      AND m.available_at <= now() - make_interval(secs => %s)
+    LIMIT 1
+) o
+WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue p WHERE p.name = q.queue AND p.paused)
+"""
+
+
+@dataclass
+class WorkerOptions:
+    """What ``manage.py pgq_worker`` flags set; ``None`` means the ``PGQUEUE`` setting."""
+
+    queues: list[str] = field(default_factory=list)
+    exclude_queues: list[str] = field(default_factory=list)
+    concurrency: int | None = None
+    batch_size: int | None = None
+    visibility_timeout: float | None = None
+    poll_interval: float | None = None
+    listen: bool = True
+    burst: bool = False
+    max_messages: int | None = None
+    worker_id: str | None = None
+    healthcheck_file: str | Path | None = None
+    grace_period: float | None = None
+    install_signal_handlers: bool = True
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """One worker process's engine. ``run()`` blocks and returns the exit code."""
+
+    def __init__(self, options: WorkerOptions | None = None) -> None:
+        self.options = options = options or WorkerOptions()
+        conf = get_settings()
+        self.conf = conf
+        self.alias = conf.DATABASE_ALIAS
+        self.worker_id = options.worker_id or default_worker_id()
+        self.hostname = socket.gethostname()
+        self.concurrency = options.concurrency or conf.CONCURRENCY
+        self.batch_size = options.batch_size or conf.BATCH_SIZE
+        if self.concurrency < 1 or self.batch_size < 1:
+            raise ValueError("concurrency and batch size must be >= 1")
+        self.poll_interval = options.poll_interval or conf.POLL_INTERVAL
+        self.grace_period = (
+            conf.GRACE_PERIOD if options.grace_period is None else options.grace_period
+        )
+        if options.max_messages is not None and options.max_messages < 1:
+            raise ValueError("max_messages must be >= 1")
+        self.fixed_queues = [validate_queue_name(q) for q in dict.fromkeys(options.queues)]
+        self.excluded = {validate_queue_name(q) for q in options.exclude_queues}
+        self.fixed_queues = [q for q in self.fixed_queues if q not in self.excluded]
+        if options.queues and not self.fixed_queues:
+            raise ValueError("every --queue is also excluded: nothing to do")
+        self.listening = options.listen and conf.NOTIFY
+        self.max_in_flight = max(self.concurrency, self.batch_size)
+        # Refill once half the local capacity is free: batches stay large, handlers stay fed.
+        self.refill_at = max(1, min(self.batch_size, self.max_in_flight // 2))
+        vts = [self._vt(q) for q in (self.fixed_queues or [conf.DEFAULT_QUEUE])]
+        self.heartbeat_interval = min(conf.HEARTBEAT_INTERVAL, min(vts) / BEATS_PER_LEASE)
+        self.health_file = Path(options.healthcheck_file) if options.healthcheck_file else None
+
+        self.stats = heartbeat.Stats()
+        self.ready = threading.Event()  # test seam: set once the worker takes messages
+        self.stopped = threading.Event()  # set when run() has finished cleaning up
+        self._wake = threading.Event()
+        self._stop = threading.Event()  # graceful: stop fetching, drain
+        self._force = threading.Event()  # second signal: release now
+        self._abort_io = threading.Event()  # stop retrying writes through an outage
+        self._completer_stop = threading.Event()
+        self._notified: set[str] = set()
+        self._notify_lock = threading.Lock()
+        self._catch_up = False
+        self._want_capacity = False
+        self._probe_sent: str | None = None
+        self._probe_heard: str | None = None
+        self._probe_seq = 0
+        self.taken = 0
+        self._hot: list[str] = []
+        self._known: list[str] = list(self.fixed_queues)
+        self._rotation = 0
+
+        self.completer = Completer(
+            alias=self.alias,
+            flush_interval=conf.COMPLETION_FLUSH_INTERVAL,
+            flush_size=self.batch_size,
+            stats=self.stats,
+            abort=self._abort_io,
+        )
+        self.executor = Executor(
+            concurrency=self.concurrency,
+            worker_id=self.worker_id,
+            alias=self.alias,
+            completer=self.completer,
+            on_finished=self._on_finished,
+        )
+        self.listener: Listener | None = None
+        self._completer_thread: threading.Thread | None = None
+
+    # -- control (any thread, or a signal handler) ---------------------------------------------
+
+    def request_stop(self) -> None:
+        """Graceful stop: no new messages, in-flight ones finish within the grace period."""
+        if self._stop.is_set():
+            self._force.set()
+        self._stop.set()
+        self._wake.set()
+
+    def force_stop(self) -> None:
+        """Release unfinished leases now and exit non-zero."""
+        self._stop.set()
+        self._force.set()
+        self._wake.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._stop.is_set():
+            logger.warning(
+                "Second %s: releasing unfinished messages now.", signal.Signals(signum).name
+            )
+            self.force_stop()
+        else:
+            logger.info(
+                "%s: finishing %d in-flight messages (grace period %ss); send it again to stop now.",
+                signal.Signals(signum).name,
+                self.executor.in_flight(),
+                self.grace_period,
+            )
+            self.request_stop()
+
+    def _on_finished(self) -> None:
+        if self._want_capacity:
+            if self.max_in_flight - self.executor.in_flight() >= self.refill_at:
+                self._wake.set()
+            elif self.executor.in_flight() == 0:
+                self._wake.set()
+
+    def _on_notify(self, queue: str) -> None:
+        if queue in self.excluded or (self.fixed_queues and queue not in self.fixed_queues):
+            return
+        with self._notify_lock:
+            self._notified.add(queue)
+        self._wake.set()
+
+    def _on_reconnect(self) -> None:
+        self._catch_up = True
+        self._wake.set()
+
+    def _on_probe(self, payload: str) -> None:
+        self._probe_heard = payload
+
+    # -- settings per queue and task -------------------------------------------------------------
+
+    def _vt(self, queue: str) -> float:
+        if self.options.visibility_timeout is not None:
+            return float(self.options.visibility_timeout)
+        return float(self.conf.for_queue(queue, "VISIBILITY_TIMEOUT"))
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        receiver = label_connection(self.worker_id)
+        connection_created.connect(receiver, weak=False)
+        previous: dict[int, Any] = {}
+        if (
+            self.options.install_signal_handlers
+            and threading.current_thread() is threading.main_thread()
+        ):
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            handlers = autodiscover()
+            self._start(handlers)
+            try:
+                self._loop()
+            except Stopped:
+                pass
+            return self._shutdown()
+        finally:
+            for number, previous_handler in previous.items():
+                signal.signal(number, previous_handler)
+            connection_created.disconnect(receiver)
+            if threading.current_thread() is not threading.main_thread():
+                # Run on a thread of its own (tests, embedding): that thread's connection
+                # would outlive it otherwise.
+                connections.close_all()
+            self.stopped.set()
+
+    def _start(self, handlers: list[str]) -> None:
+        self._completer_thread = threading.Thread(
+            target=self._completer_main, name="completer", daemon=True
+        )
+        self._completer_thread.start()
+        self.executor.start()
+        if self.listening:
+            self.listener = Listener(
+                alias=self.alias,
+                channel=self.conf.NOTIFY_CHANNEL,
+                application_name=f"pgq_worker:{self.worker_id}:listener",
+                on_notify=self._on_notify,
+                on_reconnect=self._on_reconnect,
+                on_probe=self._on_probe,
+            )
+            self.listener.start()
+            if not self.listener.ready.wait(10):
+                logger.warning("LISTEN connection not up yet; polling until it is.")
+        retrying("registering the worker", self._beat_row, alias=self.alias, abort=self._stop)
+        logger.info(
+            "pgq_worker %s ready: queues=%s%s concurrency=%d batch=%d visibility=%s "
+            "poll=%ss listen=%s burst=%s grace=%ss handlers=%s",
+            self.worker_id,
+            ",".join(self.fixed_queues) or "all",
+            f" (excluding {','.join(sorted(self.excluded))})" if self.excluded else "",
+            self.concurrency,
+            self.batch_size,
+            f"{self.options.visibility_timeout}s"
+            if self.options.visibility_timeout
+            else "per queue",
+            self.poll_interval,
+            "on" if self.listening else "off",
+            "on" if self.options.burst else "off",
+            self.grace_period,
+            ",".join(handlers) or "none",
+        )
+        if not handlers:
+            logger.warning(
+                "No handlers are registered: every message will be dead-lettered as rejected. "
+                "Put them in a 'handlers' or 'tasks' module of an installed app."
+            )
+        self.ready.set()
+
+    # -- the main loop ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        burst = self.options.burst
+        max_messages = self.options.max_messages
+        refresh = True
+        now = time.monotonic()
+        next_poll = now + self.poll_interval
+        next_due: float | None = None
+        next_status = now + STATUS_INTERVAL
+        next_probe = now + PROBE_INTERVAL
+        stale_every = self.conf.STALE_READY_WARNING
+        next_stale = now + min(stale_every, 60.0)
+        burst_checked = False
+        while not self._stop.is_set():
+            now = time.monotonic()
+            next_deadline = self.executor.expire_overdue(now)
+            with self._notify_lock:
+                notified, self._notified = self._notified, set()
+            if self._catch_up:
+                self._catch_up = False
+                refresh = True
+            if next_due is not None and now >= next_due:
+                next_due, refresh = None, True
+            if now >= next_poll:
+                refresh = True
+                next_poll = now + self.poll_interval
+            if refresh:
+                self._refresh_queues()
+                refresh = False
+            for queue in notified:
+                if queue not in self._hot:
+                    self._hot.insert(0, queue)
+                if queue not in self._known:
+                    self._known.append(queue)
+
+            in_flight = self.executor.in_flight()
+            free = self.max_in_flight - in_flight
+            want = min(self.batch_size, free)
+            if max_messages is not None:
+                want = min(want, max_messages - self.taken)
+                if want <= 0 and in_flight == 0:
+                    logger.info("Handled --max-messages=%d; stopping.", max_messages)
+                    break
+            if self._hot and want > 0 and (free >= self.refill_at or in_flight == 0):
+                got = self._fetch(want)
+                if got:
+                    burst_checked = False
+                    next_poll = time.monotonic() + self.poll_interval
+                    continue
+            if not self._hot and burst:
+                if in_flight == 0:
+                    # Let the completer write retries first: one may be ready again at once.
+                    self._drain_completer()
+                    if burst_checked:
+                        logger.info("Burst done: nothing ready is left.")
+                        break
+                    burst_checked, refresh = True, True
+                    continue
+            if not self._hot and next_due is None and not burst:
+                next_due = self._next_due()
+
+            now = time.monotonic()
+            if now >= next_status:
+                self._status_line()
+                next_status = now + STATUS_INTERVAL
+            if self.listener is not None and now >= next_probe:
+                self._probe()
+                next_probe = now + PROBE_INTERVAL
+            if now >= next_stale:
+                self._warn_stale_ready(stale_every)
+                next_stale = now + min(stale_every, 60.0)
+
+            timers = [next_poll, next_status, next_stale]
+            if self.listener is not None:
+                timers.append(next_probe)
+            if next_due is not None:
+                timers.append(next_due)
+            if next_deadline is not None:
+                timers.append(next_deadline)
+            timeout = max(0.0, min(timers) - time.monotonic())
+            self._want_capacity = bool(self._hot) or burst or max_messages is not None
+            if self._want_capacity and in_flight and not self._wake.is_set():
+                # Recheck after publishing the flag: a handler may have finished meanwhile.
+                if self.max_in_flight - self.executor.in_flight() >= self.refill_at:
+                    self._wake.set()
+            self._wake.wait(timeout)
+            self._wake.clear()
+            self._want_capacity = False
+
+    def _queues_in_order(self) -> list[str]:
+        hot = self._hot
+        if len(hot) > 1:
+            # Rotate so every queue gets the first pick in turn.
+            self._rotation = (self._rotation + 1) % len(hot)
+            return hot[self._rotation :] + hot[: self._rotation]
+        return list(hot)
+
+    def _fetch(self, want: int) -> int:
+        """Lease up to ``want`` messages from the hot queues and hand them to the executor."""
+        leased: list[Message] = []
+        for queue in self._queues_in_order():
+            asked = want - len(leased)
+            if asked <= 0:
+                break
+            batch = retrying(
+                "leasing messages",
+                lambda q=queue, n=asked: Message.objects.lease(  # type: ignore[misc]
+                    q,
+                    worker_id=self.worker_id,
+                    batch_size=n,
+                    visibility_timeout=self.options.visibility_timeout,
+                    using=self.alias,
+                ),
+                alias=self.alias,
+                abort=self._stop,
+            )
+            if len(batch) < asked and queue in self._hot:
+                self._hot.remove(queue)
+            leased.extend(batch)
+        if leased:
+            self._dispatch(leased)
+        return len(leased)
+
+    def _dispatch(self, leased: list[Message]) -> None:
+        jobs: list[Job] = []
+        rejected: list[Message] = []
+        for_queue = self.conf.for_queue
+        for message in leased:
+            handler = registry.get(message.task)
+            if handler is None:
+                rejected.append(message)
+                continue
+            vt = handler.visibility_timeout or self._vt(message.queue)
+            timeout = handler.timeout or for_queue(message.queue, "TASK_TIMEOUT")
+            jobs.append(Job(message, handler, vt, timeout))
+        self.taken += len(leased)
+        if jobs:
+            self.executor.submit(jobs)
+        for message in rejected:
+            self.completer.fail(
+                transitions.FailedAttempt(
+                    lease=message,
+                    error=transitions.error_entry(
+                        attempt=message.attempts,
+                        worker_id=self.worker_id,
+                        type_name="UnknownTask",
+                        message=f"no handler is registered for task {message.task!r} in this "
+                        "worker; nothing was run",
+                    ),
+                    retry_in=None,
+                    final_reason=DeadReason.REJECTED,
+                ),
+                message,
+            )
+
+    def _refresh_queues(self) -> None:
+        if self.fixed_queues:
+            self._hot = list(self.fixed_queues)
+            return
+
+        def live() -> list[str]:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute(sql.LIVE_QUEUES)
+                return [row[0] for row in cursor.fetchall()]
+
+        queues = [
+            q
+            for q in retrying("listing queues", live, alias=self.alias, abort=self._stop)
+            if q not in self.excluded
+        ]
+        self._known = queues
+        self._hot = list(queues)
+
+    def _next_due(self) -> float | None:
+        """Monotonic time at which the earliest scheduled message of our queues falls due."""
+
+        def query() -> float | None:
+            earliest: float | None = None
+            with connections[self.alias].cursor() as cursor:
+                for queue in self._known:
+                    cursor.execute(sql.NEXT_DUE_AT, {"queue": queue})
+                    row = cursor.fetchone()
+                    if row and row[0] is not None:
+                        seconds = (row[0] - row[1]).total_seconds()
+                        earliest = seconds if earliest is None else min(earliest, seconds)
+            return earliest
+
+        seconds = retrying(
+            "finding the next due message", query, alias=self.alias, abort=self._stop
+        )
+        if seconds is None:
+            return None
+        # A hair late rather than early: an early wake-up finds nothing and sleeps again.
+        return time.monotonic() + max(0.0, seconds) + 0.001
+
+    def _drain_completer(self) -> None:
+        self.completer.wake()
+        while self.completer.pending() and not self._force.is_set():
+            time.sleep(0.002)
+
+    # -- visibility --------------------------------------------------------------------------
+
+    def _status_line(self) -> None:
+        s = self.stats
+        logger.info(
+            "pgq_worker %s: %.1f processed/s, %d in flight, %d processed, %d retried, %d dead.",
+            self.worker_id,
+            s.rate(),
+            self.executor.in_flight(),
+            s.processed,
+            s.retried,
+            s.dead,
+        )
+
+    def _probe(self) -> None:
+        assert self.listener is not None
+        if self._probe_sent is not None and self._probe_heard != self._probe_sent:
+            self.listener.reconnect()
+        self._probe_seq += 1
+        payload = f"{PROBE_PREFIX}{self.worker_id} {self._probe_seq}"
+
+        def send() -> None:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [self.conf.NOTIFY_CHANNEL, payload])
+
+        retrying("probing the listener", send, alias=self.alias, abort=self._stop)
+        self._probe_sent = payload
+
+    def _warn_stale_ready(self, threshold: float) -> None:
+        def query() -> list[tuple[str, float]]:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute(sql.LIVE_QUEUES)
+                queues = [row[0] for row in cursor.fetchall()]
+                if not queues:
+                    return []
+                cursor.execute(STALE_READY, [queues, float(threshold)])
+                return [(row[0], row[1]) for row in cursor.fetchall()]
+
+        for queue, age in retrying(
+            "checking waiting messages", query, alias=self.alias, abort=self._stop
+        ):
+            logger.warning(
+                "Ready messages on queue %r have waited %.0fs (threshold %ss): no worker is "
+                "taking them fast enough, or none serves this queue.",
+                queue,
+                age,
+                threshold,
+            )
+
+    # -- the completer thread ----------------------------------------------------------------
+
+    def _completer_main(self) -> None:
+        next_beat = time.monotonic() + self.heartbeat_interval
+        try:
+            while not self._completer_stop.is_set():
+                self.completer.wait_for_work(max(0.0, next_beat - time.monotonic()))
+                self.completer.flush()
+                if time.monotonic() >= next_beat:
+                    try:
+                        self._beat()
+                    except Stopped:
+                        pass
+                    next_beat = time.monotonic() + self.heartbeat_interval
+            self.completer.flush()
+        finally:
+            connections.close_all()
+
+    def _beat(self) -> None:
+        jobs = self.executor.leases()
+        by_vt: dict[float, list[Job]] = {}
+        for job in jobs:
+            by_vt.setdefault(job.vt, []).append(job)
+        for vt, group in by_vt.items():
+            messages = [j.message for j in group]
+            outcome = retrying(
+                "extending leases",
+                lambda m=messages, v=vt: transitions.extend(m, v, using=self.alias),  # type: ignore[misc]
+                alias=self.alias,
+                abort=self._abort_io,
+            )
+            if outcome.stale:
+                logger.warning(
+                    "Lost the lease of %d in-flight messages (expired and taken by another "
+                    "worker, or moved by an operator): %s; their results will not be stored.",
+                    len(outcome.stale),
+                    outcome.stale[:20],
+                )
+        retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._abort_io)
+
+    def _beat_row(self) -> None:
+        snapshot = self.stats.snapshot(self.executor.in_flight(), self.stats.rate())
+        heartbeat.beat(
+            alias=self.alias,
+            worker_id=self.worker_id,
+            hostname=self.hostname,
+            queues=self.fixed_queues,
+            concurrency=self.concurrency,
+            stats=snapshot,
+        )
+        if self.health_file is not None:
+            heartbeat.touch_health_file(self.health_file, self.worker_id, snapshot)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def _shutdown(self) -> int:
+        if self.listener is not None:
+            self.listener.stop()
+        queued = self.executor.take_queued()
+        if queued:
+            self._release([j.message for j in queued], "not started")
+        deadline = time.monotonic() + self.grace_period
+        self._want_capacity = True
+        while self.executor.in_flight() and not self._force.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                logger.warning(
+                    "Grace period of %ss is over with %d messages still running.",
+                    self.grace_period,
+                    self.executor.in_flight(),
+                )
+                break
+            next_deadline = self.executor.expire_overdue(now)
+            limit = deadline if next_deadline is None else min(deadline, next_deadline)
+            if self._wake.wait(min(max(0.0, limit - now), 0.5)):
+                self._wake.clear()
+        code = 0
+        if self.executor.in_flight():
+            code = 1
+            abandoned = self.executor.abandon_running()
+            self._abort_io.set()  # do not hang on an outage now; leases expire by themselves
+            self._release([j.message for j in abandoned], "unfinished")
+        self._completer_stop.set()
+        self.completer.wake()
+        if self._completer_thread is not None:
+            self._completer_thread.join(None if code == 0 else 2.0)
+        try:
+            retrying(
+                "unregistering the worker",
+                lambda: heartbeat.forget(alias=self.alias, worker_id=self.worker_id),
+                alias=self.alias,
+                abort=self._abort_io if code else self._force,
+            )
+        except Stopped:
+            pass
+        if self.health_file is not None:
+            self.health_file.unlink(missing_ok=True)
+        self.executor.stop(wait=1.0 if code == 0 else 0.0)
+        if self.listener is not None:
+            self.listener.join(1.0)
+        logger.info(
+            "pgq_worker %s stopped%s: %d processed, %d retried, %d dead.",
+            self.worker_id,
+            "" if code == 0 else " without finishing everything",
+            self.stats.processed,
+            self.stats.retried,
+            self.stats.dead,
+        )
+        return code
+
+    def _release(self, messages: list[Message], what: str) -> None:
+        try:
+            outcome = retrying(
+                "releasing leases",
+                lambda: transitions.release(messages, reset_attempt=True, using=self.alias),
+                alias=self.alias,
+                abort=self._abort_io if self._force.is_set() else None,
+            )
+        except Stopped:
+            logger.warning("Could not release %d leases; they will expire.", len(messages))
+            return
+        logger.warning(
+            "Released %d %s messages so they run again at once: %s",
+            len(outcome.done),
+            what,
+            outcome.done[:20],
+        )
+
+
+def run_worker(options: WorkerOptions | None = None, **kwargs: Any) -> int:
+    """Build a :class:`Worker` from options (or keyword arguments) and run it."""
+    return Worker(options or WorkerOptions(**kwargs)).run()
+
+
+__all__ = ["Worker", "WorkerOptions", "default_worker_id", "run_worker"]

@@ -1,0 +1,76 @@
+"""Handlers the worker tests (and bench/) run; the worker imports this module at start."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from django.db import connection
+
+import django_pgqueue
+from django_pgqueue.worker.context import MessageContext
+
+
+@django_pgqueue.handler("bench.noop")
+def noop(payload: Any) -> None:
+    """Does nothing: what bench/ drains to measure the worker's own overhead."""
+
+
+@django_pgqueue.handler("tests.echo")
+def echo(payload: Any) -> Any:
+    return payload
+
+
+@django_pgqueue.handler("tests.effect")
+def effect(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Records one row per message id: a UNIQUE violation proves a double run."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO testapp_effect (message_id, worker_pid, attempt) VALUES (%s, %s, %s)",
+            [context.message_id, os.getpid(), context.attempt],
+        )
+    return {"pid": os.getpid()}
+
+
+@django_pgqueue.handler("tests.sleep")
+def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Sleeps ``payload['seconds']`` (only on attempts listed in ``first_attempts_only``)."""
+    only = payload.get("only_attempts")
+    if only is None or context.attempt in only:
+        time.sleep(payload.get("seconds", 0))
+    if payload.get("effect"):
+        effect(context, payload)
+    return {"attempt": context.attempt, "pid": os.getpid()}
+
+
+@django_pgqueue.handler("tests.fail")
+def always_fail(payload: Any) -> None:
+    raise ValueError(f"always fails: {payload!r}")
+
+
+@django_pgqueue.handler("tests.not-json")
+def not_json(payload: Any) -> object:
+    return object()
+
+
+@django_pgqueue.handler("tests.async-echo")
+async def async_echo(context: MessageContext, payload: Any) -> Any:
+    await asyncio.sleep(payload.get("seconds", 0) if isinstance(payload, dict) else 0)
+    return {"payload": payload, "attempt": context.attempt}
+
+
+@django_pgqueue.handler("tests.timeout", timeout=0.3)
+def too_slow(payload: Any) -> None:
+    time.sleep(payload.get("seconds", 2))
+
+
+@django_pgqueue.handler("tests.async-timeout", timeout=0.3)
+async def async_too_slow(payload: Any) -> None:
+    await asyncio.sleep(payload.get("seconds", 2))
+
+
+@django_pgqueue.handler("tests.extend")
+def extends_lease(context: MessageContext, payload: Any) -> bool:
+    return context.extend_lease(120)

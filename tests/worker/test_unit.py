@@ -1,0 +1,56 @@
+"""Pieces of the worker that need no database."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from django_pgqueue.worker.db import backoff_schedule
+from django_pgqueue.worker.executor import ResultNotSerializable, encode_result
+from django_pgqueue.worker.registry import registry
+from django_pgqueue.worker.runner import Worker, WorkerOptions
+
+
+def test_encode_result_accepts_json_and_none() -> None:
+    assert encode_result(None) is None
+    assert encode_result({"a": [1, "x"]}) == '{"a": [1, "x"]}'
+
+
+@pytest.mark.parametrize("value", [object(), {1, 2}, math.nan])
+def test_encode_result_rejects_what_json_cannot_hold(value: object) -> None:
+    with pytest.raises(ResultNotSerializable, match="not JSON-serializable"):
+        encode_result(value)
+
+
+def test_backoff_schedule_doubles_up_to_its_cap() -> None:
+    step = backoff_schedule(0.1, 0.5)
+    assert [step() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+
+
+def test_registry_knows_test_handlers_and_their_shapes() -> None:
+    import tests.testapp.handlers  # noqa: F401
+
+    effect = registry.get("tests.effect")
+    echo = registry.get("tests.async-echo")
+    assert effect is not None and effect.takes_context and not effect.is_async
+    assert echo is not None and echo.is_async
+    assert registry.get("bench.noop") is not None
+
+
+def test_options_reject_a_queue_that_is_also_excluded(settings: object) -> None:
+    with pytest.raises(ValueError, match="excluded"):
+        Worker(WorkerOptions(queues=["a"], exclude_queues=["a"]))
+
+
+def test_options_validate_queue_names() -> None:
+    from django_pgqueue.exceptions import QueueNameError
+
+    with pytest.raises(QueueNameError):
+        Worker(WorkerOptions(queues=["Not A Queue!"]))
+
+
+def test_heartbeat_runs_several_times_per_lease() -> None:
+    worker = Worker(WorkerOptions(visibility_timeout=3))
+    assert worker.heartbeat_interval == pytest.approx(1.0)
+    assert worker.max_in_flight == max(worker.concurrency, worker.batch_size)
