@@ -201,3 +201,23 @@ def test_aenqueue_and_aget_result() -> None:
     result_id, status = async_to_sync(go)()
     assert status == TaskResultStatus.READY
     assert Message.objects.get(pk=int(result_id)).payload == {"args": [2, 3], "kwargs": {}}
+
+
+def test_payload_over_the_cap_raises_invalid_task(settings) -> None:
+    settings.PGQUEUE = {"MAX_PAYLOAD_BYTES": 64}
+    with pytest.raises(InvalidTask, match="64-byte cap"):
+        t.add.enqueue("x" * 100, 1)
+    assert not Message.objects.exists()
+
+
+def test_manage_py_check_runs_the_backend_check(settings) -> None:
+    from django.core import checks
+
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "django_pgqueue.tasks.PgQueueBackend",
+            "OPTIONS": {"timeout": "soon"},
+        }
+    }
+    ids = [m.id for m in checks.run_checks()]
+    assert "django_pgqueue.E020" in ids

@@ -24,7 +24,7 @@ from django.tasks import TaskResultStatus
 from django.utils import timezone
 
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
-from django_pgqueue.tasks import PgQueueBackend
+from django_pgqueue.tasks import PgQueueBackend, TaskTimeout
 from tests.testapp import tasks as t
 
 REPO = Path(settings.REPO_DIR)
@@ -95,6 +95,7 @@ def test_results_retries_errors_async_and_signals(signal_log: Path) -> None:
     flaky = t.flaky.enqueue(succeed_on=3)  # max_attempts=3: fails twice, then succeeds
     async_ok = t.async_add.enqueue(4, 5)
     async_retry = t.async_flaky.enqueue()
+    slow = t.too_slow.enqueue()  # timeout=1, max_attempts=1
     with pytest.raises(RuntimeError), transaction.atomic():
         rolled_back = t.add.enqueue(100, 100)
         raise RuntimeError("roll back")
@@ -137,6 +138,11 @@ def test_results_retries_errors_async_and_signals(signal_log: Path) -> None:
     async_retry.refresh()
     assert async_retry.status == TaskResultStatus.SUCCESSFUL and async_retry.return_value == 2
     assert [e.exception_class for e in async_retry.errors] == [KeyError]
+
+    slow.refresh()
+    assert slow.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in slow.errors] == [TaskTimeout]
+    assert DeadMessage.objects.get(message_id=int(slow.id)).reason == "timeout"
 
     assert not Message.objects.exists()
     log = read_log(signal_log)

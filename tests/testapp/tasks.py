@@ -104,3 +104,8 @@ def _on_enqueued(sender: Any, task_result: Any, **kwargs: Any) -> None:
 def on_dummy(x: int) -> int:
     """Built for another backend (Django's DummyBackend with our task class)."""
     return 2 * x
+
+
+@task(max_attempts=1, timeout=1)
+def too_slow() -> None:
+    time.sleep(3)
