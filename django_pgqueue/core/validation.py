@@ -26,6 +26,9 @@ __all__ = [
 QUEUE_NAME_MAX_LENGTH = 48
 QUEUE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,47}$"
 _QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN)
+# json.dumps writes U+0000 as the escape \u0000 (after an even run of backslashes, so an
+# escaped backslash followed by "u0000" is not mistaken for it).
+_NUL_ESCAPE_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 TASK_NAME_MAX_LENGTH = 255
 DEDUP_KEY_MAX_LENGTH = 255
 TENANT_MAX_LENGTH = 255
@@ -113,7 +116,7 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
             f"Payload is {size} bytes, over the {max_bytes}-byte cap "
             "(PGQUEUE['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
         )
-    if "\x00" in text:
+    if "\x00" in text or _NUL_ESCAPE_RE.search(text):
         # PostgreSQL's jsonb cannot store U+0000.
         raise PayloadError("Payload contains a NUL character (\\u0000), which jsonb cannot store.")
     return text

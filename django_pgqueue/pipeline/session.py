@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,6 +176,8 @@ def build_session(
     if master.startswith("local"):
         # Otherwise Spark warns at every start that the host name resolves to loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers must match the driver's minor version; "python3" on PATH may not.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from django_pgqueue.models import ArchivedMessage, Message
+from django_pgqueue.pipeline.enqueue import enqueue_frame
+from django_pgqueue.pipeline.errors import BadInput, PipelineError
+from tests.conftest import drain
+from tests.factories import ArchivedMessageFactory
+
+pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
+
+REPO = Path(settings.REPO_DIR)
+WORKER_COMMAND = REPO / "django_pgqueue" / "management" / "commands" / "pgq_worker.py"
+
+
+def database_url() -> str:
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def run_worker(queue: str) -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings"),
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "example_project"), *sys.path]),
+    }
+    command = [sys.executable, "-m", "django", "pgq_worker", "--burst", "--no-listen"]
+    command += ["--queue", queue, "--concurrency", "4", "--batch-size", "500"]
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not WORKER_COMMAND.exists(), reason="pgq_worker is not there yet")
+def test_bulk_enqueue_of_100k_rows_is_processed_by_the_worker(
+    spark: Any, listener: psycopg.Connection[Any]
+) -> None:
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.range(100_000, numPartitions=4)
+        .withColumn("user", F.concat(F.lit("u"), F.col("id").cast("string")))
+        .withColumn("amount", F.col("id") * 0.5)
+    )
+
+    first = enqueue_frame(spark, frame, task="bench.noop", queue="bulk", batch_id="b1")
+
+    assert (first.rows, first.enqueued, first.bad_count, first.partitions) == (
+        100_000,
+        100_000,
+        0,
+        4,
+    )
+    assert Message.objects.filter(queue="bulk", task="bench.noop").count() == 100_000
+    assert Message.objects.get(dedup_key="b1:41").payload == {
+        "id": 41,
+        "user": "u41",
+        "amount": 20.5,
+    }
+    # One wake-up per partition, not per row.
+    assert drain(listener) == [("django_pgqueue", "bulk")] * 4
+    # A retried job (same batch id) enqueues nothing twice while the messages are live...
+    again = enqueue_frame(spark, frame, task="bench.noop", queue="bulk", batch_id="b1")
+    assert (again.enqueued, again.duplicates) == (0, 100_000)
+
+    run_worker("bulk")
+
+    assert not Message.objects.filter(queue="bulk").exists()
+    assert ArchivedMessage.objects.filter(queue="bulk").count() == 100_000
+    # ...nor after the worker finished them: keys are checked against the archive too.
+    late = enqueue_frame(spark, frame, task="bench.noop", queue="bulk", batch_id="b1")
+    assert late.enqueued == 0 and not Message.objects.exists()
+
+
+def test_bad_csv_rows_are_reported_and_nothing_is_enqueued(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "orders.csv"
+    path.write_text(
+        "order,prio\n"
+        "1,5\n"
+        '2,"500"\n'  # priority out of range
+        "3,1,extra,fields\n"  # malformed: too many fields
+        "4,x\n"  # priority not a number
+        "5,0\n"
+    )
+    with pytest.raises(BadInput) as caught:
+        enqueue_frame(spark, str(path), task="tests.echo", queue="csv", priority_column="prio")
+    assert caught.value.bad_count == 3
+    assert [n for n, _ in caught.value.bad_rows] == [2, 3, 4]
+    assert "priority" in caught.value.bad_rows[0][1]
+    assert "malformed record" in caught.value.bad_rows[1][1]
+    assert not Message.objects.exists()
+
+    result = enqueue_frame(
+        spark, str(path), task="tests.echo", queue="csv", priority_column="prio", skip_bad=True
+    )
+
+    assert (result.enqueued, result.bad_count) == (2, 3)
+    assert sorted(
+        (m.payload["order"], m.priority) for m in Message.objects.filter(queue="csv")
+    ) == [("1", 5), ("5", 0)]
+
+
+def test_malformed_json_lines_and_bad_payloads_are_reported(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        '{"event": "a", "key": "k1"}\n'
+        '{"event": "b", "key": \n'  # malformed
+        '{"event": "c\\u0000", "key": "k3"}\n'  # NUL: jsonb cannot store it
+        '{"event": "d", "key": "k1"}\n'  # same dedup key as the first row
+    )
+    with pytest.raises(BadInput, match="2 of 4 input rows are invalid"):
+        enqueue_frame(spark, str(path), task="tests.echo", queue="json", dedup_key_column="key")
+
+    result = enqueue_frame(
+        spark,
+        str(path),
+        task="tests.echo",
+        queue="json",
+        dedup_key_column="key",
+        skip_bad=True,
+    )
+
+    assert (result.enqueued, result.duplicates, result.bad_count) == (1, 1, 2)
+    message = Message.objects.get(queue="json")
+    assert (message.dedup_key, message.payload) == ("k1", {"event": "a"})
+
+
+def test_payload_column_and_archived_keys(spark: Any) -> None:
+    ArchivedMessageFactory(queue="pc", dedup_key="done-1")
+    frame = spark.createDataFrame(
+        [("done-1", '{"a": 1}'), ("new-2", '{"b": [1, 2]}'), ("bad-3", "{not json")],
+        ["key", "body"],
+    )
+    with pytest.raises(BadInput, match="row 3: payload is not valid JSON"):
+        enqueue_frame(
+            spark, frame, task="t", queue="pc", payload_column="body", dedup_key_column="key"
+        )
+    result = enqueue_frame(
+        spark,
+        frame,
+        task="t",
+        queue="pc",
+        payload_column="body",
+        dedup_key_column="key",
+        skip_bad=True,
+    )
+    assert result.enqueued == 1
+    assert list(Message.objects.values_list("dedup_key", "payload")) == [("new-2", {"b": [1, 2]})]
+
+
+def test_bad_arguments_are_refused_before_any_work(spark: Any, tmp_path: Path) -> None:
+    frame = spark.range(3)
+    with pytest.raises(Exception, match="Invalid queue name"):
+        enqueue_frame(spark, frame, task="t", queue="Not Valid")
+    with pytest.raises(PipelineError, match="not in the input"):
+        enqueue_frame(spark, frame, task="t", queue="q", dedup_key_column="missing")
+    with pytest.raises(PipelineError, match="Cannot read"):
+        enqueue_frame(spark, str(tmp_path / "nowhere.parquet"), task="t", queue="q")
+    assert not Message.objects.exists()
