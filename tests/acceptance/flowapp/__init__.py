@@ -1,0 +1,1 @@
+"""Handlers for the flow-control acceptance tests (installed only in their worker processes)."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FlowAppConfig(AppConfig):
+    name = "tests.acceptance.flowapp"
+    label = "flowapp"

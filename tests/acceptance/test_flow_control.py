@@ -1,0 +1,242 @@
+"""Fairness and limits with real concurrent ``pgq_worker`` processes.
+
+The workers run with ``tests.acceptance.flow_settings`` (the flow-controlled queues) and the
+``flow.record`` handler, which logs, from inside the handler, how many messages of its queue
+and of its key the database counts as in flight (leases not yet expired).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+import django_pgqueue
+from django_pgqueue.core.operations import pause_queue
+from django_pgqueue.models import ArchivedMessage, Message
+
+REPO = Path(settings.REPO_DIR)
+WORKER_COMMAND = REPO / "django_pgqueue" / "management" / "commands" / "pgq_worker.py"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not WORKER_COMMAND.exists(), reason="pgq_worker is not there"),
+]
+
+
+def database_url() -> str:
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def flow_log(tmp_path: Path) -> Path:
+    path = tmp_path / "flow.jsonl"
+    path.touch()
+    return path
+
+
+class Workers:
+    """Worker subprocesses of one test; every one still running at the end is killed."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *queues: str, hang: bool = False, extra: tuple[str, ...] = ()) -> Any:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.acceptance.flow_settings",
+            "DATABASE_URL": database_url(),
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "example_project")]),
+            "PGQ_FLOW_LOG": str(self.log),
+        }
+        if hang:
+            env["PGQ_FLOW_HANG"] = "1"
+        command = [sys.executable, "-m", "django", "pgq_worker", "--no-listen"]
+        command += ["--poll-interval", "0.05", *extra]
+        for queue in queues:
+            command += ["--queue", queue]
+        proc = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.procs.append(proc)
+        return proc
+
+    def wait(self, proc: subprocess.Popen[str], timeout: float = 90) -> str:
+        out, _ = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, out
+        return out
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+
+
+@pytest.fixture
+def workers(flow_log: Path) -> Iterator[Workers]:
+    pool = Workers(flow_log)
+    yield pool
+    pool.stop_all()
+
+
+def records(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line]
+
+
+def enqueue(queue: str, key: str | None, count: int, **payload: Any) -> list[int]:
+    return [
+        django_pgqueue.enqueue(
+            "flow.record",
+            {"queue": queue, "key": key, "seq": n, **payload},
+            queue=queue,
+            tenant=key,
+        ).id
+        for n in range(count)
+    ]
+
+
+def max_overlap(runs: list[dict[str, Any]]) -> int:
+    """Most handler runs open at one instant (start/end events of every run)."""
+    events = sorted([(r["start"], 1) for r in runs] + [(r["end"], -1) for r in runs])
+    open_now = peak = 0
+    for _, step in events:
+        open_now += step
+        peak = max(peak, open_now)
+    return peak
+
+
+def test_a_queue_limit_is_never_exceeded_by_several_workers(workers: Workers, flow_log: Path):
+    enqueue("flow-limited", None, 36, sleep=0.05)
+    procs = [
+        workers.start("flow-limited", extra=("--concurrency", "4", "--max-messages", "12"))
+        for _ in range(3)
+    ]
+    for proc in procs:
+        workers.wait(proc)
+    runs = records(flow_log)
+    assert len(runs) == 36 and not Message.objects.filter(queue="flow-limited").exists()
+    assert max(r["in_flight"] for r in runs) <= 3  # what the database saw, from inside
+    assert max_overlap(runs) <= 3
+    assert max_overlap(runs) >= 2  # the workers did run side by side
+    assert len({r["pid"] for r in runs}) >= 2
+
+
+def test_a_key_limit_of_one_runs_each_keys_messages_one_at_a_time_in_order(
+    workers: Workers, flow_log: Path
+):
+    for key in ("a", "b", "c"):
+        enqueue("flow-keyed", key, 8, sleep=0.02)
+    procs = [
+        workers.start("flow-keyed", extra=("--concurrency", "4", "--max-messages", "12"))
+        for _ in range(2)
+    ]
+    for proc in procs:
+        workers.wait(proc)
+    runs = records(flow_log)
+    assert len(runs) == 24
+    by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by_key[run["key"]].append(run)
+    for key_runs in by_key.values():
+        assert max(r["key_in_flight"] for r in key_runs) == 1
+        assert max_overlap(key_runs) == 1
+        in_start_order = sorted(key_runs, key=lambda r: r["start"])
+        assert [r["seq"] for r in in_start_order] == list(range(8))
+    assert max_overlap(runs) >= 2  # different keys did run at the same time
+
+
+def test_a_killed_workers_slot_is_freed_when_its_lease_expires(workers: Workers, flow_log: Path):
+    [stuck] = enqueue("flow-crash", "k", 1, hang=True)
+    enqueue("flow-crash", "k", 2)
+    doomed = workers.start("flow-crash", hang=True, extra=("--concurrency", "2"))
+    deadline = time.monotonic() + 30
+    while not Message.objects.filter(id=stuck, lease_token__isnull=False).exists():
+        assert time.monotonic() < deadline, "the first worker never leased the message"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    # Key limit 1: while the hanging handler holds the slot nothing else of the key is leased.
+    assert Message.objects.filter(queue="flow-crash", lease_token__isnull=False).count() == 1
+    doomed.send_signal(signal.SIGKILL)
+    doomed.communicate(timeout=10)
+    # A fresh worker gets everything done once the dead worker's lease (2 s) runs out.
+    rescuer = workers.start("flow-crash", extra=("--concurrency", "2", "--max-messages", "3"))
+    workers.wait(rescuer, timeout=60)
+    assert not Message.objects.filter(queue="flow-crash").exists()
+    runs = records(flow_log)
+    assert len(runs) == 3 and max(r["key_in_flight"] for r in runs) == 1
+    redelivered = next(r for r in runs if r["id"] == stuck)
+    assert redelivered["attempt"] == 2
+
+
+def test_a_heavy_tenant_does_not_delay_a_light_one(workers: Workers, flow_log: Path):
+    enqueue("flow-fair", "heavy", 400)
+    light = enqueue("flow-fair", "light", 4)
+    proc = workers.start(
+        "flow-fair", extra=("--concurrency", "2", "--batch-size", "2", "--max-messages", "60")
+    )
+    workers.wait(proc)
+    finished = list(
+        ArchivedMessage.objects.filter(queue="flow-fair")
+        .order_by("finished_at", "id")
+        .values_list("message_id", flat=True)
+    )
+    positions = [finished.index(message_id) for message_id in light]
+    # The bound documented in docs/how-to/fairness-and-limits.md: the light tenant's k-th
+    # message is claimed within its k-th round (2 tenants -> 2 messages a round), plus what
+    # the worker holds already (max(concurrency, batch size) = 2): position < 2k + 2.
+    assert all(pos < 2 * (k + 1) + 2 for k, pos in enumerate(sorted(positions))), positions
+
+
+def test_a_rate_limit_holds_across_workers(workers: Workers):
+    enqueue("flow-rate", None, 60)
+    procs = [
+        workers.start("flow-rate", extra=("--concurrency", "4", "--max-messages", "30"))
+        for _ in range(2)
+    ]
+    for proc in procs:
+        workers.wait(proc)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM started_at) FROM pgqueue_archive WHERE queue = 'flow-rate' "
+            "ORDER BY started_at"
+        )
+        starts = [float(row[0]) for row in cursor.fetchall()]
+    assert len(starts) == 60
+    # Token bucket of 20/s with a burst of 20: any 1 s window holds at most 20 + 20 leases,
+    # and 60 leases need at least (60 - 20) / 20 = 2 s of database time.
+    assert starts[-1] - starts[0] >= 2.0 * 0.95
+    for n, t0 in enumerate(starts):
+        in_window = sum(1 for t in starts[n:] if t - t0 <= 1.0)
+        assert in_window <= 40
+
+
+def test_a_paused_queue_is_not_touched(workers: Workers, flow_log: Path):
+    paused = enqueue("flow-paused", None, 5)
+    pause_queue("flow-paused")
+    enqueue("flow-limited", None, 3)
+    proc = workers.start("flow-paused", "flow-limited", extra=("--burst",))
+    workers.wait(proc)
+    assert {r["id"] for r in records(flow_log)}.isdisjoint(paused)
+    untouched = Message.objects.filter(id__in=paused)
+    assert untouched.count() == 5
+    assert all(m.attempts == 0 and m.lease_token is None for m in untouched)
+    assert not Message.objects.filter(queue="flow-limited").exists()
