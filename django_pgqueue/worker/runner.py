@@ -218,6 +218,10 @@ class Worker:
     def run(self) -> int:
         receiver = label_connection(self.worker_id)
         connection_created.connect(receiver, weak=False)
+        main = connections[self.alias]
+        if main.connection is not None and not main.in_atomic_block:
+            # Reconnect so this connection carries the worker's label too.
+            main.close()
         previous: dict[int, Any] = {}
         if (
             self.options.install_signal_handlers

@@ -7,7 +7,6 @@ class Effect(models.Model):
     message_id = models.BigIntegerField(unique=True)
     worker_pid = models.IntegerField()
     attempt = models.IntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
         return f"effect of message {self.message_id}"

@@ -1,0 +1,121 @@
+"""Real ``manage.py pgq_worker`` subprocesses against the test database."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def database_url() -> str:
+    """A DATABASE_URL naming the database this test runs on (the test database)."""
+    s = connection.settings_dict
+    user = quote(s.get("USER") or "", safe="")
+    password = quote(s.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else f"{user}@" if user else ""
+    host = quote(s.get("HOST") or "", safe="")
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}{host}{port}/{s['NAME']}"
+
+
+class WorkerProcess:
+    """One worker subprocess; its log lines are collected as they come."""
+
+    def __init__(self, args: list[str], worker_id: str) -> None:
+        self.worker_id = worker_id
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.settings",
+            DATABASE_URL=database_url(),
+            PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "example_project")]),
+            PYTHONUNBUFFERED="1",
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "pgq_worker", "--worker-id", worker_id, *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern: str, timeout: float = 20) -> str:
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            for line in self.lines[seen:]:
+                if regex.search(line):
+                    return line
+            seen = len(self.lines)
+            if self.proc.poll() is not None and seen == len(self.lines):
+                time.sleep(0.05)
+                if not any(regex.search(x) for x in self.lines):
+                    raise AssertionError(f"worker exited ({self.proc.returncode}):\n{self.output}")
+            time.sleep(0.02)
+        raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n{self.output}")
+
+    def ready(self) -> WorkerProcess:
+        self.wait_for_line(r" ready: ")
+        return self
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker still running after {timeout}s:\n{self.output}") from None
+        self._reader.join(2)
+        return code
+
+
+@pytest.fixture
+def spawn_worker(transactional_db: None) -> Iterator[Callable[..., WorkerProcess]]:
+    spawned: list[WorkerProcess] = []
+    counter = iter(range(1, 1000))
+
+    def spawn(*args: str, worker_id: str | None = None) -> WorkerProcess:
+        worker = WorkerProcess(list(args), worker_id or f"acceptance-{next(counter)}")
+        spawned.append(worker)
+        return worker
+
+    yield spawn
+    for worker in spawned:
+        if worker.proc.poll() is None:
+            worker.proc.send_signal(signal.SIGKILL)
+            worker.proc.wait(10)
+
+
+def terminate_backends(admin_conn: object, worker_id: str, role: str) -> int:
+    """pg_terminate_backend every connection of ``worker_id`` whose label ends in ``role``."""
+    rows = admin_conn.execute(  # type: ignore[attr-defined]
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+        [f"pgq_worker:{worker_id}:{role}"[:63]],
+    ).fetchall()
+    return len(rows)
