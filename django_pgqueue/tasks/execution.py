@@ -104,17 +104,21 @@ def _decode(task: Task, payload: Any) -> tuple[list[Any], dict[str, Any], str]:
 def _running_result(
     task: Task, context: MessageContext, args: list[Any], kwargs: dict[str, Any], backend: str
 ) -> TaskResult:
-    """The task's result as the worker runs it: the stored history plus this attempt."""
-    alias = get_settings().DATABASE_ALIAS
-    row = results.fetch_row(context.message_id, using=alias)
-    if row is not None and row.table == "live":
-        return results.to_result(
-            row._replace(running=True),
-            task,
-            result_id=str(context.message_id),
-            backend=backend,
-        )
-    # The row moved meanwhile (an operator discarded it): build what the context knows.
+    """The task's result as the worker runs it: the stored history plus this attempt.
+
+    A first attempt has no history, so it is built from the context alone (no query: this
+    is the hot path); a retry reads the row for its errors and earlier workers.
+    """
+    if context.attempt > 1:
+        row = results.fetch_row(context.message_id, using=get_settings().DATABASE_ALIAS)
+        if row is not None and row.table == "live":
+            return results.to_result(
+                row._replace(running=True),
+                task,
+                result_id=str(context.message_id),
+                backend=backend,
+            )
+    # First attempt, or the row moved meanwhile (an operator discarded it).
     now = timezone.now()
     return TaskResult(
         task=results.unchecked_copy(task, queue_name=context.queue, backend=backend),
@@ -206,11 +210,14 @@ def _async_runner(task: Task) -> Callable[[MessageContext, Any], Any]:
     async def run(context: MessageContext, payload: Any) -> Any:
         args, kwargs, alias = _decode(task, payload)
         sender = type(task_backends[alias])
-        # The event loop's thread may not touch the database: look it up in Django's
-        # thread for sync code (one connection, reused).
-        running = await sync_to_async(_running_result, thread_sensitive=True)(
-            task, context, args, kwargs, alias
-        )
+        if context.attempt > 1:
+            # The event loop's thread may not touch the database: read the history in
+            # Django's thread for sync code (one connection, reused).
+            running = await sync_to_async(_running_result, thread_sensitive=True)(
+                task, context, args, kwargs, alias
+            )
+        else:
+            running = _running_result(task, context, args, kwargs, alias)
         await _asend(task_started, sender, running)
         try:
             if task.takes_context:

@@ -110,11 +110,33 @@ def test_failure_on_last_attempt_sends_finished_failed(signals) -> None:
 
 def test_async_task_runs_through_its_async_handler(signals) -> None:
     t.async_add.enqueue(4, 5)
-    message, value = run("tasks-other")
+    _, value = run("tasks-other")
     assert value == {"sum": 9}
     assert [name for name, _, _ in signals] == ["started", "finished"]
-    # The running result came from the row (its lease), not from a fallback.
-    assert signals[0][2].started_at == message.leased_at
+    assert signals[0][2].worker_ids == ["w-test"]
+
+
+def test_async_retry_reads_its_history(signals) -> None:
+    t.async_flaky.enqueue()
+    with pytest.raises(KeyError):
+        run()
+    (leased,) = Message.objects.all()
+    transitions.fail(
+        [
+            transitions.FailedAttempt(
+                lease=leased,
+                error=transitions.error_entry(KeyError("x"), attempt=1, worker_id="w-1"),
+                retry_in=0,
+            )
+        ]
+    )
+    message, value = run()
+    assert value == 2
+    finished = signals[-1][2]
+    assert finished.status == TaskResultStatus.SUCCESSFUL
+    # From the row, read through the database in a sync thread: the history and this lease.
+    assert finished.worker_ids == ["w-1", "w-test"]
+    assert finished.last_attempted_at == message.leased_at
 
 
 def test_unserializable_return_value_fails_the_attempt() -> None:
