@@ -10,7 +10,7 @@ or ten million rows. The ranges are contiguous in the existing indexes:
 - ``pgq_dead_died (queue, died_at)`` and ``pgq_archive_finished (queue, finished_at)`` for
   the dead count and the 5 / 60 minute throughput.
 
-The whole dashboard is four statements, however many queues there are.
+The whole dashboard is five statements, however many queues there are.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..conf import get_settings
 
 __all__ = [
     "COUNT_CAP",
+    "SAMPLE_CAP",
     "THROUGHPUT_CAP",
     "CappedCount",
     "Overview",
@@ -37,6 +38,9 @@ __all__ = [
 
 # States are counted up to this many rows per queue; above it the page shows "10,000+".
 COUNT_CAP = 10_000
+# Whether a live row is leased or has failed before is read from the heap for this many rows
+# per queue and side of now(); beyond it those counts are lower bounds.
+SAMPLE_CAP = 1_000
 # Throughput windows are index-only range scans, cheap enough to count further.
 THROUGHPUT_CAP = 100_000
 
@@ -152,17 +156,22 @@ qp(queue, priority) AS (
 )"""
 
 
-def _live_range(comparison: str, columns: str) -> str:
-    """Rows of one queue whose ``available_at`` is on one side of now(), capped."""
+def _live_range(comparison: str, columns: str, cap: str) -> str:
+    """Rows of one queue whose ``available_at`` is on one side of now(), at most cap + 1.
+
+    In ``available_at`` order per priority: the future side starts with what falls due
+    soonest, where the leases (expiring within a visibility timeout) are.
+    """
     return f"""
     SELECT x.* FROM qp CROSS JOIN LATERAL (
         SELECT {columns} FROM pgqueue_message m
         WHERE m.queue = qp.queue AND m.attempts < m.max_attempts
           AND m.priority = qp.priority AND m.available_at {comparison} now()
-        LIMIT %(cap)s + 1
+        ORDER BY m.available_at
+        LIMIT {cap} + 1
     ) x
     WHERE qp.queue = q.queue
-    LIMIT %(cap)s + 1"""
+    LIMIT {cap} + 1"""
 
 
 def _window_count(table: str, column: str, minutes: int) -> str:
@@ -172,11 +181,16 @@ def _window_count(table: str, column: str, minutes: int) -> str:
         LIMIT %(throughput_cap)s + 1) w)"""
 
 
+# Totals are index-only walks (the claim index has queue, priority and available_at) capped
+# at %(cap)s. Whether a row is leased or has failed before is only in the heap, so that split
+# reads at most %(sample)s rows per side: exact below it, a lower bound ("N+") above it.
 STATS_SQL = f"""
 WITH RECURSIVE {_QUEUE_PRIORITIES}
 SELECT q.queue,
+       (SELECT count(*) FROM ({_live_range("<=", "1", "%(cap)s")}) r) AS due_total,
+       (SELECT count(*) FROM ({_live_range(">", "1", "%(cap)s")}) r) AS future_total,
        due.seen, due.retrying,
-       future.seen, future.scheduled, future.leased, future.retrying,
+       future.seen, future.leased, future.retrying,
        last.seen, last.leased,
        (SELECT count(*) FROM (
             SELECT 1 FROM pgqueue_dead d WHERE d.queue = q.queue LIMIT %(cap)s + 1) dd),
@@ -195,14 +209,13 @@ FROM unnest(%(queues)s::text[]) AS q(queue)
 CROSS JOIN LATERAL (
     SELECT count(*) AS seen,
            count(*) FILTER (WHERE r.lease_token IS NULL AND r.attempts > 0) AS retrying
-    FROM ({_live_range("<=", "m.lease_token, m.attempts")}) r
+    FROM ({_live_range("<=", "m.lease_token, m.attempts", "%(sample)s")}) r
 ) due
 CROSS JOIN LATERAL (
     SELECT count(*) AS seen,
-           count(*) FILTER (WHERE f.lease_token IS NULL) AS scheduled,
            count(*) FILTER (WHERE f.lease_token IS NOT NULL) AS leased,
            count(*) FILTER (WHERE f.lease_token IS NULL AND f.attempts > 0) AS retrying
-    FROM ({_live_range(">", "m.lease_token, m.attempts")}) f
+    FROM ({_live_range(">", "m.lease_token, m.attempts", "%(sample)s")}) f
 ) future
 CROSS JOIN LATERAL (
     -- Rows past their attempts are leased on their last attempt (or expired, awaiting burial).
@@ -258,18 +271,24 @@ def known_queues(*, using: str | None = None) -> list[tuple[str, bool]]:
 def read_overview(
     *,
     cap: int = COUNT_CAP,
+    sample: int = SAMPLE_CAP,
     throughput_cap: int = THROUGHPUT_CAP,
     using: str | None = None,
 ) -> Overview:
-    """Everything the dashboard shows, in four statements."""
+    """Everything the dashboard shows, in five statements."""
     alias = using or get_settings().DATABASE_ALIAS
     queues = known_queues(using=alias)
     paused = dict(queues)
-    with connections[alias].cursor() as cursor:
-        cursor.execute(
-            STATS_SQL,
-            {"queues": list(paused), "cap": cap, "throughput_cap": throughput_cap},
-        )
+    params = {
+        "queues": list(paused),
+        "cap": cap,
+        "sample": sample,
+        "throughput_cap": throughput_cap,
+    }
+    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
+        # JIT compilation costs more than these short index walks; off for this transaction.
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute(STATS_SQL, params)
         rows = cursor.fetchall()
         cursor.execute(ESTIMATES_SQL)
         estimates = {name: int(count) for name, count in cursor.fetchall()}
@@ -280,16 +299,22 @@ def read_overview(
             now = cursor.fetchone()[0]
     overview = Overview(now=rows[0][-1] if rows else now, estimated_rows=estimates)
     for row in rows:
-        (name, due_seen, due_retrying, fut_seen, fut_scheduled, fut_leased, fut_retrying,
-         last_seen, last_leased, dead, oldest, done5, done60, failed5, failed60, now) = row  # fmt: skip
+        (name, due_total, future_total, due_seen, due_retrying, fut_seen, fut_leased,
+         fut_retrying, last_seen, last_leased, dead, oldest, done5, done60, failed5, failed60,
+         now) = row  # fmt: skip
+        in_flight = _part(fut_leased, fut_seen, sample) + _part(last_leased, last_seen, cap)
+        scheduled = CappedCount(
+            max(min(future_total, cap) - fut_leased, 0), future_total > cap or fut_seen > sample
+        )
         overview.queues.append(
             QueueOverview(
                 name=name,
                 paused=paused[name],
-                ready=_capped(due_seen, cap),
-                scheduled=_part(fut_scheduled, fut_seen, cap),
-                in_flight=_part(fut_leased, fut_seen, cap) + _part(last_leased, last_seen, cap),
-                retrying=_part(due_retrying, due_seen, cap) + _part(fut_retrying, fut_seen, cap),
+                ready=_capped(due_total, cap),
+                scheduled=scheduled,
+                in_flight=in_flight,
+                retrying=_part(due_retrying, due_seen, sample)
+                + _part(fut_retrying, fut_seen, sample),
                 dead=_capped(dead, cap),
                 oldest_ready_age=(now - oldest) if oldest is not None else None,
                 processed_5m=_capped(done5, throughput_cap),

