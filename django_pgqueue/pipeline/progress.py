@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, Protocol
 
 
 @dataclass
@@ -51,12 +51,18 @@ class Progress:
         return f"{text} ({note})" if note else text
 
 
-def printer(stream: TextIO | None = None) -> Callable[[str], None]:
+class Writer(Protocol):
+    def write(self, text: str, /) -> Any: ...
+
+
+def printer(stream: Writer | None = None) -> Callable[[str], None]:
     """A ``report`` callback that writes one line per step and flushes (visible under pipes)."""
-    out = stream or sys.stderr
+    out: Writer = stream or sys.stderr
 
     def write(line: str) -> None:
         out.write(line + "\n")
-        out.flush()
+        flush = getattr(out, "flush", None)
+        if flush is not None:
+            flush()
 
     return write

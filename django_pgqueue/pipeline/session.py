@@ -156,7 +156,7 @@ def jdbc_target(using: str | None = None) -> JdbcTarget:
 
 
 def build_session(
-    master: str = DEFAULT_MASTER,
+    master: str | None = None,
     *,
     app_name: str = "pgq_pipeline",
     conf: dict[str, str] | None = None,
@@ -164,28 +164,33 @@ def build_session(
 ) -> SparkSession:
     """A SparkSession set up for the pipeline (UTC, JDBC driver shipped to executors).
 
-    An existing active session is reused (``spark-submit`` creates one); its JDBC jar must
-    then come from ``--jars`` / ``--packages``.
+    ``master`` None means: the one ``spark-submit --master`` chose when launched by it,
+    otherwise ``local[*]`` (embedded, no cluster needed).
     """
     import_pyspark()
     find_java()
-    check_master(master)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this process
+    if master is None and not submitted:
+        master = DEFAULT_MASTER
+    if master is not None:
+        check_master(master)
     jar = jdbc_jar()
     from pyspark.sql import SparkSession
 
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         # Otherwise Spark warns at every start that the host name resolves to loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers must match the driver's minor version; "python3" on PATH may not.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        SparkSession.builder.appName(app_name)
         # Days and hours are UTC whatever the JVM's or the host's zone is.
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.ui.showConsoleProgress", "false")
     )
+    if master is not None:
+        builder = builder.master(master)
     if jar is not None:
         builder = builder.config("spark.jars", jar)
     else:

@@ -1,0 +1,257 @@
+"""The command line of the pipeline jobs, shared by ``manage.py pgq_pipeline`` and
+``python -m django_pgqueue.pipeline`` (which ``spark-submit`` can run as well)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+from .errors import BadInput, PipelineError
+from .progress import Writer, printer
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL: local[*] (default, embedded), local[N], spark://host:7077, "
+        "yarn, k8s://https://host:port. Under spark-submit, its --master is used.",
+    )
+    parser.add_argument(
+        "--database",
+        default=None,
+        help="Django DATABASES alias holding the queue (default: PGQUEUE['DATABASE_ALIAS']).",
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Extra Spark configuration, repeatable (e.g. spark.driver.memory=2g).",
+    )
+    parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
+    jobs = parser.add_subparsers(dest="job", required=True, metavar="{export,stats,prune,enqueue}")
+
+    export = jobs.add_parser("export", help="Archive and dead rows -> Parquet (queue/day).")
+    export.add_argument("destination", help="Local path or Hadoop-compatible URL (s3a://...).")
+    export.add_argument(
+        "--source", action="append", choices=["archive", "dead"], help="Default: both."
+    )
+    export.add_argument("--range-size", type=int, default=50_000, help="Ids per range.")
+    export.add_argument(
+        "--ranges-per-job", type=int, default=None, help="Ranges per Spark job (default: cores)."
+    )
+    export.add_argument(
+        "--horizon-wait",
+        type=float,
+        default=30.0,
+        help="Seconds to wait for transactions older than the export start (see docs).",
+    )
+
+    stats = jobs.add_parser("stats", help="Hourly stats per queue and task -> stats table.")
+    stats.add_argument("--hours", type=int, default=24, help="Window: the last N hours.")
+    stats.add_argument("--since", type=_aware, help="Window start (ISO 8601 with offset).")
+    stats.add_argument("--until", type=_aware, help="Window end, exclusive.")
+
+    prune = jobs.add_parser("prune", help="Delete rows a completed export verified.")
+    prune.add_argument("--destination", help="Only ranges verified in this export.")
+    prune.add_argument("--source", action="append", choices=["archive", "dead"])
+    prune.add_argument("--keep-days", type=float, default=None, help="Keep the last N days.")
+    prune.add_argument("--vacuum", action="store_true", help="VACUUM (ANALYZE) afterwards.")
+    prune.add_argument("--dry-run", action="store_true", help="Report, delete nothing.")
+
+    enqueue = jobs.add_parser("enqueue", help="Bulk-enqueue a Parquet/CSV/JSON path.")
+    enqueue.add_argument("path", help="Input path or URL.")
+    enqueue.add_argument("--task", required=True)
+    enqueue.add_argument("--queue", default=None)
+    enqueue.add_argument("--format", choices=["parquet", "csv", "json"], default=None)
+    enqueue.add_argument("--payload-column", default=None)
+    enqueue.add_argument("--dedup-key-column", default=None)
+    enqueue.add_argument("--priority-column", default=None)
+    enqueue.add_argument("--tenant-column", default=None)
+    enqueue.add_argument("--priority", type=int, default=0)
+    enqueue.add_argument("--max-attempts", type=int, default=None)
+    enqueue.add_argument("--batch-id", default=None, help="Default: derived from path/task/queue.")
+    enqueue.add_argument(
+        "--skip-bad", action="store_true", help="Enqueue the valid rows when some are invalid."
+    )
+    enqueue.add_argument(
+        "--no-history-check",
+        action="store_true",
+        help="Do not skip dedup keys already archived or dead.",
+    )
+
+
+def _aware(value: str) -> datetime:
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{value!r} has no UTC offset (e.g. +00:00)")
+    return moment
+
+
+def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
+    """Run one job; returns the exit status. Progress goes to ``err``, the result to ``out``."""
+    from .session import build_session
+
+    report = printer(err)
+    job = options["job"]
+    try:
+        if job == "prune":  # no Spark needed: deletes run from the driver
+            from .prune import prune
+
+            result: Any = prune(
+                destination=options.get("destination"),
+                sources=options.get("source") or ["archive", "dead"],
+                keep_days=options.get("keep_days"),
+                vacuum=options.get("vacuum", False),
+                dry_run=options.get("dry_run", False),
+                report=report,
+                using=options.get("database"),
+            )
+            summary = {
+                "rows": result.rows,
+                "row_bytes": result.row_bytes,
+                "ranges_pruned": result.ranges_pruned,
+                "relation_bytes_before": result.relation_bytes_before,
+                "relation_bytes_after": result.relation_bytes_after,
+                "vacuumed": result.vacuumed,
+                "skipped": result.skipped,
+                "seconds": round(result.seconds, 3),
+            }
+            text = (
+                f"pruned {result.rows:,} rows ({result.row_bytes:,} bytes of row data) in "
+                f"{result.ranges_pruned} ranges; tables {result.relation_bytes_before:,} -> "
+                f"{result.relation_bytes_after:,} bytes"
+                + ("" if result.vacuumed else " (run with --vacuum to make the space reusable)")
+            )
+            if result.skipped:
+                text += f"; skipped {len(result.skipped)} changed ranges: " + "; ".join(
+                    result.skipped
+                )
+            return _emit(options, out, summary, text, 1 if result.skipped else 0)
+        conf = dict(item.split("=", 1) for item in options.get("spark_conf") or [])
+        spark = build_session(options.get("master"), app_name=f"pgq_pipeline {job}", conf=conf)
+        master = str(spark.sparkContext.master)
+        if job == "export":
+            from .export import export
+
+            exported = export(
+                spark,
+                options["destination"],
+                sources=options.get("source") or ["archive", "dead"],
+                range_size=options.get("range_size") or 50_000,
+                ranges_per_job=options.get("ranges_per_job"),
+                horizon_wait=options.get("horizon_wait", 30.0),
+                report=report,
+                using=options.get("database"),
+                master=master,
+            )
+            summary = {
+                "run": exported.run_id,
+                "rows": exported.rows_exported,
+                "ranges": exported.ranges_exported,
+                "verified": exported.ranges_verified,
+                "mismatched": exported.mismatched,
+                "horizons": exported.horizons,
+                "waited_for": exported.waited_for,
+                "seconds": round(exported.seconds, 3),
+                "rows_per_second": round(exported.rows_per_second),
+            }
+            text = (
+                f"export #{exported.run_id}: {exported.rows_exported:,} rows in "
+                f"{exported.ranges_exported} ranges ({exported.ranges_verified} verified), "
+                f"{exported.rows_per_second:,.0f} rows/s"
+            )
+            if exported.mismatched:
+                text += "; changed while exported, re-run: " + ", ".join(exported.mismatched)
+            return _emit(options, out, summary, text, 1 if exported.mismatched else 0)
+        if job == "stats":
+            from .stats import stats
+
+            computed = stats(
+                spark,
+                hours=options.get("hours") or 24,
+                since=options.get("since"),
+                until=options.get("until"),
+                report=report,
+                using=options.get("database"),
+            )
+            summary = {
+                "since": computed.since.isoformat(),
+                "until": computed.until.isoformat(),
+                "rows_read": computed.rows_read,
+                "groups": computed.groups,
+                "seconds": round(computed.seconds, 3),
+            }
+            text = (
+                f"stats {computed.since:%Y-%m-%d %H:00} -> {computed.until:%Y-%m-%d %H:00} UTC: "
+                f"{computed.rows_read:,} rows, {computed.groups} queue/task/hour rows written"
+            )
+            return _emit(options, out, summary, text, 0)
+        from .enqueue import enqueue_frame
+
+        enqueued = enqueue_frame(
+            spark,
+            options["path"],
+            task=options["task"],
+            queue=options.get("queue"),
+            input_format=options.get("format"),
+            payload_column=options.get("payload_column"),
+            dedup_key_column=options.get("dedup_key_column"),
+            priority_column=options.get("priority_column"),
+            tenant_column=options.get("tenant_column"),
+            priority=options.get("priority") or 0,
+            max_attempts=options.get("max_attempts"),
+            batch_id=options.get("batch_id"),
+            skip_bad=options.get("skip_bad", False),
+            check_history=not options.get("no_history_check", False),
+            report=report,
+            using=options.get("database"),
+        )
+        summary = {
+            "batch_id": enqueued.batch_id,
+            "rows": enqueued.rows,
+            "enqueued": enqueued.enqueued,
+            "duplicates": enqueued.duplicates,
+            "bad": enqueued.bad_count,
+            "bad_rows": enqueued.bad_rows,
+            "partitions": enqueued.partitions,
+            "seconds": round(enqueued.seconds, 3),
+        }
+        text = (
+            f"enqueued {enqueued.enqueued:,} of {enqueued.rows:,} rows (batch "
+            f"{enqueued.batch_id}): {enqueued.duplicates:,} already enqueued before, "
+            f"{enqueued.bad_count:,} invalid and skipped"
+        )
+        for number, reason in enqueued.bad_rows:
+            text += f"\n  row {number}: {reason}"
+        return _emit(options, out, summary, text, 0)
+    except BadInput as exc:
+        err.write(f"error: {exc}\n")
+        if options.get("json"):
+            out.write(json.dumps({"error": str(exc), "bad_rows": exc.bad_rows}) + "\n")
+        return 2
+    except PipelineError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+
+
+def _emit(options: dict[str, Any], out: Writer, summary: Any, text: str, status: int) -> int:
+    out.write((json.dumps(summary) if options.get("json") else text) + "\n")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m django_pgqueue.pipeline``: needs DJANGO_SETTINGS_MODULE set."""
+    import django
+
+    parser = argparse.ArgumentParser(
+        prog="python -m django_pgqueue.pipeline", description="django-pgqueue data pipeline"
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    django.setup()
+    return run(vars(args), sys.stdout, sys.stderr)
