@@ -279,7 +279,7 @@ def read_overview(
     alias = using or get_settings().DATABASE_ALIAS
     queues = known_queues(using=alias)
     paused = dict(queues)
-    params = {
+    params: dict[str, Any] = {
         "queues": list(paused),
         "cap": cap,
         "sample": sample,
