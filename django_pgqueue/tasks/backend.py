@@ -97,11 +97,21 @@ class PgQueueBackend(BaseTaskBackend):
 
     # -- configuration ---------------------------------------------------------------------
 
-    def task_defaults(self) -> dict[str, Any]:
-        """The ``OPTIONS`` defaults for task options (raises if ``OPTIONS`` is broken)."""
-        if self._option_problems:
+    def task_defaults(self, *, strict: bool = True) -> dict[str, Any]:
+        """The ``OPTIONS`` defaults for task options.
+
+        ``strict``: raise ``ImproperlyConfigured`` if ``OPTIONS`` is broken (enqueue does);
+        otherwise skip the bad values (registration at import time does, so that
+        ``manage.py check`` can still run and report them as ``django_pgqueue.E020``).
+        """
+        if strict and self._option_problems:
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: " + " ".join(self._option_problems))
-        return {key: self.options.get(key) for key in TASK_OPTIONS}
+        options = self.options if isinstance(self.options, Mapping) else {}
+        defaults: dict[str, Any] = {}
+        for key in TASK_OPTIONS:
+            value = options.get(key)
+            defaults[key] = value if value is not None and _OPTION_RULES[key][0](value) else None
+        return defaults
 
     @property
     def database(self) -> str:

@@ -82,7 +82,7 @@ def _options(task: PgQueueTask[Any, Any]) -> dict[str, Any]:
     from .task import TASK_OPTIONS
 
     backend = task.get_backend()
-    defaults = backend.task_defaults() if isinstance(backend, PgQueueBackend) else {}
+    defaults = backend.task_defaults(strict=False) if isinstance(backend, PgQueueBackend) else {}
     values = {}
     for key in TASK_OPTIONS:
         value = getattr(task, key)

@@ -7,6 +7,7 @@ import math
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import InvalidTask
@@ -221,3 +222,24 @@ def test_manage_py_check_runs_the_backend_check(settings) -> None:
     }
     ids = [m.id for m in checks.run_checks()]
     assert "django_pgqueue.E020" in ids
+    with pytest.raises(ImproperlyConfigured, match="timeout"):
+        t.add.enqueue(1, 2)
+
+
+def test_backend_imports_before_apps_are_ready() -> None:
+    # @task builds the backend at import time, possibly before django.setup().
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from django.conf import settings\n"
+        "settings.configure(USE_TZ=True, TASKS={'default': "
+        "{'BACKEND': 'django_pgqueue.tasks.PgQueueBackend'}})\n"
+        "from django.tasks import task_backends\n"
+        "backend = task_backends['default']\n"
+        "assert type(backend).__name__ == 'PgQueueBackend'\n"
+        "assert 'django_pgqueue.models' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
