@@ -104,7 +104,9 @@ def export(
         run.ranges_total = sum(len(ranges) for _, ranges in todo)
         run.save(using=alias)
         progress = Progress("export", run.ranges_total, report)
-        per_job = ranges_per_job or default_parallelism(spark)
+        # A few ranges per core per Spark job: job start-up costs more than a range on small
+        # ranges, and a failed job redoes at most this many ranges.
+        per_job = ranges_per_job or 4 * default_parallelism(spark)
         for source, ranges in todo:
             for start in range(0, len(ranges), per_job):
                 batch = ranges[start : start + per_job]

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+
+from django_pgqueue.models import QueueStatsHourly
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.pipeline.urls")]
+
+HOUR = dt.datetime(2026, 10, 1, 12, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def staff_client() -> Client:
+    user = User.objects.create_user("ops", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_stats_page_is_staff_only(client: Client) -> None:
+    User.objects.create_user("someone", password="pw")
+    client.login(username="someone", password="pw")
+    response = client.get("/pgqueue/stats/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_empty_stats_table_renders_a_hint(staff_client: Client) -> None:
+    response = staff_client.get("/pgqueue/stats/?hours=abc")
+    assert response.status_code == 200
+    assert b"No statistics in this window yet" in response.content
+    assert b"pgq-chart" not in response.content.replace(b".pgq-stats .pgq-chart", b"")
+
+
+@override_settings(USE_TZ=True)
+def test_stats_are_drawn_as_charts(staff_client: Client) -> None:
+    QueueStatsHourly.objects.create(
+        queue="emails", task="send", hour=HOUR - dt.timedelta(hours=1), processed=40,
+        failed=3, dead=1, dead_by_reason={"timeout": 1}, wait_p95=0.5, run_p95=1.25,
+        top_errors=[{"signature": "SMTPError: code N", "count": 3}],
+    )  # fmt: skip
+    QueueStatsHourly.objects.create(
+        queue="emails", task="<script>x</script>", hour=HOUR, processed=60, dead=2,
+        dead_by_reason={"error": 2}, wait_p95=2.0, run_p95=0.75,
+        top_errors=[{"signature": "<b>boom</b>", "count": 5}],
+    )  # fmt: skip
+    QueueStatsHourly.objects.create(queue="other", task="t", hour=HOUR, processed=7)
+
+    response = staff_client.get("/pgqueue/stats/?hours=24")
+
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert body.count('class="pgq-chart"') == 5  # throughput, failures, latency, reasons, errors
+    assert "12:00: processed 67" in body and "12:00: dead 2" in body  # all queues
+    assert "SMTPError: code N" in body and "timeout" in body
+    assert "<script>x</script>" not in body and "&lt;b&gt;boom&lt;/b&gt;" in body
+
+    only_other = staff_client.get("/pgqueue/stats/?queue=other").content.decode()
+    assert "processed 7<" in only_other and "SMTPError" not in only_other
