@@ -92,6 +92,7 @@ class Executor:
         self.on_finished = on_finished
         self.lock = threading.Lock()
         self.jobs: dict[int, Job] = {}  # leased and not yet finished, by message id
+        self.mean_run = 0.0  # seconds, moving average over recent handler runs
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._thread_seq = 0
@@ -245,6 +246,8 @@ class Executor:
                 return False
             job.state = FINISHED
             del self.jobs[job.message.id]
+            # Moving average of handler run time: sizes how much the worker prefetches.
+            self.mean_run += (time.monotonic() - job.started - self.mean_run) * 0.1
         return True
 
     def _thread_main(self) -> None:

@@ -46,6 +46,8 @@ logger = logging.getLogger("django_pgqueue.worker")
 STATUS_INTERVAL = 30.0
 #: Seconds between listener probes; a probe not heard by the next one means a deaf listener.
 PROBE_INTERVAL = 15.0
+#: Seconds of handler work a worker keeps leased beyond what is running (see _capacity).
+PREFETCH_SECONDS = 1.0
 #: A heartbeat extends leases at least this many times per visibility timeout.
 BEATS_PER_LEASE = 3
 
@@ -111,9 +113,6 @@ class Worker:
         if options.queues and not self.fixed_queues:
             raise ValueError("every --queue is also excluded: nothing to do")
         self.listening = options.listen and conf.NOTIFY
-        self.max_in_flight = max(self.concurrency, self.batch_size)
-        # Refill once half the local capacity is free: batches stay large, handlers stay fed.
-        self.refill_at = max(1, min(self.batch_size, self.max_in_flight // 2))
         vts = [self._vt(q) for q in (self.fixed_queues or [conf.DEFAULT_QUEUE])]
         self.heartbeat_interval = min(conf.HEARTBEAT_INTERVAL, min(vts) / BEATS_PER_LEASE)
         self.health_file = Path(options.healthcheck_file) if options.healthcheck_file else None
@@ -134,6 +133,7 @@ class Worker:
         self._probe_heard: str | None = None
         self._probe_seq = 0
         self.taken = 0
+        self._ready_at = 0.0
         self._hot: list[str] = []
         self._known: list[str] = list(self.fixed_queues)
         self._rotation = 0
@@ -185,9 +185,29 @@ class Worker:
             )
             self.request_stop()
 
+    def _capacity(self) -> int:
+        """How many leased messages this worker may hold: running plus waiting locally.
+
+        Fast handlers: up to two batches wait, so a lease round trip never starves them.
+        Slow handlers: only about ``PREFETCH_SECONDS`` of work waits, so one worker does not
+        hoard messages other workers could run now.
+        """
+        mean = self.executor.mean_run
+        waiting = 2 * self.batch_size
+        if mean > 0:
+            waiting = min(waiting, max(1, int(self.concurrency * PREFETCH_SECONDS / mean)))
+        return self.concurrency + waiting
+
+    def _free(self) -> int:
+        return self._capacity() - self.executor.in_flight()
+
+    def _refill_at(self) -> int:
+        # Lease full batches when handlers are fast; smaller ones when little may wait.
+        return max(1, min(self.batch_size, (self._capacity() - self.concurrency) // 2))
+
     def _on_finished(self) -> None:
         if self._want_capacity:
-            if self.max_in_flight - self.executor.in_flight() >= self.refill_at:
+            if self._free() >= self._refill_at():
                 self._wake.set()
             elif self.executor.in_flight() == 0:
                 self._wake.set()
@@ -288,6 +308,7 @@ class Worker:
                 "No handlers are registered: every message will be dead-lettered as rejected. "
                 "Put them in a 'handlers' or 'tasks' module of an installed app."
             )
+        self._ready_at = time.monotonic()
         self.ready.set()
 
     # -- the main loop ---------------------------------------------------------------------------
@@ -327,14 +348,14 @@ class Worker:
                     self._known.append(queue)
 
             in_flight = self.executor.in_flight()
-            free = self.max_in_flight - in_flight
+            free = self._free()
             want = min(self.batch_size, free)
             if max_messages is not None:
                 want = min(want, max_messages - self.taken)
                 if want <= 0 and in_flight == 0:
                     logger.info("Handled --max-messages=%d; stopping.", max_messages)
                     break
-            if self._hot and want > 0 and (free >= self.refill_at or in_flight == 0):
+            if self._hot and want > 0 and (free >= self._refill_at() or in_flight == 0):
                 got = self._fetch(want)
                 if got:
                     burst_checked = False
@@ -345,7 +366,13 @@ class Worker:
                     # Let the completer write retries first: one may be ready again at once.
                     self._drain_completer()
                     if burst_checked:
-                        logger.info("Burst done: nothing ready is left.")
+                        elapsed = time.monotonic() - self._ready_at
+                        logger.info(
+                            "Burst done: nothing ready is left; %d messages in %.2fs (%.0f/s).",
+                            self.taken,
+                            elapsed,
+                            self.taken / elapsed if elapsed > 0 else 0.0,
+                        )
                         break
                     burst_checked, refresh = True, True
                     continue
@@ -374,7 +401,7 @@ class Worker:
             self._want_capacity = bool(self._hot) or burst or max_messages is not None
             if self._want_capacity and in_flight and not self._wake.is_set():
                 # Recheck after publishing the flag: a handler may have finished meanwhile.
-                if self.max_in_flight - self.executor.in_flight() >= self.refill_at:
+                if self._free() >= self._refill_at():
                     self._wake.set()
             self._wake.wait(timeout)
             self._wake.clear()

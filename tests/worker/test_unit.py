@@ -53,4 +53,13 @@ def test_options_validate_queue_names() -> None:
 def test_heartbeat_runs_several_times_per_lease() -> None:
     worker = Worker(WorkerOptions(visibility_timeout=3))
     assert worker.heartbeat_interval == pytest.approx(1.0)
-    assert worker.max_in_flight == max(worker.concurrency, worker.batch_size)
+
+
+def test_prefetch_shrinks_for_slow_handlers() -> None:
+    worker = Worker(WorkerOptions(concurrency=4, batch_size=100))
+    assert worker._capacity() == 4 + 200  # nothing measured yet: two batches may wait
+    worker.executor.mean_run = 0.00001  # no-op handlers
+    assert worker._capacity() == 204 and worker._refill_at() == 100
+    worker.executor.mean_run = 2.0  # two-second handlers: half a second's work may wait
+    assert worker._capacity() == 4 + 2
+    assert worker._refill_at() == 1
