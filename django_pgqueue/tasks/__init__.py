@@ -10,7 +10,7 @@ Tasks are messages: they live in the same live / archive / dead tables and run i
 
 from .backend import PgQueueBackend, PgQueueDummyBackend, PgQueueImmediateBackend
 from .commit import enqueue_on_commit
-from .results import LeaseExpired, TaskTimeout
+from .results import LeaseExpired, TaskRejected, TaskTimeout
 from .task import PgQueueTask, task
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "PgQueueDummyBackend",
     "PgQueueImmediateBackend",
     "PgQueueTask",
+    "TaskRejected",
     "TaskTimeout",
     "enqueue_on_commit",
     "task",

@@ -6,6 +6,7 @@ The message id is kept when a row moves between the three tables, so ``TaskResul
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,16 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
-__all__ = ["LeaseExpired", "TaskRow", "fetch_row", "find_task", "parse_result_id", "to_result"]
+__all__ = [
+    "LeaseExpired",
+    "TaskRejected",
+    "TaskRow",
+    "TaskTimeout",
+    "fetch_row",
+    "find_task",
+    "parse_result_id",
+    "to_result",
+]
 
 # Largest bigint: a larger id cannot exist and would make PostgreSQL raise instead of miss.
 _MAX_ID = 2**63 - 1
@@ -50,11 +60,20 @@ class TaskTimeout(TimeoutError):
     """An attempt ran longer than the task's ``timeout``."""
 
 
+class TaskRejected(LookupError):
+    """The worker had no handler for the task (its module was not imported there)."""
+
+
+def _path(cls: type[BaseException]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 # Error types the worker records without a dotted path, mapped to importable classes so that
-# ``TaskError.exception_class`` works for every error.
+# ``TaskError.exception_class`` works for them too.
 _ERROR_CLASSES = {
-    "LeaseExpired": f"{LeaseExpired.__module__}.{LeaseExpired.__qualname__}",
-    "Timeout": f"{TaskTimeout.__module__}.{TaskTimeout.__qualname__}",
+    "LeaseExpired": _path(LeaseExpired),
+    "Timeout": _path(TaskTimeout),
+    "UnknownTask": _path(TaskRejected),
 }
 
 
@@ -149,7 +168,8 @@ def _timestamp(value: Any) -> datetime | None:
 def task_error(entry: Mapping[str, Any]) -> TaskError:
     type_name = str(entry.get("type") or "Exception")
     path = _ERROR_CLASSES.get(type_name, type_name)
-    if "." not in path:
+    builtin = getattr(builtins, path, None)
+    if isinstance(builtin, type) and issubclass(builtin, BaseException):
         path = f"builtins.{path}"
     traceback = entry.get("traceback") or ""
     if not traceback:

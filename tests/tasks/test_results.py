@@ -143,3 +143,23 @@ def test_one_statement_finds_rows_in_any_table(django_assert_num_queries) -> Non
         cursor.execute("DELETE FROM pgqueue_message")
     with django_assert_num_queries(1), pytest.raises(TaskResultDoesNotExist):
         t.add.get_result(result.id)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "path"),
+    [
+        ("builtins.ValueError", "builtins.ValueError"),
+        ("ValueError", "builtins.ValueError"),
+        ("myapp.errors.Oops", "myapp.errors.Oops"),
+        ("Timeout", "django_pgqueue.tasks.results.TaskTimeout"),
+        ("LeaseExpired", "django_pgqueue.tasks.results.LeaseExpired"),
+        ("UnknownTask", "django_pgqueue.tasks.results.TaskRejected"),
+        ("Mystery", "Mystery"),
+    ],
+)
+def test_error_types_map_to_class_paths(recorded: str, path: str) -> None:
+    from django_pgqueue.tasks.results import task_error
+
+    error = task_error({"type": recorded, "message": "why", "traceback": ""})
+    assert error.exception_class_path == path
+    assert error.traceback == f"{recorded}: why\n"

@@ -24,7 +24,8 @@ from django.tasks import TaskResultStatus
 from django.utils import timezone
 
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
-from django_pgqueue.tasks import PgQueueBackend, TaskTimeout
+from django_pgqueue.tasks import PgQueueBackend, TaskRejected, TaskTimeout
+from tests.tasks import undiscovered
 from tests.testapp import tasks as t
 
 REPO = Path(settings.REPO_DIR)
@@ -96,6 +97,7 @@ def test_results_retries_errors_async_and_signals(signal_log: Path) -> None:
     async_ok = t.async_add.enqueue(4, 5)
     async_retry = t.async_flaky.enqueue()
     slow = t.too_slow.enqueue()  # timeout=1, max_attempts=1
+    unknown = undiscovered.never_registered_in_the_worker.enqueue()
     with pytest.raises(RuntimeError), transaction.atomic():
         rolled_back = t.add.enqueue(100, 100)
         raise RuntimeError("roll back")
@@ -143,6 +145,11 @@ def test_results_retries_errors_async_and_signals(signal_log: Path) -> None:
     assert slow.status == TaskResultStatus.FAILED
     assert [e.exception_class for e in slow.errors] == [TaskTimeout]
     assert DeadMessage.objects.get(message_id=int(slow.id)).reason == "timeout"
+
+    unknown.refresh()
+    assert unknown.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in unknown.errors] == [TaskRejected]
+    assert DeadMessage.objects.get(message_id=int(unknown.id)).reason == "rejected"
 
     assert not Message.objects.exists()
     log = read_log(signal_log)
