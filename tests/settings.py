@@ -68,4 +68,5 @@ TASKS = {
         "QUEUES": ["default", "tasks-other", "emails"],
     },
     "dummy": {"BACKEND": "django_pgqueue.tasks.PgQueueDummyBackend", "QUEUES": []},
+    "immediate": {"BACKEND": "django_pgqueue.tasks.PgQueueImmediateBackend"},
 }

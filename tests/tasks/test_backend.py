@@ -243,3 +243,16 @@ def test_backend_imports_before_apps_are_ready() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_djangos_own_decorator_forwards_our_options() -> None:
+    assert isinstance(t.via_django_decorator, PgQueueTask)
+    assert (t.via_django_decorator.max_attempts, t.via_django_decorator.backoff) == (4, 0.5)
+    row = Message.objects.get(pk=int(t.via_django_decorator.enqueue(1).id))
+    assert row.max_attempts == 4
+
+
+def test_immediate_test_backend_runs_pgqueue_tasks_in_process() -> None:
+    result = t.runs_at_once.enqueue(4)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 40
+    assert not Message.objects.exists()

@@ -163,3 +163,19 @@ def test_error_types_map_to_class_paths(recorded: str, path: str) -> None:
     error = task_error({"type": recorded, "message": "why", "traceback": ""})
     assert error.exception_class_path == path
     assert error.traceback == f"{recorded}: why\n"
+
+
+def test_a_dead_task_retried_by_an_operator_is_ready_again_with_its_history() -> None:
+    from django_pgqueue.core.operations import retry_dead
+
+    result = t.always_fails.enqueue("x")
+    Message.objects.update(max_attempts=1)
+    message = lease("w-1")
+    fail(message, ValueError("first life"))
+    assert t.always_fails.get_result(result.id).status == TaskResultStatus.FAILED
+
+    assert retry_dead([int(result.id)]).done == [int(result.id)]
+    again = t.always_fails.get_result(result.id)
+    assert again.status == TaskResultStatus.READY
+    assert again.attempts == 0
+    assert [e.exception_class for e in again.errors] == [ValueError]

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.dispatch import receiver
 from django.tasks import TaskContext
+from django.tasks import task as django_task
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_pgqueue.tasks import task
@@ -109,3 +110,14 @@ def on_dummy(x: int) -> int:
 @task(max_attempts=1, timeout=1)
 def too_slow() -> None:
     time.sleep(3)
+
+
+@django_task(max_attempts=4, backoff=0.5)  # type: ignore[call-overload]
+def via_django_decorator(x: int) -> int:
+    """Django 6.1's own @task forwards our options to the backend's task_class."""
+    return x
+
+
+@task(backend="immediate")
+def runs_at_once(x: int) -> int:
+    return x * 10
