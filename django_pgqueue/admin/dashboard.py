@@ -11,7 +11,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
 
 from ..core import operations
 from ..core.validation import validate_queue_name
@@ -93,14 +93,17 @@ class QueueStateAdmin(BaseModelAdmin):
             "live_window": f"{_live_window():g}",
             "can_pause": self.has_pause_permission(request),
             "can_purge": self.has_purge_permission(request),
-            "history_url": (
-                reverse("admin:django_pgqueue_history")
-                if pipeline_stats_view() is not None
-                else None
-            ),
+            "history_url": self._history_url(),
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/django_pgqueue/queuestate/dashboard.html", context)
+
+    def _history_url(self) -> str | None:
+        # Present only if the pipeline was importable when the admin's URLs were built.
+        try:
+            return reverse("admin:django_pgqueue_history")
+        except NoReverseMatch:
+            return None
 
     def pipeline_history_view(self, request: HttpRequest) -> HttpResponse:
         self._require_view(request)

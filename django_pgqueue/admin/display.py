@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-__all__ = ["errors_html", "json_html", "json_preview", "traceback_html"]
+__all__ = ["errors_html", "json_html", "json_preview", "short_duration", "traceback_html"]
 
 # Detail pages show this much of a payload or result; the list shows one short line.
 DETAIL_LIMIT = 20_000
@@ -63,3 +64,17 @@ def errors_html(errors: Any) -> SafeString:
         )
         items.append((format_html("{}{}", heading, traceback_html(entry.get("traceback"))),))
     return format_html('<ol class="pgq-errors">{}</ol>', format_html_join("", "<li>{}</li>", items))
+
+
+def short_duration(delta: dt.timedelta | None) -> str:
+    """``42 s``, ``2 min 5 s``, ``3 h 12 min``, ``2 d 4 h``: an age at a glance."""
+    if delta is None:
+        return "—"
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"

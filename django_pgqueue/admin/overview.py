@@ -23,6 +23,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
+from .display import short_duration
 
 __all__ = [
     "COUNT_CAP",
@@ -77,6 +78,10 @@ class QueueOverview:
     failed_5m: CappedCount
     failed_60m: CappedCount
 
+    @property
+    def oldest_ready(self) -> str:
+        return short_duration(self.oldest_ready_age) if self.oldest_ready_age else "—"
+
 
 @dataclass
 class WorkerOverview:
@@ -89,6 +94,10 @@ class WorkerOverview:
     last_seen_at: dt.datetime
     seen_ago: dt.timedelta
     stats: dict[str, Any]
+
+    @property
+    def seen(self) -> str:
+        return short_duration(self.seen_ago)
 
 
 @dataclass

@@ -132,3 +132,26 @@ def test_purge_needs_permission_and_confirmation(staff_client: StaffClient) -> N
     assert DeadMessage.objects.count() == 1
     entry = LogEntry.objects.get()
     assert (entry.object_id, entry.get_change_message()) == ("emails", "Purged 3 live messages.")
+
+
+def test_history_link_when_the_pipeline_is_installed(staff_client: StaffClient) -> None:
+    from django_pgqueue.admin.dashboard import pipeline_stats_view
+
+    page = staff_client().get(reverse(DASHBOARD))
+    if pipeline_stats_view() is None:
+        assert page.context["history_url"] is None
+        return
+    url = page.context["history_url"]
+    assert url == reverse("admin:django_pgqueue_history")
+    assert 'id="pgq-history"' in page.text
+    assert staff_client().get(url).status_code == 200
+    assert staff_client("view_message", view=False).get(url).status_code == 403
+
+
+def test_history_link_absent_without_the_pipeline(
+    staff_client: StaffClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgqueue.admin import dashboard
+
+    monkeypatch.setattr(dashboard, "PIPELINE_VIEW", ("django_pgqueue.no_such_module", "view"))
+    assert dashboard.pipeline_stats_view() is None
