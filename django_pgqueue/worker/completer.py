@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.db import connections
@@ -35,11 +36,13 @@ class Completer:
         flush_size: int,
         stats: Stats,
         abort: threading.Event,
+        on_retried: Callable[[set[str]], None] | None = None,
     ) -> None:
         self.alias = alias
         self.flush_interval = flush_interval
         self.flush_size = flush_size
         self.stats = stats
+        self.on_retried = on_retried
         self.abort = abort  # set -> stop retrying a write during an outage (forced exit)
         self._cond = threading.Condition()
         self._done_ids: list[int] = []
@@ -158,6 +161,8 @@ class Completer:
         self.stats.add(failed=len(failed), retried=len(outcome.retried), dead=len(outcome.buried))
         buried = set(outcome.buried)
         retried = set(outcome.retried)
+        if retried and self.on_retried is not None:
+            self.on_retried({m.queue for _, m in failed if m.id in retried})
         for attempt, message in failed:
             error = attempt.error
             if message.id in buried:

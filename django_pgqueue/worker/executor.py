@@ -174,6 +174,9 @@ class Executor:
                 elif next_deadline is None or job.deadline < next_deadline:
                     next_deadline = job.deadline
             for job in expired:
+                # Reported before it leaves ``jobs``: nobody may see it in neither place.
+                timeout = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
+                self.completer.fail(self._failure(job, timeout), job.message)
                 del self.jobs[job.message.id]
         for job in expired:
             logger.warning(
@@ -186,7 +189,6 @@ class Executor:
                 job.message.attempts,
                 job.message.max_attempts,
             )
-            self._fail(job, HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s"))
             # The stuck thread still holds a slot: give the pool a fresh one.
             self._spawn_thread()
         return next_deadline
@@ -239,12 +241,17 @@ class Executor:
                 job.deadline = job.started + job.timeout
         return True
 
-    def _finish(self, job: Job) -> bool:
-        """Claim the right to report the job's outcome (False: it was abandoned meanwhile)."""
+    def _finish(self, job: Job, report: Callable[[], None]) -> bool:
+        """Report the job's outcome unless it was abandoned meanwhile (then return False).
+
+        The report reaches the completer before the job leaves ``jobs``, so a burst worker
+        that sees nothing in flight and nothing buffered is really done.
+        """
         with self.lock:
             if job.state != RUNNING:
                 return False
             job.state = FINISHED
+            report()
             del self.jobs[job.message.id]
             # Moving average of handler run time: sizes how much the worker prefetches.
             self.mean_run += (time.monotonic() - job.started - self.mean_run) * 0.1
@@ -301,12 +308,11 @@ class Executor:
                 raise
             # A handler's failed query may leave this thread's connection unusable.
             connections[self.alias].close_if_unusable_or_obsolete()
-            if self._finish(job):
-                self._fail(job, exc)
+            failure = self._failure(job, exc)
+            if self._finish(job, lambda: self.completer.fail(failure, job.message)):
                 self.on_finished()
             return
-        if self._finish(job):
-            self.completer.complete(job.message, encoded)
+        if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
             self.on_finished()
 
     async def _run_async(self, job: Job) -> None:
@@ -332,17 +338,16 @@ class Executor:
                     if timed_out
                     else exc
                 )
-                if self._finish(job):
-                    self._fail(job, error)
+                failure = self._failure(job, error)
+                if self._finish(job, lambda: self.completer.fail(failure, job.message)):
                     self.on_finished()
                 return
             except Exception as exc:
-                if self._finish(job):
-                    self._fail(job, exc)
+                failure = self._failure(job, exc)
+                if self._finish(job, lambda: self.completer.fail(failure, job.message)):
                     self.on_finished()
                 return
-            if self._finish(job):
-                self.completer.complete(job.message, encoded)
+            if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
                 self.on_finished()
 
     def _async_extend(self, job: Job) -> Callable[[float], bool]:
@@ -359,7 +364,7 @@ class Executor:
 
     # -- failures --------------------------------------------------------------------------
 
-    def _fail(self, job: Job, exc: BaseException) -> None:
+    def _failure(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
         message = job.message
         timed_out = isinstance(exc, HandlerTimeout)
         handler = job.handler
@@ -369,12 +374,9 @@ class Executor:
         entry = transitions.error_entry(exc, attempt=message.attempts, worker_id=self.worker_id)
         if timed_out:
             entry["type"] = "Timeout"
-        self.completer.fail(
-            transitions.FailedAttempt(
-                lease=message,
-                error=entry,
-                retry_in=delay,
-                final_reason=DeadReason.TIMEOUT if timed_out else DeadReason.ERROR,
-            ),
-            message,
+        return transitions.FailedAttempt(
+            lease=message,
+            error=entry,
+            retry_in=delay,
+            final_reason=DeadReason.TIMEOUT if timed_out else DeadReason.ERROR,
         )

@@ -126,6 +126,7 @@ class Worker:
         self._abort_io = threading.Event()  # stop retrying writes through an outage
         self._completer_stop = threading.Event()
         self._notified: set[str] = set()
+        self._retried_queues: set[str] = set()
         self._notify_lock = threading.Lock()
         self._catch_up = False
         self._want_capacity = False
@@ -144,6 +145,7 @@ class Worker:
             flush_size=self.batch_size,
             stats=self.stats,
             abort=self._abort_io,
+            on_retried=self._on_retried,
         )
         self.executor = Executor(
             concurrency=self.concurrency,
@@ -217,6 +219,12 @@ class Worker:
             return
         with self._notify_lock:
             self._notified.add(queue)
+        self._wake.set()
+
+    def _on_retried(self, queues: set[str]) -> None:
+        # A retry sends no NOTIFY: look up when it falls due instead of waiting for a poll.
+        with self._notify_lock:
+            self._retried_queues.update(queues)
         self._wake.set()
 
     def _on_reconnect(self) -> None:
@@ -317,6 +325,7 @@ class Worker:
         burst = self.options.burst
         max_messages = self.options.max_messages
         refresh = True
+        due_check: set[str] = set()
         now = time.monotonic()
         next_poll = now + self.poll_interval
         next_due: float | None = None
@@ -341,6 +350,12 @@ class Worker:
             if refresh:
                 self._refresh_queues()
                 refresh = False
+                next_due = None
+                due_check.update(self._known)
+            with self._notify_lock:
+                due_check.update(self._retried_queues)
+                self._retried_queues.clear()
+            due_check.update(notified)
             for queue in notified:
                 if queue not in self._hot:
                     self._hot.insert(0, queue)
@@ -376,8 +391,12 @@ class Worker:
                         break
                     burst_checked, refresh = True, True
                     continue
-            if not self._hot and next_due is None and not burst:
-                next_due = self._next_due()
+            if not self._hot and due_check and not burst:
+                # Only queues that may have changed: a refresh, a NOTIFY, a retry scheduled.
+                due = self._next_due(sorted(due_check))
+                due_check.clear()
+                if due is not None and (next_due is None or due < next_due):
+                    next_due = due
 
             now = time.monotonic()
             if now >= next_status:
@@ -491,13 +510,13 @@ class Worker:
         self._known = queues
         self._hot = list(queues)
 
-    def _next_due(self) -> float | None:
-        """Monotonic time at which the earliest scheduled message of our queues falls due."""
+    def _next_due(self, queues: list[str]) -> float | None:
+        """Monotonic time at which the earliest scheduled message of ``queues`` falls due."""
 
         def query() -> float | None:
             earliest: float | None = None
             with connections[self.alias].cursor() as cursor:
-                for queue in self._known:
+                for queue in queues:
                     cursor.execute(sql.NEXT_DUE_AT, {"queue": queue})
                     row = cursor.fetchone()
                     if row and row[0] is not None:

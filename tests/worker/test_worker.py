@@ -249,3 +249,43 @@ def test_lost_lease_result_is_fenced_off(start_worker: StartWorker) -> None:
     time.sleep(1.3)
     assert archived(msg.id) is None
     runner.stop()
+
+
+@override_settings(PGQUEUE={"BACKOFF_BASE": 0.3, "BACKOFF_JITTER": 0.0})
+def test_a_retry_wakes_the_worker_when_due_without_a_poll(start_worker: StartWorker) -> None:
+    msg = django_pgqueue.enqueue("tests.fail", None, max_attempts=2)
+    runner = start_worker(poll_interval=30)
+    row = wait_for(lambda: dead(msg.id), timeout=5)
+    assert row.attempts == 2
+    runner.stop()
+
+
+def test_a_deaf_listener_is_found_by_the_probe_and_reconnected(
+    start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_pgqueue")
+    runner = start_worker(poll_interval=30)
+    listener = runner.worker.listener
+    assert listener is not None
+    listener.on_probe = lambda payload: None  # the probe goes unheard
+    runner.worker._probe()
+    runner.worker._probe()
+    wait_for(lambda: "missed its probe" in caplog.text)
+    wait_for(lambda: "LISTEN connection back" in caplog.text)
+    msg = django_pgqueue.enqueue("tests.echo", "still hears")
+    wait_for(lambda: archived(msg.id), timeout=3)
+    runner.stop()
+
+
+def test_status_line_reports_rates_and_counters(
+    start_worker: StartWorker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgqueue.worker import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "STATUS_INTERVAL", 0.2)
+    caplog.set_level(logging.INFO, logger="django_pgqueue")
+    django_pgqueue.enqueue("tests.echo", 1)
+    runner = start_worker()
+    wait_for(lambda: "1 processed, 0 retried, 0 dead" in caplog.text)
+    assert "processed/s" in caplog.text
+    runner.stop()
