@@ -162,7 +162,8 @@ class Worker:
     def request_stop(self) -> None:
         """Graceful stop: no new messages, in-flight ones finish within the grace period."""
         if self._stop.is_set():
-            self._force.set()
+            self.force_stop()
+            return
         self._stop.set()
         self._wake.set()
 
@@ -170,6 +171,7 @@ class Worker:
         """Release unfinished leases now and exit non-zero."""
         self._stop.set()
         self._force.set()
+        self._abort_io.set()
         self._wake.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -677,7 +679,7 @@ class Worker:
                 "unregistering the worker",
                 lambda: heartbeat.forget(alias=self.alias, worker_id=self.worker_id),
                 alias=self.alias,
-                abort=self._abort_io if code else self._force,
+                abort=self._abort_io,
             )
         except Stopped:
             pass
@@ -702,7 +704,8 @@ class Worker:
                 "releasing leases",
                 lambda: transitions.release(messages, reset_attempt=True, using=self.alias),
                 alias=self.alias,
-                abort=self._abort_io if self._force.is_set() else None,
+                # Tried at least once; a second signal stops retrying through an outage.
+                abort=self._abort_io,
             )
         except Stopped:
             logger.warning("Could not release %d leases; they will expire.", len(messages))

@@ -87,8 +87,8 @@ def test_killed_listen_connection_recovers_and_catches_up(
     # Enqueued during the outage: the NOTIFY is lost, the catch-up fetch finds them.
     ids = [django_pgqueue.enqueue("tests.echo", n).id for n in range(5)]
     wait_for(lambda: ArchivedMessage.objects.filter(message_id__in=ids).count() == 5, timeout=10)
-    worker.wait_for_line("LISTEN connection (lost|back)")
-    wait_for(lambda: terminate_backends(admin_conn, worker.worker_id, "listener") == 0 or True)
+    worker.wait_for_line("LISTEN connection lost")
+    worker.wait_for_line("LISTEN connection back")
     # And NOTIFY wakes it again afterwards (the poll interval is 30 s).
     later = django_pgqueue.enqueue("tests.echo", "after")
     wait_for(lambda: archived(later.id), timeout=5)
@@ -112,7 +112,8 @@ def test_killed_query_connections_mid_handler_reconnect_and_go_on(
     wait_for(lambda: archived(after.id), timeout=10)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
-    assert worker.output.count("Database unavailable") <= 2  # one line per outage, no storm
+    # One line per connection and outage, not one per retry.
+    assert 1 <= worker.output.count("Database unavailable") <= 2, worker.output
 
 
 def test_always_raising_handler_ends_dead_while_others_flow(spawn_worker: Spawn) -> None:
