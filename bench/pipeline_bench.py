@@ -1,0 +1,283 @@
+"""Pipeline bench: export and bulk enqueue through Spark, side by side with raw references.
+
+Self-contained (it does not use the rest of bench/). Run from the repository root:
+
+    .venv/bin/python bench/pipeline_bench.py --rows 1000000 \
+        --server-dsn postgres://postgres@127.0.0.1:5432/postgres
+
+It creates (and drops afterwards) the database ``pgq_pipeline_bench``, fills the archive with
+``--rows`` rows (queue x day spread, ~190-byte JSON payloads), then measures in one run:
+
+- export: ``pgq_pipeline export`` (Spark JDBC read per id range -> Parquet partitioned by
+  queue/day, plus its read-back verification) vs one process doing psycopg ``COPY`` -> pyarrow
+  -> partitioned Parquet (no verification);
+- bulk enqueue: ``enqueue_frame`` of a cached DataFrame (validation, staging, dedup, NOTIFY)
+  vs one psycopg ``COPY`` of the same prepared rows into ``pgqueue_message``.
+
+Peak memory is the sampled RSS sum of this process and its children (the JVM, Python
+workers). Spark start-up is reported apart and excluded from the rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+REPO = Path(__file__).resolve().parent.parent
+DB_NAME = "pgq_pipeline_bench"
+
+
+class PeakRss:
+    """Samples the RSS of this process tree every 50 ms."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for process in [me, *me.children(recursive=True)]:
+                try:
+                    total += process.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def timed(results: list[dict[str, Any]], name: str, rows: int, ref: str | None) -> Iterator[None]:
+    with PeakRss() as rss:
+        started = time.perf_counter()
+        yield
+        seconds = time.perf_counter() - started
+    results.append(
+        {"name": name, "rows": rows, "seconds": seconds, "peak_mib": rss.peak / 2**20, "ref": ref}
+    )
+    print(f"  {name}: {rows / seconds:,.0f} rows/s ({seconds:.2f} s)", file=sys.stderr)
+
+
+def setup_django(dsn: str) -> None:
+    params = conninfo_to_dict(dsn)
+    url = (
+        f"postgres://{params.get('user', 'postgres')}"
+        + (f":{params['password']}" if params.get("password") else "")
+        + f"@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{DB_NAME}"
+    )
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    sys.path[:0] = [str(REPO), str(REPO / "example_project")]
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def fill_archive(conn: psycopg.Connection[Any], rows: int) -> None:
+    conn.execute(
+        """
+        INSERT INTO pgqueue_archive
+            (message_id, queue, task, payload, enqueued_at, attempts, errors, started_at,
+             finished_at, worker_id)
+        SELECT i, 'queue_' || i % 8, 'app.tasks.task_' || i % 40,
+               jsonb_build_object('user_id', i, 'email', md5(i::text) || '@example.com',
+                                  'items', jsonb_build_array(i % 7, i % 11, i % 13),
+                                  'note', md5(i::text) || md5((i + 1)::text)),
+               ts, 1, '[]'::jsonb, ts + interval '1 second', ts + interval '2 seconds', 'w1'
+        FROM generate_series(1, %s) AS i,
+             LATERAL (SELECT timestamptz '2026-10-01' + i * interval '1300 ms') AS t(ts)
+        """,
+        [rows],
+    )
+    conn.execute("VACUUM ANALYZE pgqueue_archive")
+
+
+def baseline_export(dsn: str, out: Path, chunk: int = 100_000) -> int:
+    """psycopg COPY (CSV) -> pyarrow -> Parquet partitioned queue/day, one process."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as ds
+
+    columns = (
+        "id, message_id, queue, task, payload::text, priority, tenant, dedup_key, "
+        "(extract(epoch FROM enqueued_at) * 1000000)::bigint, attempts, max_attempts, "
+        "errors::text, (extract(epoch FROM started_at) * 1000000)::bigint, "
+        "(extract(epoch FROM finished_at) * 1000000)::bigint, worker_id, result::text"
+    )
+    names = [
+        "id", "message_id", "queue", "task", "payload", "priority", "tenant", "dedup_key",
+        "enqueued_at", "attempts", "max_attempts", "errors", "started_at", "finished_at",
+        "worker_id", "result",
+    ]  # fmt: skip
+    string_columns = {"queue", "task", "payload", "tenant", "dedup_key", "errors", "worker_id"}
+    convert = pacsv.ConvertOptions(
+        column_types={n: pa.string() for n in string_columns | {"result"}}
+    )
+    total = 0
+    with psycopg.connect(dsn) as conn:
+        low, high = conn.execute("SELECT min(id), max(id) FROM pgqueue_archive").fetchone()
+        part = 0
+        for lo in range(low, high + 1, chunk):
+            buffer = bytearray()
+            with conn.cursor().copy(
+                f"COPY (SELECT {columns} FROM pgqueue_archive WHERE id >= {lo} "
+                f"AND id < {lo + chunk}) TO STDOUT (FORMAT csv)"
+            ) as copy:
+                for data in copy:
+                    buffer += data
+            conn.commit()  # each chunk its own short read, like the Spark job
+            table = pacsv.read_csv(
+                pa.BufferReader(bytes(buffer)),
+                read_options=pacsv.ReadOptions(column_names=names),
+                convert_options=convert,
+            )
+            for name in ("enqueued_at", "started_at", "finished_at"):
+                index = table.schema.get_field_index(name)
+                table = table.set_column(
+                    index, name, table[name].cast(pa.timestamp("us", tz="UTC"))
+                )
+            day = pc.strftime(table["finished_at"], format="%Y-%m-%d")
+            table = table.append_column("day", day)
+            ds.write_dataset(
+                table,
+                out,
+                format="parquet",
+                partitioning=["queue", "day"],
+                partitioning_flavor="hive",
+                basename_template=f"part-{part}-{{i}}.parquet",
+                existing_data_behavior="overwrite_or_ignore",
+                file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
+            )
+            part += 1
+            total += table.num_rows
+    return total
+
+
+def baseline_copy_enqueue(dsn: str, rows: list[tuple[str, str, str, str]]) -> int:
+    with psycopg.connect(dsn) as conn:
+        with conn.cursor().copy(
+            "COPY pgqueue_message (queue, task, payload, dedup_key) FROM STDIN"
+        ) as copy:
+            for row in rows:
+                copy.write_row(row)
+        conn.execute("SELECT pg_notify('django_pgqueue', 'bench')")
+    return len(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=500_000, help="Archive rows to export.")
+    parser.add_argument("--enqueue-rows", type=int, default=200_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--server-dsn",
+        default=os.environ.get("BENCH_SERVER_DSN", "postgres://postgres@127.0.0.1:5432/postgres"),
+    )
+    parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
+    args = parser.parse_args()
+    server = args.server_dsn
+    dsn = make_conninfo(server, dbname=DB_NAME)
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {DB_NAME}")
+    work = Path(tempfile.mkdtemp(prefix="pgq-pipeline-bench-"))
+    results: list[dict[str, Any]] = []
+    try:
+        setup_django(dsn)
+        from django_pgqueue.pipeline.enqueue import enqueue_frame
+        from django_pgqueue.pipeline.export import export
+        from django_pgqueue.pipeline.session import build_session
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            print(f"filling {args.rows:,} archive rows", file=sys.stderr)
+            fill_archive(conn, args.rows)
+        started = time.perf_counter()
+        spark = build_session(args.master, app_name="pgq-pipeline-bench")
+        spark.range(1000).selectExpr("sum(id)").collect()  # first-job warm-up
+        startup = time.perf_counter() - started
+        print(f"Spark session ready in {startup:.1f} s", file=sys.stderr)
+
+        print("export", file=sys.stderr)
+        with timed(results, "baseline: psycopg COPY -> pyarrow -> Parquet (1 process)",
+                   args.rows, None):  # fmt: skip
+            baseline_export(dsn, work / "baseline")
+        with timed(results, "pgq_pipeline export (Spark JDBC, verified)", args.rows,
+                   "baseline: psycopg COPY -> pyarrow -> Parquet (1 process)"):  # fmt: skip
+            exported = export(spark, str(work / "spark"), master=args.master)
+        assert exported.rows_exported == args.rows and not exported.mismatched, exported
+
+        print("bulk enqueue", file=sys.stderr)
+        n = args.enqueue_rows
+        frame = spark.range(n, numPartitions=2).selectExpr(
+            "id AS user_id", "concat(md5(cast(id AS string)), '@example.com') AS email",
+            "array(id % 7, id % 11, id % 13) AS items",
+            "concat(md5(cast(id AS string)), md5(cast(id + 1 AS string))) AS note",
+        ).cache()  # fmt: skip
+        frame.count()
+        prepared = [
+            ("bench", "bench.noop", row[0], f"copy:{i}")
+            for i, row in enumerate(frame.selectExpr("to_json(struct(*))").toLocalIterator())
+        ]
+        with timed(results, "baseline: psycopg COPY into pgqueue_message", n, None):
+            baseline_copy_enqueue(dsn, prepared)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE pgqueue_message")
+        with timed(results, "pgq_pipeline enqueue (validated, deduplicated)", n,
+                   "baseline: psycopg COPY into pgqueue_message"):  # fmt: skip
+            result = enqueue_frame(spark, frame, task="bench.noop", queue="bench", batch_id="b")
+        assert result.enqueued == n, result
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            from django.db import connections
+
+            connections.close_all()
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    by_name = {r["name"]: r for r in results}
+    print(
+        f"\nSpark {args.master}, start-up {startup:.1f} s (not counted). Rows/s over the same rows.\n"
+    )
+    print("| job | rows | seconds | rows/s | x reference | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        rate = r["rows"] / r["seconds"]
+        ratio = ""
+        if r["ref"]:
+            ref = by_name[r["ref"]]
+            ratio = f"{rate / (ref['rows'] / ref['seconds']):.2f}x"
+        print(
+            f"| {r['name']} | {r['rows']:,} | {r['seconds']:.2f} | {rate:,.0f} | {ratio} | "
+            f"{r['peak_mib']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
