@@ -99,6 +99,7 @@ class Executor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._async_slots: asyncio.Semaphore | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._helper: ThreadPoolExecutor | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -209,7 +210,14 @@ class Executor:
         if self._loop is None:
             self._start_loop()
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._loop.create_task, self._run_async(job))
+        self._loop.call_soon_threadsafe(self._start_task, job)
+
+    def _start_task(self, job: Job) -> None:
+        # The loop keeps only weak references to tasks: hold them until they finish.
+        assert self._loop is not None
+        task = self._loop.create_task(self._run_async(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _start_loop(self) -> None:
         ready = threading.Event()

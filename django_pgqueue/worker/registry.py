@@ -51,6 +51,9 @@ class HandlerRegistry:
     def names(self) -> list[str]:
         return sorted(self._handlers)
 
+    def handlers(self) -> list[Handler]:
+        return list(self._handlers.values())
+
 
 registry = HandlerRegistry()
 

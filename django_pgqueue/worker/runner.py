@@ -113,8 +113,7 @@ class Worker:
         if options.queues and not self.fixed_queues:
             raise ValueError("every --queue is also excluded: nothing to do")
         self.listening = options.listen and conf.NOTIFY
-        vts = [self._vt(q) for q in (self.fixed_queues or [conf.DEFAULT_QUEUE])]
-        self.heartbeat_interval = min(conf.HEARTBEAT_INTERVAL, min(vts) / BEATS_PER_LEASE)
+        self.heartbeat_interval = self._heartbeat_interval()
         self.health_file = Path(options.healthcheck_file) if options.healthcheck_file else None
 
         self.stats = heartbeat.Stats()
@@ -238,6 +237,13 @@ class Worker:
 
     # -- settings per queue and task -------------------------------------------------------------
 
+    def _heartbeat_interval(self) -> float:
+        """``HEARTBEAT_INTERVAL``, but at least ``BEATS_PER_LEASE`` beats per shortest lease."""
+        queues = self.fixed_queues or [self.conf.DEFAULT_QUEUE, *self.conf.QUEUES]
+        vts = [self._vt(q) for q in queues]
+        vts += [h.visibility_timeout for h in registry.handlers() if h.visibility_timeout]
+        return min(self.conf.HEARTBEAT_INTERVAL, min(vts) / BEATS_PER_LEASE)
+
     def _vt(self, queue: str) -> float:
         if self.options.visibility_timeout is not None:
             return float(self.options.visibility_timeout)
@@ -261,6 +267,8 @@ class Worker:
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
             handlers = autodiscover()
+            # Handlers are known now; their own visibility timeouts may be shorter.
+            self.heartbeat_interval = self._heartbeat_interval()
             self._start(handlers)
             try:
                 self._loop()
