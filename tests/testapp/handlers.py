@@ -74,3 +74,8 @@ async def async_too_slow(payload: Any) -> None:
 @django_pgqueue.handler("tests.extend")
 def extends_lease(context: MessageContext, payload: Any) -> bool:
     return context.extend_lease(120)
+
+
+@django_pgqueue.handler("tests.async-extend")
+async def async_extends_lease(context: MessageContext, payload: Any) -> bool:
+    return context.extend_lease(120)

@@ -289,3 +289,24 @@ def test_status_line_reports_rates_and_counters(
     wait_for(lambda: "1 processed, 0 retried, 0 dead" in caplog.text)
     assert "processed/s" in caplog.text
     runner.stop()
+
+
+def test_async_handler_can_extend_its_lease(start_worker: StartWorker) -> None:
+    msg = django_pgqueue.enqueue("tests.async-extend", None)
+    start_worker(burst=True).join()
+    row = archived(msg.id)
+    assert row is not None and row.result is True
+
+
+def test_call_command_reports_bad_options_as_command_errors() -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="excluded"):
+        call_command("pgq_worker", burst=True, queues=["a"], exclude_queues=["a"])
+
+
+def test_call_command_poll_only_burst_with_max_messages() -> None:
+    for n in range(3):
+        django_pgqueue.enqueue("tests.echo", n, queue="cc")
+    call_command("pgq_worker", queues=["cc"], listen=False, max_messages=2, batch_size=1)
+    assert ArchivedMessage.objects.filter(queue="cc").count() == 2
