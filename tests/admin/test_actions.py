@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.messages import get_messages
@@ -206,10 +208,13 @@ def test_requeue_makes_a_new_message_and_keeps_the_archive(staff_client: StaffCl
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_retries_make_exactly_one_live_message() -> None:
+def test_concurrent_retries_make_exactly_one_live_message(
+    admin_conn: psycopg.Connection[Any],
+) -> None:
+    """Two operators post Retry for the same dead message while a third session holds its
+    row: both statements queue behind the lock, so they really run at the same moment."""
     dead = DeadMessageFactory()
     users = [make_staff(f"op{i}", "view_deadmessage", "retry_deadmessage") for i in range(2)]
-    barrier = threading.Barrier(2)
     results: list[list[str]] = []
     errors: list[BaseException] = []
 
@@ -217,7 +222,6 @@ def test_concurrent_retries_make_exactly_one_live_message() -> None:
         try:
             client = Client()
             client.force_login(user)
-            barrier.wait(timeout=10)
             response = client.post(
                 reverse("admin:django_pgqueue_deadmessage_changelist"),
                 {"action": "retry_dead", "_selected_action": [dead.pk]},
@@ -229,8 +233,11 @@ def test_concurrent_retries_make_exactly_one_live_message() -> None:
             connection.close()
 
     threads = [threading.Thread(target=retry, args=(user,)) for user in users]
-    for thread in threads:
-        thread.start()
+    with admin_conn.transaction():
+        admin_conn.execute("SELECT 1 FROM pgqueue_dead WHERE id = %s FOR UPDATE", [dead.pk])
+        for thread in threads:
+            thread.start()
+        _wait_for_lock_waiters(admin_conn, 2)
     for thread in threads:
         thread.join(timeout=30)
 
@@ -238,10 +245,27 @@ def test_concurrent_retries_make_exactly_one_live_message() -> None:
     assert Message.objects.filter(pk=dead.message_id).count() == 1
     assert not DeadMessage.objects.exists()
     assert LogEntry.objects.count() == 1
-    # One post did it; the other either found it gone before listing or was told it skipped.
     texts = sorted(text for messages in results for text in messages)
-    assert "Retried 1 dead message." in texts
-    assert len([t for t in texts if t.startswith("Retried 1")]) == 1
+    assert texts == [
+        "Retried 0 dead messages. Skipped 1: already retried by someone else, or a live "
+        "message holds the same dedup key.",
+        "Retried 1 dead message.",
+    ]
+
+
+def _wait_for_lock_waiters(conn: psycopg.Connection[Any], count: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        # Inside a transaction pg_stat_activity is a snapshot: refresh it on every look.
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+        if row is not None and row[0] >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{count} sessions never queued behind the row lock")
 
 
 def test_retry_button_on_the_dead_message_page(staff_client: StaffClient) -> None:
@@ -261,3 +285,34 @@ def test_retry_button_on_the_dead_message_page(staff_client: StaffClient) -> Non
         "admin:django_pgqueue_message_change", args=[dead.message_id]
     )
     assert Message.objects.filter(pk=dead.message_id).exists()
+
+
+def test_discard_from_the_message_page_returns_to_the_list(staff_client: StaffClient) -> None:
+    message = MessageFactory()
+    url = reverse("admin:django_pgqueue_message_change", args=[message.pk])
+    response = staff_client("discard_message").post(
+        url, {"CHANGE_FORM-action": "discard", "_selected_action": message.pk, "index": 0}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:django_pgqueue_message_changelist")
+    dead = DeadMessage.objects.get(message_id=message.pk)
+    assert dead.reason == DeadReason.DISCARDED
+    assert dead.details["message"].startswith("discarded by staff")
+
+
+def test_a_run_is_bounded_and_says_so(
+    staff_client: StaffClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgqueue.admin import actions
+
+    monkeypatch.setattr(actions, "ACTION_LIMIT", 2)
+    dead = DeadMessageFactory.create_batch(3)
+    response = staff_client("retry_deadmessage").post(
+        reverse("admin:django_pgqueue_deadmessage_changelist"),
+        {"action": "retry_dead", "select_across": "1", "_selected_action": [dead[0].pk]},
+    )
+    assert _messages(response) == [
+        "Retried 2 dead messages. Only the first 2 selected were processed; "
+        "run the action again for the rest."
+    ]
+    assert DeadMessage.objects.count() == 1
