@@ -29,6 +29,8 @@ __all__ = ["QueueStateAdmin", "pipeline_stats_view"]
 
 # The Spark pipeline's charts, linked when that optional part is importable.
 PIPELINE_VIEW = ("django_pgqueue.pipeline.views", "stats_view")
+# Auto-refresh periods offered on the dashboard, in seconds.
+REFRESH_CHOICES = (5, 15, 60)
 
 
 def pipeline_stats_view() -> Callable[..., HttpResponse] | None:
@@ -40,6 +42,15 @@ def pipeline_stats_view() -> Callable[..., HttpResponse] | None:
         return None
     view = getattr(module, attribute, None)
     return view if callable(view) else None
+
+
+def _refresh_seconds(request: HttpRequest) -> int | None:
+    """``?refresh=N`` reloads the page every N seconds (one of REFRESH_CHOICES)."""
+    try:
+        seconds = int(request.GET.get("refresh", ""))
+    except ValueError:
+        return None
+    return seconds if seconds in REFRESH_CHOICES else None
 
 
 @admin.register(QueueState)
@@ -83,6 +94,7 @@ class QueueStateAdmin(BaseModelAdmin):
     ) -> HttpResponse:
         self._require_view(request)
         overview = read_overview()
+        refresh = _refresh_seconds(request)
         context = {
             **self.admin_site.each_context(request),
             "title": "Queue dashboard",
@@ -94,6 +106,8 @@ class QueueStateAdmin(BaseModelAdmin):
             "can_pause": self.has_pause_permission(request),
             "can_purge": self.has_purge_permission(request),
             "history_url": self._history_url(),
+            "refresh": refresh,
+            "refresh_choices": REFRESH_CHOICES,
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/django_pgqueue/queuestate/dashboard.html", context)

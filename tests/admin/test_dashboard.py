@@ -155,3 +155,12 @@ def test_history_link_absent_without_the_pipeline(
 
     monkeypatch.setattr(dashboard, "PIPELINE_VIEW", ("django_pgqueue.no_such_module", "view"))
     assert dashboard.pipeline_stats_view() is None
+
+
+def test_auto_refresh_only_with_an_offered_period(staff_client: StaffClient) -> None:
+    client = staff_client()
+    assert 'http-equiv="refresh"' not in client.get(reverse(DASHBOARD)).text
+    page = client.get(reverse(DASHBOARD), {"refresh": "15"})
+    assert '<meta http-equiv="refresh" content="15">' in page.text
+    for bad in ("1", "abc", "-5"):
+        assert 'http-equiv="refresh"' not in client.get(reverse(DASHBOARD), {"refresh": bad}).text
