@@ -19,14 +19,15 @@ snapshot per statement). Everything is decided in the database, with database ti
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import math
-from collections import Counter
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from django.db import connections
 
 from ..conf import get_settings
@@ -55,6 +56,9 @@ FLOW_KEYS = frozenset(
 #: cost a probe each); the cursor moves on, so the next claim continues where this one stopped.
 WALK_SLACK = 32
 WALK_MAX = 1000
+
+#: Exhausted leases one claim buries at most (as the plain claim).
+REAP_LIMIT = 100
 
 #: Messages without a tenant in a keyed queue are found among this many oldest ready messages.
 UNTENANTED_WINDOW = 256
@@ -121,12 +125,54 @@ def flow_config(queue: str) -> FlowConfig | None:
     return config
 
 
-@dataclass
-class _Pick:
-    ids: list[int]
-    tenants: dict[int, str | None]
-    cursor: str | None
-    used: int
+_LEASE_ANCHOR = "WITH exhausted AS ("
+_RESULT_ANCHOR = "\nSELECT 'claimed' AS outcome"
+
+
+@functools.cache
+def claim_statement(keyed: bool) -> str:
+    """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
+
+    Built once per shape from ``sql.LEASE`` itself, so the claim proper (attempts, fencing
+    token, burying exhausted leases, the row shape) stays the same as the plain claim's.
+    """
+    lease = sql.LEASE.format(
+        candidates=sql.FLOW_CANDIDATES,
+        reap_limit=REAP_LIMIT,
+        shared=sql.SHARED_COLUMNS,
+        leased_columns=", ".join(f"m.{c}" for c in sql.LEASED_COLUMNS),
+    ).strip()
+    # LEASE's positional parameters are, in order: queue (reaper), worker id, visibility.
+    names = iter(("%(queue)s", "%(worker_id)s", "%(visibility_timeout)s"))
+    lease, count = re.subn(r"(?<!%)%s", lambda _: next(names), lease)
+    if count != 3 or not lease.startswith(_LEASE_ANCHOR) or lease.count(_RESULT_ANCHOR) != 1:
+        raise RuntimeError("sql.LEASE changed shape; update core/flow_control.claim_statement")
+    ctes = sql.FLOW_COMMON_CTES + ", " + (sql.FLOW_KEYED_CTES if keyed else sql.FLOW_QUEUE_CTES)
+    lease = "WITH RECURSIVE " + ctes + ",\n" + lease.removeprefix("WITH ")
+    return lease.replace(_RESULT_ANCHOR, "," + sql.FLOW_SAVE_CTES + _RESULT_ANCHOR)
+
+
+def claim_params(
+    config: FlowConfig, queue: str, worker_id: str, limit: int, vt: float
+) -> dict[str, Any]:
+    """The named parameters of :func:`claim_statement`."""
+    return {
+        "queue": queue,
+        "n": limit,
+        "queue_limit": config.concurrency_limit,
+        "rate": config.rate_limit,
+        "burst": config.rate_burst,
+        "weights": json.dumps(dict(config.tenant_weights)),
+        "key_limits": json.dumps(dict(config.key_concurrency_limits)),
+        "key_limit": config.key_concurrency_limit,
+        "key_rate": config.key_rate_limit,
+        "key_burst": config.key_rate_burst,
+        "max_tenants": min(limit + WALK_SLACK, WALK_MAX),
+        "untenanted_window": UNTENANTED_WINDOW,
+        "track_slots": config.tracks_slots,
+        "worker_id": worker_id,
+        "visibility_timeout": vt,
+    }
 
 
 def lease_with_flow_control(
@@ -137,128 +183,41 @@ def lease_with_flow_control(
     limit: int,
     vt: float,
     alias: str,
+    hold: bool = False,
 ) -> list[Message]:
     """Lease up to ``limit`` messages of ``queue`` within its fairness and limits.
 
     Runs inside the transaction ``Message.objects.lease`` opened (or the caller's, with
-    ``hold=True``: the queue then stays locked for other claimers until it ends).
+    ``hold=True``: the queue then stays locked for other claimers until it ends). One round
+    trip: the lock, then the claim, as two statements.
     """
+    params = claim_params(config, queue, worker_id, limit, vt)
+    # Like the plain claim: our own transaction may commit without waiting for the WAL flush
+    # (a crash forgets the lease and its slot together); never the caller's transaction.
+    prefix = sql.FLOW_LOCK
+    if not hold and not get_settings().SYNCHRONOUS_ACKS:
+        prefix = "SET LOCAL synchronous_commit = off;\n" + prefix
+    statements = prefix.count(";")
+    statement = claim_statement(config.keyed)
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.FLOW_LOCK, [queue])
-        if cursor.fetchone() is None:
-            cursor.execute(sql.FLOW_CREATE, [queue])
-            cursor.execute(sql.FLOW_LOCK, [queue])
-        cursor.execute(
-            sql.FLOW_STATE, {"queue": queue, "rate": config.rate_limit, "burst": config.rate_burst}
-        )
-        rr_cursor, rr_used, tokens, clock, paused, in_flight, in_flight_by_key = cursor.fetchone()
-        if paused:
-            return []
-        wanted = limit
-        if config.concurrency_limit is not None:
-            wanted = min(wanted, config.concurrency_limit - in_flight)
-        if tokens is not None:
-            wanted = min(wanted, math.floor(tokens + 1e-9))
-        if wanted <= 0:
-            return []
-        candidates_params: tuple[Any, ...]
-        if config.keyed:
-            pick = _pick(cursor, config, queue, wanted, rr_cursor, rr_used, in_flight_by_key)
-            if not pick.ids:
-                _save(cursor, config, queue, pick.cursor, pick.used, tokens, clock, [], {})
-                return []
-            candidates_sql, candidates_params = sql.FLOW_CANDIDATES, (pick.ids, queue)
+        if isinstance(cursor.cursor, psycopg.ClientCursor):
+            cursor.execute(prefix + statement, params)
+            for _ in range(statements):
+                cursor.nextset()
         else:
-            pick = None
-            candidates_sql, candidates_params = sql.FLOW_QUEUE_CANDIDATES, (queue, wanted)
-        leased = _run_lease(
-            manager, cursor, queue, candidates_sql, candidates_params, worker_id, vt, alias
-        )
-        if pick is not None:
-            order = {message_id: n for n, message_id in enumerate(pick.ids)}
-            leased.sort(key=lambda m: order.get(m.id, len(order)))
-        _save(
-            cursor,
-            config,
-            queue,
-            pick.cursor if pick else None,
-            pick.used if pick else 0,
-            None if tokens is None else tokens - len(leased),
-            clock,
-            leased,
-            Counter(m.tenant for m in leased if m.tenant is not None),
-        )
-    return leased
+            for part in filter(None, (p.strip() for p in prefix.split(";"))):
+                cursor.execute(part, params)
+            cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    return _messages(manager, rows, alias)
 
 
-def _pick(
-    cursor: Any,
-    config: FlowConfig,
-    queue: str,
-    wanted: int,
-    rr_cursor: str | None,
-    rr_used: int,
-    in_flight_by_key: Mapping[str, int] | str,
-) -> _Pick:
-    """Run FLOW_PICK and work out where the round robin stands afterwards."""
-    in_flight = (
-        json.loads(in_flight_by_key) if isinstance(in_flight_by_key, str) else in_flight_by_key
-    )
-    resume = rr_cursor is not None and rr_used < config.weight(rr_cursor)
-    cursor.execute(
-        sql.FLOW_PICK,
-        {
-            "queue": queue,
-            "cursor": rr_cursor or "",
-            "resume": resume,
-            "used": rr_used,
-            "max_tenants": min(wanted + WALK_SLACK, WALK_MAX),
-            "n": wanted,
-            "weights": json.dumps(dict(config.tenant_weights)),
-            "key_limits": json.dumps(dict(config.key_concurrency_limits)),
-            "key_limit": config.key_concurrency_limit,
-            "in_flight": json.dumps(dict(in_flight)),
-            "key_rate": config.key_rate_limit,
-            "key_burst": config.key_rate_burst,
-            "untenanted_window": UNTENANTED_WINDOW,
-        },
-    )
-    rows = cursor.fetchall()
-    picked = [row for row in rows if row[0] is not None]
-    last_walked = next((row[1] for row in rows if row[0] is None), None)
-    ids = [row[0] for row in picked]
-    tenants = {row[0]: row[1] for row in picked}
-    if len(picked) < wanted:
-        # Everything the walk reached had its turn: continue after the last tenant walked.
-        return _Pick(ids, tenants, last_walked, config.weight(last_walked))
-    _, last_tenant, _, used = picked[-1]
-    if last_tenant is None:  # the untenanted group: its turn sits where the rotation wraps
-        return _Pick(ids, tenants, None, 0)
-    return _Pick(ids, tenants, last_tenant, used)
-
-
-def _run_lease(
-    manager: MessageManager,
-    cursor: Any,
-    queue: str,
-    candidates_sql: str,
-    candidates_params: tuple[Any, ...],
-    worker_id: str,
-    vt: float,
-    alias: str,
-) -> list[Message]:
-    """The core's LEASE statement (reaper included) over the flow-controlled candidates."""
-    statement = sql.LEASE.format(
-        candidates=candidates_sql,
-        reap_limit=100,
-        shared=sql.SHARED_COLUMNS,
-        leased_columns=", ".join(f"m.{c}" for c in sql.LEASED_COLUMNS),
-    )
-    cursor.execute(statement, [queue, *candidates_params, worker_id, vt])
+def _messages(manager: MessageManager, rows: list[Any], alias: str) -> list[Message]:
+    """Messages from LEASE's rows (``claimed`` / ``buried``), logging as the plain claim does."""
     attempts_at = sql.LEASED_COLUMNS.index("attempts")
     worker_at = sql.LEASED_COLUMNS.index("leased_by")
     leased: list[Message] = []
-    for outcome, *values in cursor.fetchall():
+    for outcome, *values in rows:
         if outcome == "buried":
             logger.warning(
                 "Message %s (%s on %s) dead-lettered: lease_expired after %s attempts "
@@ -284,40 +243,3 @@ def _run_lease(
             )
         leased.append(message)
     return leased
-
-
-def _save(
-    cursor: Any,
-    config: FlowConfig,
-    queue: str,
-    rr_cursor: str | None,
-    rr_used: int,
-    tokens: float | None,
-    clock: Any,
-    leased: list[Message],
-    per_key: Mapping[str, int],
-) -> None:
-    """Persist the round-robin position, the buckets and the new slots."""
-    slots = leased if config.tracks_slots else []
-    buckets = per_key if config.key_rate_limit else {}
-    key_burst = config.key_rate_burst
-    cursor.execute(
-        sql.FLOW_SAVE,
-        {
-            "queue": queue,
-            "cursor": rr_cursor,
-            "used": rr_used,
-            "tokens": tokens,
-            "refilled_at": clock if tokens is not None else None,
-            "slot_tokens": [str(m.lease_token) for m in slots],
-            "slot_ids": [m.id for m in slots],
-            "slot_keys": [m.tenant for m in slots],
-            "bucket_keys": list(buckets),
-            "bucket_counts": list(buckets.values()),
-            "key_rate": config.key_rate_limit,
-            "key_burst": key_burst,
-            "key_idle": None
-            if key_burst is None or not config.key_rate_limit
-            else (key_burst / config.key_rate_limit),
-        },
-    )

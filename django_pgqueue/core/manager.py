@@ -119,7 +119,7 @@ class MessageManager(models.Manager["Message"]):
         flow = flow_config(queue)
         if flow is not None:
             # Opt-in per queue: fairness and limits take their own path (flow_control.py).
-            return lease_with_flow_control(self, flow, queue, worker_id, limit, vt, alias)
+            return lease_with_flow_control(self, flow, queue, worker_id, limit, vt, alias, hold)
         statement, candidate_params = self._lease_statement(alias, queue, limit)
         params = [queue, *candidate_params, worker_id, vt]
         with connections[alias].cursor() as cursor:

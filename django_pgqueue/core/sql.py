@@ -308,21 +308,26 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 """
 
 # --- Flow control (core/flow_control.py): fairness, concurrency and rate limits -------------
-# Only queues that opt in run these. A claim of such a queue is one short transaction:
-# FLOW_LOCK (serializes claims of the queue), FLOW_STATE, FLOW_PICK (keyed queues only),
-# LEASE with FLOW_CANDIDATES, FLOW_SAVE. Taking the lock in its own statement matters: under
-# READ COMMITTED every later statement then sees what the previous claimer committed.
+# Only queues that opt in run these. A flow-controlled claim is one round trip and one short
+# transaction: FLOW_LOCK, then LEASE (above) with the FLOW_* common table expressions
+# prepended and appended (flow_control.claim_statement builds it). Taking the lock in a
+# statement of its own matters: under READ COMMITTED each statement takes a new snapshot, so
+# the claim then sees everything the previous claimer of the queue committed.
 
-FLOW_LOCK = "SELECT 1 FROM pgqueue_flow_state WHERE queue = %s FOR UPDATE"
+# Serializes the claims of one queue (the state row is created on first use).
+FLOW_LOCK = """
+INSERT INTO pgqueue_flow_state (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
+SELECT 1 FROM pgqueue_flow_state WHERE queue = %(queue)s FOR UPDATE;
+"""
 
-FLOW_CREATE = "INSERT INTO pgqueue_flow_state (queue) VALUES (%s) ON CONFLICT (queue) DO NOTHING"
-
-# The queue's state after the lock: round-robin cursor, refilled rate bucket (NULL without a
-# rate), the database clock it was refilled to, the pause switch, and the slots in use.
-# A slot is held while its message is live with the same lease token and an unexpired lease;
-# every other slot row (finished, failed, released or expired lease) is deleted here.
-FLOW_STATE = """
-WITH slots AS (
+# What every flow-controlled claim computes first:
+# - slots: a slot is held while its message is live with the same lease token and an
+#   unexpired lease; every other slot row (finished, failed, released, expired) is deleted;
+# - state: the round-robin cursor and the queue's rate bucket refilled to the database clock;
+# - budget: how many messages this claim may take (batch size, queue limit, whole tokens;
+#   0 when the queue is paused).
+FLOW_COMMON_CTES = """
+slots AS (
     SELECT s.lease_token, s.key,
            EXISTS (SELECT 1 FROM pgqueue_message m
                    WHERE m.id = s.message_id AND m.lease_token = s.lease_token
@@ -332,26 +337,46 @@ WITH slots AS (
 ), freed AS (
     DELETE FROM pgqueue_flow_slot s USING slots
     WHERE s.lease_token = slots.lease_token AND NOT slots.held
-), per_key AS (
-    SELECT key, count(*) AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
-)
-SELECT f.rr_cursor, f.rr_used,
-       LEAST(%(burst)s::float8,
-             COALESCE(f.tokens + %(rate)s::float8
-                                 * extract(epoch FROM clock_timestamp() - f.refilled_at),
-                      %(burst)s::float8)),
-       clock_timestamp(),
-       EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = f.queue AND q.paused),
-       (SELECT count(*) FROM slots WHERE held),
-       (SELECT COALESCE(jsonb_object_agg(key, n), '{}'::jsonb) FROM per_key)
-FROM pgqueue_flow_state f
-WHERE f.queue = %(queue)s
-"""
+), state AS (
+    SELECT f.rr_cursor, f.rr_used,
+           LEAST(%(burst)s::float8,
+                 COALESCE(f.tokens + %(rate)s::float8
+                                     * extract(epoch FROM clock_timestamp() - f.refilled_at),
+                          %(burst)s::float8)) AS tokens,
+           clock_timestamp() AS clock,
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = f.queue AND q.paused) AS paused
+    FROM pgqueue_flow_state f
+    WHERE f.queue = %(queue)s
+), budget AS (
+    SELECT CASE WHEN s.paused THEN 0 ELSE GREATEST(0, LEAST(
+               %(n)s::int,
+               COALESCE(%(queue_limit)s::int - (SELECT count(*) FROM slots WHERE held)::int,
+                        %(n)s::int),
+               COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n
+    FROM state s
+)"""
+
+# Queue-wide limits only: the plain claim order, at most ``budget`` messages.
+FLOW_QUEUE_CTES = """
+chosen AS (
+    SELECT id FROM pgqueue_message
+    WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
+    ORDER BY priority DESC, available_at, id
+    LIMIT (SELECT n FROM budget)
+), next_rr AS (
+    SELECT rr_cursor AS cursor, rr_used AS used FROM state
+)"""
 
 # The next tenant (after ``{after}``) holding live messages: one probe of pgq_message_tenant.
+# (``OFFSET 0`` below keeps each probe a subquery evaluated once, not inlined per use.)
 _NEXT_TENANT = """(SELECT tenant FROM pgqueue_message
      WHERE queue = %(queue)s AND attempts < max_attempts AND tenant IS NOT NULL{after}
      ORDER BY tenant LIMIT 1)"""
+# Where the walk starts: at the cursor tenant when its turn is unfinished, else after it.
+# Two plain range probes (an OR of both would not be an index range).
+_START = f"""CASE WHEN (SELECT resume FROM rr)
+             THEN {_NEXT_TENANT.format(after=" AND tenant >= (SELECT cur FROM rr)")}
+             ELSE {_NEXT_TENANT.format(after=" AND tenant > (SELECT cur FROM rr)")} END"""
 
 # Weighted round robin over tenants, as a walk of the tenant index (a skip scan: one probe
 # per tenant, never a scan of the backlog). The walk starts after the cursor (at it when the
@@ -359,22 +384,27 @@ _NEXT_TENANT = """(SELECT tenant FROM pgqueue_message
 # Each tenant visited may give up to least(key limit - in flight, whole tokens in its rate
 # bucket) messages, its oldest ready ones by (priority desc, available_at, id): a second
 # probe. They are dealt in rounds: ``weight`` messages per tenant per round, tenants in walk
-# order, so one claim of N messages over K tenants takes ~N/K from each.
-# Messages without a tenant are one more group, taking its turn where the rotation wraps;
-# they are looked for among the first ``untenanted_window`` ready messages of the queue.
-# Returns the picked (id, tenant, pos, used) in deal order (``used``: messages the tenant has
-# had in its current turn), then the last tenant walked (id NULL).
-FLOW_PICK = f"""
-WITH RECURSIVE walk(tenant, pos, wrapped) AS (
+# order, so a claim of N messages over K tenants takes ~N/K from each. Messages without a
+# tenant are one more group, taking its turn where the rotation wraps; they are looked for
+# among the first ``untenanted_window`` ready messages of the queue. ``next_rr`` is where the
+# rotation stands afterwards: on the last tenant served (``used`` = what it had of its turn),
+# or, when the batch was not filled, after the last tenant walked.
+FLOW_KEYED_CTES = f"""
+in_flight AS (
+    SELECT key, count(*) AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
+), rr AS (
+    SELECT COALESCE(s.rr_cursor, '') AS cur, s.rr_used AS used,
+           s.rr_cursor IS NOT NULL
+             AND s.rr_used < COALESCE((%(weights)s::jsonb ->> s.rr_cursor)::int, 1) AS resume
+    FROM state s
+), walk(tenant, pos, wrapped) AS (
     SELECT s.tenant::text, 1, s.wrapped
     FROM (
         SELECT COALESCE(a.tenant, {_NEXT_TENANT.format(after="")}) AS tenant,
                a.tenant IS NULL AS wrapped
-        FROM (SELECT {
-    _NEXT_TENANT.format(after=" AND (tenant > %(cursor)s OR (%(resume)s AND tenant = %(cursor)s))")
-} AS tenant) a
+        FROM (SELECT {_START} AS tenant OFFSET 0) a
     ) s
-    WHERE s.tenant IS NOT NULL
+    WHERE s.tenant IS NOT NULL AND (SELECT n FROM budget) > 0
   UNION ALL
     SELECT nxt.tenant::text, w.pos + 1, nxt.wrapped
     FROM walk w, LATERAL (
@@ -382,34 +412,37 @@ WITH RECURSIVE walk(tenant, pos, wrapped) AS (
     _NEXT_TENANT.format(after="")
 } END) AS tenant,
                w.wrapped OR a.tenant IS NULL AS wrapped
-        FROM (SELECT {_NEXT_TENANT.format(after=" AND tenant > w.tenant")} AS tenant) a
+        FROM (SELECT {_NEXT_TENANT.format(after=" AND tenant > w.tenant")} AS tenant OFFSET 0) a
     ) nxt
     WHERE w.pos < %(max_tenants)s AND nxt.tenant IS NOT NULL
-      AND NOT (nxt.wrapped
-               AND (nxt.tenant > %(cursor)s OR (%(resume)s AND nxt.tenant = %(cursor)s)))
+      AND NOT (nxt.wrapped AND (nxt.tenant > (SELECT cur FROM rr)
+                                OR ((SELECT resume FROM rr) AND nxt.tenant = (SELECT cur FROM rr))))
 ), turn AS (
     SELECT w.tenant, w.pos::float8 AS pos,
            COALESCE((%(weights)s::jsonb ->> w.tenant)::int, 1) AS weight,
-           CASE WHEN w.pos = 1 AND %(resume)s AND w.tenant = %(cursor)s
-                THEN %(used)s ELSE 0 END AS used,
+           CASE WHEN w.pos = 1 AND rr.resume AND w.tenant = rr.cur THEN rr.used ELSE 0 END
+             AS used,
            LEAST(
                COALESCE((%(key_limits)s::jsonb ->> w.tenant)::int, %(key_limit)s::int, 2147483647)
-                 - COALESCE((%(in_flight)s::jsonb ->> w.tenant)::int, 0),
+                 - COALESCE(i.n, 0)::int,
                CASE WHEN %(key_rate)s::float8 IS NULL THEN 2147483647
                     ELSE floor(LEAST(%(key_burst)s::float8,
                                      COALESCE(b.tokens + %(key_rate)s::float8
                                               * extract(epoch FROM clock_timestamp() - b.refilled_at),
-                                              %(key_burst)s::float8)))::int
+                                              %(key_burst)s::float8)) + 1e-9)::int
                END) AS capacity
     FROM walk w
+    CROSS JOIN rr
+    LEFT JOIN in_flight i ON i.key = w.tenant
     LEFT JOIN pgqueue_flow_key_bucket b ON b.queue = %(queue)s AND b.key = w.tenant
 ), rounds AS (
     -- Enough rounds for the batch: twice its fair share per tenant, at most its capacity.
-    SELECT ceil(2.0 * %(n)s / GREATEST(1, (SELECT count(*) FROM turn WHERE capacity > 0)))::int
-           AS share
+    SELECT ceil(2.0 * (SELECT n FROM budget)
+                / GREATEST(1, (SELECT count(*) FROM turn WHERE capacity > 0)))::int AS share
 ), untenanted_turn AS (
     SELECT COALESCE((SELECT min(pos) - 0.5 FROM walk WHERE wrapped),
-                    CASE WHEN NOT EXISTS (SELECT 1 FROM walk) THEN 0.0 END) AS pos
+                    CASE WHEN NOT EXISTS (SELECT 1 FROM walk) AND (SELECT n FROM budget) > 0
+                         THEN 0.0 END) AS pos
 ), picked AS (
     SELECT t.pos, t.tenant, h.id, t.weight, h.rank + t.used AS seq
     FROM turn t CROSS JOIN rounds r, LATERAL (
@@ -435,63 +468,69 @@ WITH RECURSIVE walk(tenant, pos, wrapped) AS (
               LIMIT r.share) head
     ) h
     WHERE u.pos IS NOT NULL
-)
--- Round k of the rotation holds each tenant's messages number k*weight+1 .. (k+1)*weight.
-(SELECT id, tenant, pos, (seq - 1) %% weight + 1 AS used
- FROM picked
- ORDER BY (seq - 1) / weight, pos, seq
- LIMIT %(n)s)
-UNION ALL
-(SELECT NULL, tenant, pos, NULL FROM walk ORDER BY pos DESC LIMIT 1)
-"""
+), chosen AS (
+    -- Round k holds each tenant's messages number k*weight+1 .. (k+1)*weight.
+    SELECT id, tenant, (seq - 1) %% weight + 1 AS used,
+           row_number() OVER (ORDER BY (seq - 1) / weight, pos, seq) AS k
+    FROM picked
+    ORDER BY (seq - 1) / weight, pos, seq
+    LIMIT (SELECT n FROM budget)
+), last_chosen AS (
+    SELECT tenant, used FROM chosen ORDER BY k DESC LIMIT 1
+), last_walked AS (
+    SELECT tenant FROM walk ORDER BY pos DESC LIMIT 1
+), next_rr AS (
+    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM walk) THEN s.rr_cursor
+                WHEN (SELECT count(*) FROM chosen) >= b.n THEN (SELECT tenant FROM last_chosen)
+                ELSE (SELECT tenant FROM last_walked) END AS cursor,
+           CASE WHEN NOT EXISTS (SELECT 1 FROM walk) THEN s.rr_used
+                WHEN (SELECT count(*) FROM chosen) >= b.n
+                    THEN COALESCE((SELECT CASE WHEN tenant IS NULL THEN 0 ELSE used END
+                                   FROM last_chosen), 0)
+                ELSE COALESCE((%(weights)s::jsonb ->> (SELECT tenant FROM last_walked))::int, 1)
+           END AS used
+    FROM state s CROSS JOIN budget b
+)"""
 
-# ``{candidates}`` of LEASE for a flow-controlled claim: the picked ids, re-checked and locked.
-FLOW_CANDIDATES = """
-SELECT id, lease_token FROM pgqueue_message
-WHERE id = ANY(%s::bigint[]) AND queue = %s AND attempts < max_attempts AND available_at <= now()
-FOR UPDATE SKIP LOCKED
-"""
+# LEASE's ``{candidates}`` in a flow-controlled claim: the chosen ids, re-checked and locked.
+FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
+    WHERE m.id IN (SELECT id FROM chosen) AND m.queue = %(queue)s
+      AND m.attempts < m.max_attempts AND m.available_at <= now()
+    FOR UPDATE OF m SKIP LOCKED"""
 
-# ``{candidates}`` of LEASE for a queue with queue-wide limits only: the plain claim order
-# (served by pgq_message_claim), at most as many as the limits allow right now.
-FLOW_QUEUE_CANDIDATES = """
-SELECT id, lease_token FROM pgqueue_message
-WHERE queue = %s AND attempts < max_attempts AND available_at <= now()
-ORDER BY priority DESC, available_at, id
-LIMIT %s
-FOR UPDATE SKIP LOCKED
-"""
-
-# After the lease, in the same transaction: the cursor, the queue's bucket, one slot per leased
+# Appended after LEASE's ``claimed``: the rotation, the queue's bucket, a slot per leased
 # message (when limits are on), the keys' buckets, and a few idle (full again) buckets dropped.
-FLOW_SAVE = """
-WITH state AS (
-    UPDATE pgqueue_flow_state
-    SET rr_cursor = %(cursor)s, rr_used = %(used)s,
-        tokens = %(tokens)s::float8, refilled_at = %(refilled_at)s::timestamptz
-    WHERE queue = %(queue)s
-), slots AS (
+FLOW_SAVE_CTES = """
+save_state AS (
+    UPDATE pgqueue_flow_state f
+    SET rr_cursor = r.cursor, rr_used = r.used,
+        tokens = CASE WHEN %(rate)s::float8 IS NULL THEN NULL
+                      ELSE s.tokens - (SELECT count(*) FROM claimed) END,
+        refilled_at = CASE WHEN %(rate)s::float8 IS NULL THEN NULL ELSE s.clock END
+    FROM next_rr r CROSS JOIN state s
+    WHERE f.queue = %(queue)s
+), save_slots AS (
     INSERT INTO pgqueue_flow_slot (lease_token, message_id, queue, key)
-    SELECT token, id, %(queue)s, key
-    FROM unnest(%(slot_tokens)s::uuid[], %(slot_ids)s::bigint[], %(slot_keys)s::text[])
-         AS t(token, id, key)
-), buckets AS (
+    SELECT lease_token, id, queue, tenant FROM claimed WHERE %(track_slots)s
+), save_buckets AS (
     INSERT INTO pgqueue_flow_key_bucket AS b (queue, key, tokens, refilled_at)
-    SELECT %(queue)s, key, %(key_burst)s::float8 - n, clock_timestamp()
-    FROM unnest(%(bucket_keys)s::text[], %(bucket_counts)s::int[]) AS t(key, n)
+    SELECT %(queue)s, tenant, %(key_burst)s::float8 - count(*), clock_timestamp()
+    FROM claimed
+    WHERE %(key_rate)s::float8 IS NOT NULL AND tenant IS NOT NULL
+    GROUP BY tenant
     ON CONFLICT (queue, key) DO UPDATE
     SET tokens = LEAST(%(key_burst)s::float8,
                        b.tokens + %(key_rate)s::float8
                                   * extract(epoch FROM clock_timestamp() - b.refilled_at))
                  - (%(key_burst)s::float8 - EXCLUDED.tokens),
         refilled_at = clock_timestamp()
-), idle AS (
+), idle_buckets AS (
     DELETE FROM pgqueue_flow_key_bucket
     WHERE queue = %(queue)s AND key IN (
         SELECT key FROM pgqueue_flow_key_bucket
-        WHERE queue = %(queue)s AND key <> ALL(%(bucket_keys)s::text[])
-          AND refilled_at < clock_timestamp() - make_interval(secs => %(key_idle)s::float8)
+        WHERE queue = %(queue)s AND %(key_rate)s::float8 IS NOT NULL
+          AND key NOT IN (SELECT tenant FROM claimed WHERE tenant IS NOT NULL)
+          AND refilled_at < clock_timestamp()
+                            - make_interval(secs => %(key_burst)s::float8 / %(key_rate)s::float8)
         LIMIT 16)
-)
-SELECT 1
-"""
+)"""

@@ -1,0 +1,318 @@
+"""Flow control: what fairness and limits cost, and what they buy a light tenant.
+
+Self-contained: creates and drops its own database (``pgq_flow_bench``) on the server named
+by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``)::
+
+    .venv/bin/python bench/flow_control_bench.py [--quick] [--reps N]
+
+1. Throughput: claimer processes drain a prefilled backlog (1 heavy tenant with half the
+   messages, the rest over 99 light tenants) with ``Message.objects.lease`` + ``complete``,
+   once on a plain queue and once on a queue with fairness, a per-key limit, a queue limit
+   and a rate limit all switched on (set high enough not to bind: this measures their cost).
+   A raw-SQL reference (``DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``) runs
+   in the same session.
+2. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
+   producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
+   (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
+
+Prints markdown tables; the ratios are the targets (throughput on/off >= 0.8; light p99
+with heavy / alone <= 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+DBNAME = "pgq_flow_bench"
+
+FLOW_ON = {
+    "FAIRNESS": True,
+    "KEY_CONCURRENCY_LIMIT": 1000,
+    "CONCURRENCY_LIMIT": 10000,
+    "RATE_LIMIT": 1_000_000,
+}
+
+
+def setup_django() -> None:
+    import django
+    from django.conf import settings
+    from psycopg.conninfo import conninfo_to_dict
+
+    if settings.configured:
+        return
+    params = conninfo_to_dict(SERVER_DSN)
+    settings.configure(
+        INSTALLED_APPS=["django_pgqueue"],
+        DATABASES={
+            "default": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": DBNAME,
+                "USER": params.get("user", "postgres"),
+                "PASSWORD": params.get("password", ""),
+                "HOST": params.get("host", "127.0.0.1"),
+                "PORT": str(params.get("port", "5432")),
+                "CONN_MAX_AGE": None,
+            }
+        },
+        USE_TZ=True,
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        PGQUEUE={
+            "NOTIFY": False,
+            "QUEUES": {
+                "flow": FLOW_ON,
+                "fair": {"FAIRNESS": True},
+            },
+        },
+    )
+    django.setup()
+
+
+def recreate_database() -> None:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(make_conninfo(SERVER_DSN, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
+
+
+def drop_database() -> None:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(make_conninfo(SERVER_DSN, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME))
+        )
+
+
+def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def reset_tables() -> None:
+    execute(
+        "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_flow_state, "
+        "pgqueue_flow_slot, pgqueue_flow_key_bucket"
+    )
+
+
+def prefill(queue: str, total: int) -> None:
+    """Half the backlog for one heavy tenant, the rest over 99 light ones, interleaved."""
+    execute(
+        "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
+        "SELECT %s, 'bench.noop', '{}'::jsonb, "
+        "       CASE WHEN g %% 2 = 0 THEN 'heavy' ELSE 'light-' || (g %% 99) END "
+        "FROM generate_series(1, %s) g",
+        [queue, total],
+    )
+    execute("ANALYZE pgqueue_message")
+
+
+# --- child processes -----------------------------------------------------------------------
+
+
+def _drain(queue: str, batch: int, work_ms: float, stop_at: float, mode: str) -> int:
+    setup_django()
+    from django.db import connections
+
+    from django_pgqueue.core import transitions
+    from django_pgqueue.models import Message
+
+    connections.close_all()
+    done = 0
+    worker = f"bench-{os.getpid()}"
+    while time.monotonic() < stop_at:
+        if mode == "raw":
+            rows = execute(
+                "DELETE FROM pgqueue_message WHERE id IN ("
+                " SELECT id FROM pgqueue_message WHERE queue = %s AND available_at <= now()"
+                " ORDER BY priority DESC, available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)"
+                " RETURNING id",
+                [queue, batch],
+            )
+            got = len(rows)
+        else:
+            leased = Message.objects.lease(queue, worker_id=worker, batch_size=batch)
+            got = len(leased)
+            if leased:
+                if work_ms:
+                    time.sleep(work_ms * got / 1000)
+                transitions.complete(leased)
+        done += got
+        if not got:
+            if mode == "drain" or mode == "raw":
+                if not Message.objects.filter(queue=queue).exists():
+                    break
+            time.sleep(0.002)
+    connections.close_all()
+    return done
+
+
+def _produce(queue: str, heavy_per_tick: int, tick: float, stop_at: float) -> int:
+    """One light message every ``tick`` s; with it ``heavy_per_tick`` heavy ones."""
+    setup_django()
+    from django.db import connections
+
+    connections.close_all()
+    sent = 0
+    next_at = time.monotonic()
+    while time.monotonic() < stop_at:
+        execute(
+            "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
+            "VALUES (%s, 'bench.noop', '{}'::jsonb, 'light')",
+            [queue],
+        )
+        if heavy_per_tick:
+            execute(
+                "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
+                "SELECT %s, 'bench.noop', '{}'::jsonb, 'heavy' FROM generate_series(1, %s)",
+                [queue, heavy_per_tick],
+            )
+        sent += 1
+        next_at += tick
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    connections.close_all()
+    return sent
+
+
+def run_pool(jobs: list[tuple[Any, tuple[Any, ...]]]) -> list[int]:
+    from django.db import connections
+
+    connections.close_all()
+    ctx = mp.get_context("fork")
+    with ctx.Pool(len(jobs)) as pool:
+        results = [pool.apply_async(fn, args) for fn, args in jobs]
+        return [r.get(timeout=600) for r in results]
+
+
+# --- scenarios -----------------------------------------------------------------------------
+
+
+def throughput(queue: str, mode: str, total: int, procs: int, batch: int) -> float:
+    reset_tables()
+    prefill(queue, total)
+    start = time.monotonic()
+    counts = run_pool([(_drain, (queue, batch, 0.0, start + 600, mode))] * procs)
+    elapsed = time.monotonic() - start
+    assert sum(counts) == total, (sum(counts), total)
+    return total / elapsed
+
+
+def light_waits(queue: str, heavy: bool, seconds: float, procs: int, batch: int, work_ms: float):
+    reset_tables()
+    if heavy:  # a standing backlog, so the heavy tenant saturates the claimers from the start
+        execute(
+            "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
+            "SELECT %s, 'bench.noop', '{}'::jsonb, 'heavy' FROM generate_series(1, 5000)",
+            [queue],
+        )
+    start = time.monotonic()
+    stop_at = start + seconds
+    jobs: list[tuple[Any, tuple[Any, ...]]] = [
+        (_produce, (queue, 100 if heavy else 0, 0.02, stop_at))
+    ]
+    jobs += [(_drain, (queue, batch, work_ms, stop_at + 1.0, "steady"))] * procs
+    run_pool(jobs)
+    waits = [
+        float(w) * 1000
+        for (w,) in execute(
+            "SELECT extract(epoch FROM started_at - enqueued_at) FROM pgqueue_archive "
+            "WHERE tenant = 'light' AND queue = %s",
+            [queue],
+        )
+    ]
+    left = execute(
+        "SELECT count(*) FROM pgqueue_message WHERE tenant = 'light' AND queue = %s", [queue]
+    )[0][0]
+    return waits, left
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller backlog, shorter runs")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
+    parser.add_argument("--procs", type=int, default=4, help="claimer processes")
+    args = parser.parse_args()
+    total = 10_000 if args.quick else 40_000
+    seconds = 4.0 if args.quick else 10.0
+    reps = 1 if args.quick else args.reps
+
+    recreate_database()
+    setup_django()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    try:
+        print(
+            f"## Throughput: {total} messages, {args.procs} claimer processes (msgs/s, median of {reps})\n"
+        )
+        print("| batch | raw SQL claim+delete | plain queue | fairness + limits on | on / plain |")
+        print("|---:|---:|---:|---:|---:|")
+        for batch in (1, 10, 100):
+            raw, plain, flow = [], [], []
+            for _ in range(reps):
+                raw.append(throughput("raw", "raw", total, args.procs, batch))
+                plain.append(throughput("plain", "drain", total, args.procs, batch))
+                flow.append(throughput("flow", "drain", total, args.procs, batch))
+            r, p, f = (statistics.median(x) for x in (raw, plain, flow))
+            print(f"| {batch} | {r:,.0f} | {p:,.0f} | {f:,.0f} | {f / p:.2f} |")
+
+        work_ms = 1.0
+        print(
+            f"\n## Light tenant wait (ms, enqueue -> lease, database clock): {seconds:.0f} s, "
+            f"{args.procs} claimers, batch 10, {work_ms} ms of work per message; light enqueues "
+            "50/s, heavy 5,000/s on top of a 5,000 backlog\n"
+        )
+        print("| run | light msgs | p50 | p99 | max | light left unserved |")
+        print("|---|---:|---:|---:|---:|---:|")
+        rows = {}
+        for label, queue, heavy in (
+            ("light alone (fair queue)", "fair", False),
+            ("light + 100x heavy, fairness on", "fair", True),
+            ("light + 100x heavy, fairness off", "plain", True),
+        ):
+            waits, left = light_waits(queue, heavy, seconds, args.procs, 10, work_ms)
+            rows[label] = waits
+            print(
+                f"| {label} | {len(waits)} | {pct(waits, 50):.1f} | {pct(waits, 99):.1f} | "
+                f"{max(waits, default=float('nan')):.1f} | {left} |"
+            )
+        alone = pct(rows["light alone (fair queue)"], 99)
+        fair = pct(rows["light + 100x heavy, fairness on"], 99)
+        print(f"\nlight p99 with heavy / alone (fairness on): {fair / alone:.2f}")
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        drop_database()
+
+
+if __name__ == "__main__":
+    main()
