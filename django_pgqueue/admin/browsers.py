@@ -116,7 +116,21 @@ class MessageAdmin(ReadOnlyAdmin):
         "payload_preview",
     )
     list_filter = (QueueFilter, LiveStateFilter, TaskFilter, ("enqueued_at", DateFieldListFilter))
-    fields = readonly_fields = (
+    fieldsets = (
+        (None, {"fields": (("id", "queue", "task"), ("state", "priority", "tenant", "dedup_key"))}),
+        (
+            "Attempts and lease",
+            {
+                "fields": (
+                    ("attempts", "max_attempts", "enqueued_at", "available_at"),
+                    ("leased_by", "leased_at", "lease_token"),
+                )
+            },
+        ),
+        ("Payload", {"fields": ("payload_pretty",)}),
+        ("Errors", {"fields": ("last_error_pretty", "errors_pretty")}),
+    )
+    readonly_fields = (
         "id",
         "queue",
         "task",
@@ -236,7 +250,25 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         "payload_preview",
     )
     list_filter = (QueueFilter, TaskFilter, "reason", ("died_at", DateFieldListFilter))
-    fields = readonly_fields = (
+    fieldsets = (
+        (
+            None,
+            {"fields": (("id", "message_id", "queue", "task"), ("reason", "died_at", "worker_id"))},
+        ),
+        ("Final error", {"fields": ("error_summary", "traceback_pretty")}),
+        ("Payload", {"fields": ("payload_pretty",)}),
+        (
+            "Every attempt",
+            {
+                "fields": (
+                    ("attempts", "max_attempts", "enqueued_at"),
+                    ("priority", "tenant", "dedup_key"),
+                    "errors_pretty",
+                )
+            },
+        ),
+    )
+    readonly_fields = (
         "id",
         "message_id",
         "queue",
@@ -329,7 +361,29 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
         "result_preview",
     )
     list_filter = (QueueFilter, TaskFilter, ("finished_at", DateFieldListFilter))
-    fields = readonly_fields = (
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("id", "message_id", "queue", "task"),
+                    ("priority", "tenant", "dedup_key"),
+                )
+            },
+        ),
+        (
+            "Run",
+            {
+                "fields": (
+                    ("attempts", "max_attempts", "worker_id"),
+                    ("enqueued_at", "started_at", "finished_at", "duration"),
+                )
+            },
+        ),
+        ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
+        ("Errors of earlier attempts", {"fields": ("errors_pretty",)}),
+    )
+    readonly_fields = (
         "id",
         "message_id",
         "queue",

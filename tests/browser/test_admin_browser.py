@@ -146,6 +146,8 @@ def test_operator_filters_dead_messages_and_retries_them(live_server: Any) -> No
 
         # The Retry button on a dead message's own page.
         page.goto(f"{live_server.url}/admin/django_pgqueue/deadmessage/{errored.pk}/change/")
+        assert "Traceback ..." in page.locator("pre.pgq-traceback").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "admin-dead-message.png"), full_page=True)
         page.click("button.pgq-retry")
         page.wait_for_url(f"**/admin/django_pgqueue/message/{errored.message_id}/change/")
         assert "Retried 1 dead message." in page.locator(".messagelist").inner_text()
