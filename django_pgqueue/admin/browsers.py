@@ -65,6 +65,10 @@ class ReadOnlyAdmin(BaseModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def _admin_url(self, name: str, *args: Any) -> str:
+        # Works on any AdminSite instance, not only the default one.
+        return reverse(f"admin:django_pgqueue_{name}", args=args, current_app=self.admin_site.name)
+
     def _has_perm(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
@@ -232,7 +236,7 @@ class MessageAdmin(ReadOnlyAdmin):
         )
         if _ran_from_change_form(request):
             # The row has left the live table: show the list instead of a missing page.
-            return HttpResponseRedirect(reverse("admin:django_pgqueue_message_changelist"))
+            return HttpResponseRedirect(self._admin_url("message_changelist"))
         return None
 
 
@@ -340,10 +344,8 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         if _ran_from_change_form(request):
             if len(done) == 1:
                 (message_id,) = done
-                return HttpResponseRedirect(
-                    reverse("admin:django_pgqueue_message_change", args=[message_id])
-                )
-            return HttpResponseRedirect(reverse("admin:django_pgqueue_deadmessage_changelist"))
+                return HttpResponseRedirect(self._admin_url("message_change", message_id))
+            return HttpResponseRedirect(self._admin_url("deadmessage_changelist"))
         return None
 
 

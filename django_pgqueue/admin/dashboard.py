@@ -66,6 +66,10 @@ class QueueStateAdmin(BaseModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def _admin_url(self, name: str) -> str:
+        # Works on any AdminSite instance, not only the default one.
+        return reverse(f"admin:django_pgqueue_{name}", current_app=self.admin_site.name)
+
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_pgqueue.pause_queue")
 
@@ -115,7 +119,7 @@ class QueueStateAdmin(BaseModelAdmin):
     def _history_url(self) -> str | None:
         # Present only if the pipeline was importable when the admin's URLs were built.
         try:
-            return reverse("admin:django_pgqueue_history")
+            return self._admin_url("history")
         except NoReverseMatch:
             return None
 
@@ -141,7 +145,7 @@ class QueueStateAdmin(BaseModelAdmin):
         )
 
     def _back(self) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:django_pgqueue_queuestate_changelist"))
+        return HttpResponseRedirect(self._admin_url("queuestate_changelist"))
 
     def _set_paused(self, request: HttpRequest, paused: bool) -> HttpResponse:
         if request.method != "POST":

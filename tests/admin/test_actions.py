@@ -272,7 +272,7 @@ def test_retry_button_on_the_dead_message_page(staff_client: StaffClient) -> Non
     dead = DeadMessageFactory()
     url = reverse("admin:django_pgqueue_deadmessage_change", args=[dead.pk])
 
-    assert "pgq-retry" not in staff_client().get(url).text
+    assert 'class="historylink pgq-retry"' not in staff_client().get(url).text
 
     operator = staff_client("retry_deadmessage")
     page = operator.get(url)

@@ -164,3 +164,18 @@ def test_auto_refresh_only_with_an_offered_period(staff_client: StaffClient) -> 
     assert '<meta http-equiv="refresh" content="15">' in page.text
     for bad in ("1", "abc", "-5"):
         assert 'http-equiv="refresh"' not in client.get(reverse(DASHBOARD), {"refresh": bad}).text
+
+
+@pytest.mark.urls("tests.admin.custom_site_urls")
+def test_works_on_another_admin_site(staff_client: StaffClient) -> None:
+    dead = DeadMessageFactory()
+    client = staff_client("retry_deadmessage", "pause_queue")
+
+    assert client.get("/ops/django_pgqueue/queuestate/").status_code == 200
+    paused = client.post("/ops/django_pgqueue/queuestate/pause/", {"queue": "default"})
+    assert paused["Location"] == "/ops/django_pgqueue/queuestate/"
+    retried = client.post(
+        f"/ops/django_pgqueue/deadmessage/{dead.pk}/change/",
+        {"CHANGE_FORM-action": "retry_dead", "_selected_action": dead.pk, "index": 0},
+    )
+    assert retried["Location"] == f"/ops/django_pgqueue/message/{dead.message_id}/change/"
