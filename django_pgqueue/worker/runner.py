@@ -447,6 +447,15 @@ class Worker:
     def _fetch(self, want: int) -> int:
         """Lease up to ``want`` messages from the hot queues and hand them to the executor."""
         leased: list[Message] = []
+        try:
+            self._lease_into(leased, want)
+        finally:
+            # Even when a stop interrupts the loop: what was leased runs (or is released).
+            if leased:
+                self._dispatch(leased)
+        return len(leased)
+
+    def _lease_into(self, leased: list[Message], want: int) -> None:
         for queue in self._queues_in_order():
             asked = want - len(leased)
             if asked <= 0:
@@ -466,9 +475,6 @@ class Worker:
             if len(batch) < asked and queue in self._hot:
                 self._hot.remove(queue)
             leased.extend(batch)
-        if leased:
-            self._dispatch(leased)
-        return len(leased)
 
     def _dispatch(self, leased: list[Message]) -> None:
         jobs: list[Job] = []
