@@ -1,0 +1,24 @@
+"""No-op handlers for the benchmark."""
+
+import os
+import socket
+import time
+from typing import Any
+
+import django_pgqueue
+
+_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+_port = int(os.environ.get("BENCH_UDP_PORT", "0"))
+
+
+@django_pgqueue.handler("bench.noop", queue="bench")
+def noop(payload: Any) -> None:
+    """Does nothing: the benchmark measures the queue, not the work."""
+
+
+@django_pgqueue.handler("bench.latency", queue="bench")
+def latency(payload: Any) -> None:
+    """Reports enqueue-call start -> handler start (ms) to the harness over UDP."""
+    started = time.time()
+    if _port and isinstance(payload, dict) and "t" in payload:
+        _sock.sendto(f"pgq:{(started - payload['t']) * 1000:.4f}".encode(), ("127.0.0.1", _port))

@@ -1,0 +1,205 @@
+"""``python -m bench``: run the scenarios, print the tables, write results and plots.
+
+python -m bench [--mode full|quick|smoke] [--only enqueue,drain,...] [--reps N]
+                [--dsn postgres://postgres@127.0.0.1:5432/postgres] [--db pgq_bench]
+                [--peers procrastinate,pgqueuer,tasksdb,celery | --no-peers]
+                [--out bench/results/<stamp>] [--no-plots] [--keep-db]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import core_cases, raw, report, scenarios, workers
+from .config import MODES, PAYLOAD_BYTES
+from .context import BENCH_DIR, VENVS_DIR, Context
+from .measure import Recorder, UdpCollector
+from .peers import runner as peer_runner
+from .pg import StatsProbe, drop_database, dsn_for, recreate_database
+
+Scenario = Callable[[Context, int], None]
+
+ALL_PEERS = ["pgqueuer", "procrastinate", "tasksdb", "celery"]
+
+
+def scenario_table(ctx: Context) -> dict[str, list[Scenario]]:
+    worker_ok = workers.available()
+    table: dict[str, list[Scenario]] = {
+        "enqueue": [scenarios.enqueue],
+        "drain": [scenarios.drain],
+        "claim": [scenarios.claim],
+        "producers": [scenarios.producers],
+        "latency": [],
+        "steady": [],
+        "memory": [],
+    }
+    if worker_ok:
+        table["drain"].append(workers.drain)
+        table["latency"].append(workers.latency)
+        table["steady"].append(workers.steady)
+    if ctx.peers:
+        table["enqueue"].append(peer_runner.enqueue)
+        table["drain"].append(peer_runner.drain)
+        table["latency"].append(peer_runner.latency)
+    return table
+
+
+def machine_facts(probe: StatsProbe) -> dict[str, object]:
+    mem_kib = 0
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import django
+    import psycopg
+
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "postgres": probe.settings(),
+        "payload_bytes": PAYLOAD_BYTES,
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--mode", choices=sorted(MODES), default="full")
+    parser.add_argument("--quick", action="store_const", const="quick", dest="mode")
+    parser.add_argument("--only", default="", help="comma-separated scenarios")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
+    parser.add_argument("--db", default="pgq_bench")
+    parser.add_argument("--peers", default=",".join(ALL_PEERS))
+    parser.add_argument("--no-peers", action="store_const", const="", dest="peers")
+    parser.add_argument("--out", default="")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+
+    sizes = MODES[args.mode]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / f"{stamp}-{sizes.name}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    peers = [p for p in args.peers.split(",") if p]
+    missing = [p for p in peers if not (VENVS_DIR / p / "bin" / "python").exists()]
+    if missing:
+        print(
+            f"!! no virtualenv for peers {missing} (bash bench/run.sh creates them); skipped",
+            file=sys.stderr,
+        )
+        peers = [p for p in peers if p not in missing]
+
+    recreate_database(args.dsn, args.db)
+    dsn = dsn_for(args.dsn, args.db)
+    raw.create_schema(dsn)
+    core_cases.setup_django(dsn)
+    probe = StatsProbe(args.dsn, args.db)
+    udp = UdpCollector()
+    results_path = out_dir / "results.jsonl"
+    results_path.unlink(missing_ok=True)
+    ctx = Context(
+        server_dsn=args.dsn,
+        dbname=args.db,
+        dsn=dsn,
+        sizes=sizes,
+        probe=probe,
+        recorder=Recorder(str(results_path), quiet=args.quiet),
+        udp=udp,
+        out_dir=out_dir,
+        peers=peers,
+    )
+    facts = machine_facts(probe)
+    table = scenario_table(ctx)
+    wanted = [s for s in args.only.split(",") if s] or list(table)
+    unknown = set(wanted) - set(table)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(table)}")
+    if not workers.available():
+        print(
+            "!! pgq_worker is not available in this checkout: worker scenarios skipped",
+            file=sys.stderr,
+        )
+    started = time.time()
+    failures: list[str] = []
+    try:
+        for rep in range(args.reps):
+            for name in wanted:
+                for scenario in table[name]:
+                    label = f"{scenario.__module__.rsplit('.', 1)[-1]}.{scenario.__name__}"
+                    print(f"== rep {rep}: {label}", flush=True)
+                    try:
+                        scenario(ctx, rep)
+                    except Exception as exc:  # one broken case must not lose the whole run
+                        failures.append(f"rep {rep} {label}: {type(exc).__name__}: {exc}")
+                        print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
+                        core_cases.close_connections()
+        if "memory" in wanted and workers.available():
+            print("== memory: long run", flush=True)
+            try:
+                workers.memory_long(ctx, 0)
+            except Exception as exc:
+                failures.append(f"memory long run: {type(exc).__name__}: {exc}")
+                print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
+    finally:
+        udp.close()
+        probe.close()
+        core_cases.close_connections()
+        if not args.keep_db:
+            drop_database(args.dsn, args.db)
+
+    facts["seconds"] = round(time.time() - started)
+    facts["mode"] = sizes.name
+    facts["reps"] = args.reps
+    facts["peers"] = peers
+    facts["failures"] = failures
+    facts["peer_versions"] = peer_runner.versions(peers)
+    (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))
+    results = [json.loads(line) for line in results_path.read_text().splitlines() if line]
+    markdown = report.full_report(results)
+    (out_dir / "report.md").write_text(markdown)
+    print()
+    print(markdown)
+    if failures:
+        print("Failures:\n- " + "\n- ".join(failures))
+    if not args.no_plots:
+        plot_python = VENVS_DIR / "plots" / "bin" / "python"
+        if plot_python.exists():
+            subprocess.run(
+                [str(plot_python), str(BENCH_DIR / "plots.py"), str(out_dir)], check=False
+            )
+        else:
+            print("!! no plots venv (bash bench/run.sh creates it); plots skipped", file=sys.stderr)
+    print(f"results: {out_dir}")
+    return 1 if failures else 0

@@ -1,0 +1,135 @@
+"""django-pgqueue in the harness process: enqueue paths, and lease + complete batches."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from .config import QUEUE, TASK, payload
+
+
+def setup_django(dsn: str) -> None:
+    os.environ["BENCH_DSN"] = dsn
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def reset() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead RESTART IDENTITY")
+
+
+def warm_up() -> None:
+    """Open the persistent connection (and its first-query set-up) before timing."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1")
+
+
+def enqueue_single(n: int, start: int = 0) -> int:
+    from django_pgqueue import enqueue
+
+    for i in range(start, start + n):
+        enqueue(TASK, payload(i), queue=QUEUE)
+    return n
+
+
+def enqueue_single_without_notify(n: int, start: int = 0) -> int:
+    from django.test.utils import override_settings
+
+    with override_settings(PGQUEUE={**_pgqueue_settings(), "NOTIFY": False}):
+        return enqueue_single(n, start)
+
+
+def _pgqueue_settings() -> dict[str, Any]:
+    from django.conf import settings
+
+    return dict(settings.PGQUEUE)
+
+
+def enqueue_on_commit_in_atomic(n: int, start: int = 0) -> int:
+    """As a view under ATOMIC_REQUESTS: one transaction per message, written at commit."""
+    from django.db import transaction
+
+    from django_pgqueue import enqueue_on_commit
+
+    for i in range(start, start + n):
+        with transaction.atomic():
+            enqueue_on_commit(TASK, payload(i), queue=QUEUE)
+    return n
+
+
+def enqueue_many(n: int, start: int = 0, chunk: int | None = None, queue: str = QUEUE) -> int:
+    from django_pgqueue import enqueue_many as many
+
+    chunk = chunk or n
+    for offset in range(start, start + n, chunk):
+        stop = min(offset + chunk, start + n)
+        many(TASK, (payload(i) for i in range(offset, stop)), queue=queue)
+    return n
+
+
+def lease_complete_drain(
+    batch: int, limit: int | None = None, queue: str = QUEUE, synchronous_acks: bool = False
+) -> int:
+    if synchronous_acks:
+        from django.test.utils import override_settings
+
+        with override_settings(PGQUEUE={**_pgqueue_settings(), "SYNCHRONOUS_ACKS": True}):
+            return _lease_complete_drain(batch, limit, queue)
+    return _lease_complete_drain(batch, limit, queue)
+
+
+def _lease_complete_drain(batch: int, limit: int | None, queue: str) -> int:
+    """The worker's database work without the worker: lease a batch, run the no-op, complete."""
+    from django_pgqueue.core.transitions import complete
+    from django_pgqueue.models import Message
+
+    worker_id = f"bench-{uuid.uuid4().hex[:8]}"
+    done = 0
+    while limit is None or done < limit:
+        want = batch if limit is None else min(batch, limit - done)
+        leased = Message.objects.lease(queue, worker_id=worker_id, batch_size=want)
+        if not leased:
+            return done
+        for message in leased:
+            _noop(message.payload)
+        complete(leased)
+        done += len(leased)
+    return done
+
+
+def _noop(body: Any) -> None:
+    """The handler: does nothing with the decoded payload."""
+
+
+def live_count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pgqueue_message")
+        row = cur.fetchone()
+    return int(row[0])
+
+
+def setup_django_light(dsn: str) -> None:
+    """Django for a helper process: the database is already migrated."""
+    os.environ["BENCH_DSN"] = dsn
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+
+    django.setup()
+
+
+def close_connections() -> None:
+    from django.db import connections
+
+    connections.close_all()

@@ -1,0 +1,166 @@
+"""Raw psycopg references: what PostgreSQL itself does on the same tables' shape.
+
+A minimal queue table with a claim index and an archive, autocommit connections (each
+statement its own transaction), the same payloads as every other system.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .config import QUEUE, payload
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS raw_q (
+    id bigserial PRIMARY KEY,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    available_at timestamptz NOT NULL DEFAULT now(),
+    attempts int NOT NULL DEFAULT 0,
+    lease_token uuid
+);
+CREATE INDEX IF NOT EXISTS raw_q_claim ON raw_q (queue, available_at, id);
+CREATE TABLE IF NOT EXISTS raw_archive (
+    id bigint PRIMARY KEY,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    attempts int NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+INSERT = "INSERT INTO raw_q (queue, payload) VALUES (%s, %s)"
+INSERT_NOTIFY = (
+    "WITH i AS (INSERT INTO raw_q (queue, payload) VALUES (%s, %s)) SELECT pg_notify('raw_q', %s)"
+)
+COPY = "COPY raw_q (queue, payload) FROM STDIN"
+
+DELETE_BATCH = """
+DELETE FROM raw_q WHERE id IN (
+    SELECT id FROM raw_q WHERE queue = %s AND available_at <= now()
+    ORDER BY available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+RETURNING id, payload
+"""
+
+LEASE = """
+WITH c AS (
+    SELECT id FROM raw_q WHERE queue = %s AND available_at <= now()
+    ORDER BY available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)
+UPDATE raw_q q
+SET attempts = q.attempts + 1, lease_token = gen_random_uuid(),
+    available_at = now() + interval '30 seconds'
+FROM c WHERE q.id = c.id
+RETURNING q.id, q.lease_token, q.payload
+"""
+
+ARCHIVE = """
+WITH moved AS (
+    DELETE FROM raw_q q USING unnest(%s::bigint[], %s::uuid[]) AS d(id, token)
+    WHERE q.id = d.id AND q.lease_token = d.token
+    RETURNING q.*)
+INSERT INTO raw_archive (id, queue, payload, attempts)
+SELECT id, queue, payload, attempts FROM moved
+"""
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def create_schema(dsn: str) -> None:
+    with connect(dsn) as conn:
+        conn.execute(SCHEMA)
+
+
+def reset(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("TRUNCATE raw_q, raw_archive RESTART IDENTITY")
+
+
+def insert_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> int:
+    """Single-row INSERT, one commit each (autocommit)."""
+    for i in range(start, start + n):
+        conn.execute(INSERT, [QUEUE, Jsonb(payload(i))])
+    return n
+
+
+def insert_notify_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        conn.execute(INSERT_NOTIFY, [QUEUE, Jsonb(payload(i)), QUEUE])
+
+
+def copy_rows(conn: psycopg.Connection[Any], n: int, start: int = 0, queue: str = QUEUE) -> int:
+    """COPY ``n`` rows in one transaction (payloads serialised here, as a client would)."""
+    with conn.transaction(), conn.cursor() as cur, cur.copy(COPY) as copy:
+        for i in range(start, start + n):
+            copy.write_row((queue, json.dumps(payload(i))))
+    return n
+
+
+def delete_drain(
+    conn: psycopg.Connection[Any], batch: int, limit: int | None = None, queue: str = QUEUE
+) -> int:
+    """``DELETE ... SKIP LOCKED RETURNING`` batches until the queue is empty (or ``limit``)."""
+    done = 0
+    while limit is None or done < limit:
+        want = batch if limit is None else min(batch, limit - done)
+        rows = conn.execute(DELETE_BATCH, [queue, want]).fetchall()
+        if not rows:
+            return done
+        for _id, body in rows:
+            _noop(body)
+        done += len(rows)
+    return done
+
+
+def lease_archive_drain(
+    conn: psycopg.Connection[Any], batch: int, limit: int | None = None, queue: str = QUEUE
+) -> int:
+    """Two statements per batch: lease (UPDATE ... RETURNING), then archive (DELETE -> INSERT)."""
+    done = 0
+    while limit is None or done < limit:
+        want = batch if limit is None else min(batch, limit - done)
+        rows = conn.execute(LEASE, [queue, want]).fetchall()
+        if not rows:
+            return done
+        for _id, _token, body in rows:
+            _noop(body)
+        conn.execute(ARCHIVE, [[r[0] for r in rows], [r[1] for r in rows]])
+        done += len(rows)
+    return done
+
+
+def _noop(body: Any) -> None:
+    """The handler: does nothing with the decoded payload."""
+
+
+def listen_worker(dsn: str, udp_port: int, ready_file: str) -> None:
+    """An idle LISTEN/NOTIFY consumer: wakes on a notification, takes what is ready with a
+    DELETE ... SKIP LOCKED, and reports enqueue -> start latency over UDP."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listen = connect(dsn)
+    work = connect(dsn)
+    listen.execute("LISTEN raw_q")
+    with open(ready_file, "w") as ready:
+        ready.write("ready")
+    while True:
+        for _ in listen.notifies(timeout=1.0, stop_after=1):
+            while True:
+                rows = work.execute(DELETE_BATCH, [QUEUE, 100]).fetchall()
+                if not rows:
+                    break
+                for _id, body in rows:
+                    latency_ms = (time.time() - body["t"]) * 1000
+                    sock.sendto(f"raw:{latency_ms:.4f}".encode(), ("127.0.0.1", udp_port))
+
+
+if __name__ == "__main__":
+    import sys
+
+    listen_worker(sys.argv[1], int(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,369 @@
+"""From result records to markdown: rates with ratios, latency, memory, steady state, and
+the targets with a plain "met?" column. Ratios are computed inside each repetition, then
+summarised as median (min-max) over the repetitions."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+Row = dict[str, Any]
+
+SCENARIO_ORDER = ["enqueue", "drain", "claim", "producers", "latency", "steady", "memory"]
+
+
+def _by_key(results: Iterable[Row]) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = defaultdict(list)
+    for r in results:
+        groups[r["key"]].append(r)
+    return groups
+
+
+def _rate_in_rep(results: list[Row], key: str, rep: int) -> float | None:
+    for r in results:
+        if r["key"] == key and r["rep"] == rep and r.get("rate"):
+            return float(r["rate"])
+    return None
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def _fmt_small(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value >= 10:
+        return f"{value:,.1f}"
+    if value >= 0.1:
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def _summary(values: list[float], digits: int = 0) -> tuple[str, str]:
+    if not values:
+        return "—", "—"
+    med = statistics.median(values)
+    return _fmt(med, digits), f"{_fmt(min(values), digits)}\u2013{_fmt(max(values), digits)}"
+
+
+def rates_table(results: list[Row]) -> str:
+    rows = [r for r in results if r.get("rate") and r["scenario"] not in ("steady", "memory")]
+    groups = _by_key(rows)
+    lines = [
+        "| scenario | system | variant | n | median /s | min\u2013max /s | \u00d7 ref | tx/msg | WAL B/msg (min) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    order = {s: i for i, s in enumerate(SCENARIO_ORDER)}
+    keys = sorted(
+        groups, key=lambda k: (order.get(groups[k][0]["scenario"], 99), _first_index(rows, k))
+    )
+    for key in keys:
+        group = groups[key]
+        first = group[0]
+        med, span = _summary([g["rate"] for g in group])
+        ratios = [x for g in group if (x := paired_ratio(results, g)) is not None]
+        ratio = (
+            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}\u2013{max(ratios):.2f})"
+            if ratios
+            else ""
+        )
+        if first["key"] == first.get("ref") or not first.get("ref"):
+            ratio = ratio or ("ref" if _is_reference(key, results) else "")
+        tx = [g["tx_per_msg"] for g in group if g.get("tx_per_msg") is not None]
+        wal = [g["wal_per_msg"] for g in group if g.get("wal_per_msg") is not None]
+        lines.append(
+            f"| {first['scenario']} | {first['system']} | {first['variant']} | "
+            f"{_fmt(statistics.median(g['n'] for g in group))} | {med} | {span} | {ratio} | "
+            f"{_fmt_small(statistics.median(tx)) if tx else '—'} | "
+            f"{_fmt(min(wal)) if wal else '—'} |"
+        )
+    return "\n".join(lines)
+
+
+def paired_ratio(results: list[Row], row: Row) -> float | None:
+    """Rate / reference rate: the reference measured in alternation with this case when
+    there is one (``paired_ref_rate``), else the reference case of the same repetition."""
+    if not row.get("rate"):
+        return None
+    paired = row["extra"].get("paired_ref_rate")
+    if paired:
+        return float(row["rate"]) / paired
+    if row.get("ref"):
+        ref = _rate_in_rep(results, row["ref"], row["rep"])
+        if ref:
+            return float(row["rate"]) / ref
+    return None
+
+
+def _first_index(rows: list[Row], key: str) -> int:
+    for i, r in enumerate(rows):
+        if r["key"] == key:
+            return i
+    return 0
+
+
+def _is_reference(key: str, results: list[Row]) -> bool:
+    return any(r.get("ref") == key for r in results)
+
+
+def latency_table(results: list[Row]) -> str:
+    rows = [r for r in results if r["scenario"] == "latency"]
+    groups = _by_key(rows)
+    if not groups:
+        return ""
+    lines = [
+        "| system | variant | p50 ms: median (min\u2013max) | p99 ms: median (min\u2013max) | samples |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for group in groups.values():
+        p50 = [g["extra"]["p50_ms"] for g in group]
+        p99 = [g["extra"]["p99_ms"] for g in group]
+        lines.append(
+            f"| {group[0]['system']} | {group[0]['variant']} | "
+            f"{statistics.median(p50):.2f} ({min(p50):.2f}\u2013{max(p50):.2f}) | "
+            f"{statistics.median(p99):.2f} ({min(p99):.2f}\u2013{max(p99):.2f}) | "
+            f"{sum(g['extra'].get('samples', 0) for g in group)} |"
+        )
+    return "\n".join(lines)
+
+
+def memory_table(results: list[Row]) -> str:
+    peaks = [r for r in results if r["scenario"] == "drain" and "peak_rss_mib" in r["extra"]]
+    longs = [r for r in results if r["key"] == "pgq.worker.rss_long"]
+    if not peaks and not longs:
+        return ""
+    lines = ["| worker | measure | median (min\u2013max) |", "|---|---|---:|"]
+    for group in _by_key(peaks).values():
+        values = [g["extra"]["peak_rss_mib"] for g in group]
+        lines.append(
+            f"| {group[0]['variant']} | peak RSS (VmHWM) of the worker process, MiB | "
+            f"{statistics.median(values):.1f} ({min(values):.1f}\u2013{max(values):.1f}) |"
+        )
+    for r in longs:
+        e = r["extra"]
+        lines.append(
+            f"| {r['variant']} | RSS after warm-up \u2192 end, MiB | "
+            f"{e['rss_warm_mib']:.1f} \u2192 {e['rss_end_mib']:.1f} |"
+        )
+        lines.append(
+            f"| {r['variant']} | RSS slope after warm-up, KiB per 100,000 messages | "
+            f"{e['slope_kib_per_100k']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def steady_table(results: list[Row]) -> str:
+    groups = _by_key(r for r in results if r["scenario"] == "steady")
+    if not groups:
+        return ""
+    lines = [
+        "| system | variant | offered /s | processed /s | lag p50 ms | lag p99 ms | lag max ms | e2e p50 ms | e2e p99 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def med(group: list[Row], name: str) -> str:
+        values = [g["extra"][name] for g in group if name in g["extra"]]
+        return f"{statistics.median(values):,.1f}" if values else "—"
+
+    for group in groups.values():
+        lines.append(
+            f"| {group[0]['system']} | {group[0]['variant']} | {med(group, 'offered_rate')} | "
+            f"{_fmt(statistics.median(g['rate'] for g in group))} | {med(group, 'lag_p50_ms')} | "
+            f"{med(group, 'lag_p99_ms')} | {med(group, 'lag_max_ms')} | "
+            f"{med(group, 'p50_ms')} | {med(group, 'p99_ms')} |"
+        )
+    return "\n".join(lines)
+
+
+# --- targets --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    per_rep: Callable[[list[Row], int], float | None]
+    op: str  # ">=" or "<="
+    threshold: float
+    unit: str = "\u00d7"
+
+
+def _best(results: list[Row], rep: int, prefix: str, scenario: str = "drain") -> float | None:
+    """The best ratio to raw lease-then-archive among the cases whose key starts with
+    ``prefix`` (each against the reference measured alongside it)."""
+    ratios = [
+        x
+        for r in results
+        if r["rep"] == rep
+        and r["key"].startswith(prefix)
+        and r["scenario"] == scenario
+        and not r["key"].endswith(".sync")
+        and (x := paired_ratio(results, r)) is not None
+    ]
+    return max(ratios) if ratios else None
+
+
+def _best_sync(results: list[Row], rep: int) -> float | None:
+    ratios = [
+        x
+        for r in results
+        if r["rep"] == rep
+        and r["key"].startswith("pgq.worker.")
+        and r["key"].endswith(".sync")
+        and (x := paired_ratio(results, r)) is not None
+    ]
+    return max(ratios) if ratios else None
+
+
+def _ratio(
+    num: Callable[[list[Row], int], float | None], den: Callable[[list[Row], int], float | None]
+) -> Callable[[list[Row], int], float | None]:
+    def compute(results: list[Row], rep: int) -> float | None:
+        a, b = num(results, rep), den(results, rep)
+        return a / b if a and b else None
+
+    return compute
+
+
+def _rate(key: str) -> Callable[[list[Row], int], float | None]:
+    return lambda results, rep: _rate_in_rep(results, key, rep)
+
+
+def _extra(key: str, name: str) -> Callable[[list[Row], int], float | None]:
+    def compute(results: list[Row], rep: int) -> float | None:
+        for r in results:
+            if r["key"] == key and r["rep"] == rep and name in r["extra"]:
+                return float(r["extra"][name])
+        return None
+
+    return compute
+
+
+TARGETS = [
+    Target(
+        "single `enqueue()` / raw INSERT+commit",
+        _ratio(_rate("pgq.enqueue"), _rate("raw.insert1")),
+        ">=",
+        0.8,
+    ),
+    Target(
+        "`enqueue_many()` / raw COPY",
+        _ratio(_rate("pgq.enqueue_many"), _rate("raw.copy")),
+        ">=",
+        0.5,
+    ),
+    Target(
+        "lease + complete, batch 100 / raw lease-then-archive, batch 100",
+        _ratio(_rate("pgq.lease_complete.b100"), _rate("raw.lease_archive.b100")),
+        ">=",
+        0.7,
+    ),
+    Target(
+        "  the same with SYNCHRONOUS_ACKS = True (like for like)",
+        _ratio(_rate("pgq.lease_complete.b100.sync"), _rate("raw.lease_archive.b100")),
+        ">=",
+        0.7,
+    ),
+    Target(
+        "`pgq_worker` (best setting) / raw lease-then-archive, batch 100",
+        lambda res, rep: _best(res, rep, "pgq.worker."),
+        ">=",
+        0.5,
+    ),
+    Target(
+        "  the same with SYNCHRONOUS_ACKS = True (like for like)",
+        lambda res, rep: _best_sync(res, rep),
+        ">=",
+        0.5,
+    ),
+    Target(
+        "`pgq_worker` (best setting) / best peer (best setting)",
+        _ratio(
+            lambda res, rep: _best(res, rep, "pgq.worker."),
+            lambda res, rep: _best(res, rep, "peer."),
+        ),
+        ">=",
+        2.0,
+    ),
+    Target(
+        "idle latency enqueue \u2192 handler start, p50",
+        _extra("pgq.latency", "p50_ms"),
+        "<=",
+        2.0,
+        "ms",
+    ),
+    Target(
+        "idle latency enqueue \u2192 handler start, p99",
+        _extra("pgq.latency", "p99_ms"),
+        "<=",
+        5.0,
+        "ms",
+    ),
+    Target(
+        "claim rate at big backlog / at 1,000 ready",
+        _ratio(_rate("pgq.claim.big"), _rate("pgq.claim.small")),
+        ">=",
+        0.9,
+    ),
+    Target(
+        "8 producers: NOTIFY on / NOTIFY off",
+        _ratio(_rate("pgq.producers_notify"), _rate("pgq.producers_nonotify")),
+        ">=",
+        0.95,
+    ),
+    Target(
+        "worker RSS growth after warm-up over the long run",
+        _extra("pgq.worker.rss_long", "growth_mib"),
+        "<=",
+        10.0,
+        "MiB",
+    ),
+]
+
+
+def targets_table(results: list[Row]) -> tuple[str, list[tuple[str, str]]]:
+    reps = sorted({r["rep"] for r in results})
+    lines = ["| target | measured: median (min\u2013max) | target | met? |", "|---|---:|---:|:--:|"]
+    verdicts = []
+    for t in TARGETS:
+        values = [v for rep in reps if (v := t.per_rep(results, rep)) is not None]
+        if not values:
+            lines.append(f"| {t.name} | not measured | {t.op} {t.threshold:g} {t.unit} | — |")
+            verdicts.append((t.name, "not measured"))
+            continue
+        med = statistics.median(values)
+        met = med >= t.threshold if t.op == ">=" else med <= t.threshold
+        digits = 2
+        lines.append(
+            f"| {t.name} | {med:.{digits}f} ({min(values):.{digits}f}\u2013{max(values):.{digits}f}) "
+            f"{t.unit} | {t.op} {t.threshold:g} {t.unit} | {'yes' if met else '**NO**'} |"
+        )
+        verdicts.append((t.name, "met" if met else "missed"))
+    return "\n".join(lines), verdicts
+
+
+def full_report(results: list[Row]) -> str:
+    reps = sorted({r["rep"] for r in results})
+    targets, _ = targets_table(results)
+    parts = [
+        f"Repetitions: {len(reps)}. Rates are messages/s; `\u00d7 ref` is the ratio to the raw "
+        "reference named in the text, computed within each repetition, median (min\u2013max).",
+        "### Targets\n\n" + targets,
+        "### Rates\n\n" + rates_table(results),
+    ]
+    for title, table in (
+        ("Latency (idle worker, trickle)", latency_table(results)),
+        ("Steady state", steady_table(results)),
+        ("Worker memory", memory_table(results)),
+    ):
+        if table:
+            parts.append(f"### {title}\n\n{table}")
+    return "\n\n".join(parts) + "\n"

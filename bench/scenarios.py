@@ -1,0 +1,416 @@
+"""Scenarios that run in the harness process or in producer processes: raw references,
+django-pgqueue's enqueue paths and its lease + complete loop, backlog independence and
+NOTIFY under 8 producers. The worker scenarios are in workers.py, the peers in peers/."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from . import core_cases, raw
+from .config import QUEUE, TASK, payload
+from .context import Context
+from .measure import (
+    Result,
+    interleaved,
+    result_from,
+    result_from_run,
+    timed,
+)
+
+RAW = "raw psycopg"
+PGQ = "django-pgqueue"
+
+
+def _conns(conn: Any) -> list[Any]:
+    """The harness's connections whose statistics a measurement flushes."""
+    from django.db import connection
+
+    return [conn, connection]
+
+
+def _reset_all(ctx: Context, conn: Any) -> None:
+    raw.reset(conn)
+    core_cases.reset()
+
+
+# --- enqueue -----------------------------------------------------------------------------
+
+ROUNDS = 10  # slices per case in interleaved measurements
+
+
+def enqueue(ctx: Context, rep: int) -> None:
+    s = ctx.sizes
+    add = ctx.recorder.add
+    single = max(1, s.enqueue_n // ROUNDS)
+    bulk = max(1, s.bulk_n // 5)
+    with raw.connect(ctx.dsn) as conn:
+        _reset_all(ctx, conn)
+        core_cases.warm_up()
+        cases: list[tuple[str, Any]] = [
+            ("raw.insert1", lambda r: raw.insert_one_by_one(conn, single, r * single)),
+            ("pgq.enqueue", lambda r: core_cases.enqueue_single(single, r * single)),
+            (
+                "pgq.enqueue_nonotify",
+                lambda r: core_cases.enqueue_single_without_notify(single, r * single),
+            ),
+            (
+                "pgq.enqueue_on_commit",
+                lambda r: core_cases.enqueue_on_commit_in_atomic(single, r * single),
+            ),
+        ]
+        if tasks_available():
+            cases.append(("pgq.tasks_enqueue", lambda r: tasks_enqueue(single, r * single)))
+        runs = interleaved(ctx.probe, _conns(conn), ROUNDS, cases)
+        labels = {
+            "raw.insert1": (RAW, "single-row INSERT + commit", None),
+            "pgq.enqueue": (PGQ, "enqueue(), autocommit, NOTIFY on (default)", "raw.insert1"),
+            "pgq.enqueue_nonotify": (PGQ, "enqueue(), autocommit, NOTIFY off", "raw.insert1"),
+            "pgq.enqueue_on_commit": (
+                PGQ,
+                "enqueue_on_commit() in atomic(), 1 per transaction",
+                "raw.insert1",
+            ),
+            "pgq.tasks_enqueue": (
+                PGQ,
+                "django.tasks backend: task.enqueue(), autocommit",
+                "raw.insert1",
+            ),
+        }
+        for key, run in runs.items():
+            system, variant, ref = labels[key]
+            add(
+                result_from_run(
+                    run,
+                    key=key,
+                    scenario="enqueue",
+                    system=system,
+                    variant=variant,
+                    rep=rep,
+                    ref=ref,
+                )
+            )
+        _reset_all(ctx, conn)
+        runs = interleaved(
+            ctx.probe,
+            _conns(conn),
+            5,
+            [
+                ("raw.copy", lambda r: raw.copy_rows(conn, bulk, r * bulk)),
+                ("pgq.enqueue_many", lambda r: core_cases.enqueue_many(bulk, r * bulk)),
+            ],
+        )
+        add(
+            result_from_run(
+                runs["raw.copy"],
+                key="raw.copy",
+                scenario="enqueue",
+                system=RAW,
+                variant=f"COPY, {bulk:,} rows per transaction",
+                rep=rep,
+            )
+        )
+        add(
+            result_from_run(
+                runs["pgq.enqueue_many"],
+                key="pgq.enqueue_many",
+                scenario="enqueue",
+                system=PGQ,
+                variant=f"enqueue_many(), {bulk:,} per call (COPY)",
+                rep=rep,
+                ref="raw.copy",
+            )
+        )
+        _reset_all(ctx, conn)
+
+
+def tasks_available() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "TASKS", None))
+
+
+def tasks_enqueue(n: int, start: int = 0) -> int:
+    from bench.benchapp.tasks import noop_task
+
+    for i in range(start, start + n):
+        noop_task.enqueue(payload(i))
+    return n
+
+
+# --- drain (in-process consumers) ---------------------------------------------------------
+
+
+def drain(ctx: Context, rep: int) -> None:
+    """Every consumer gets its own backlog (its own queue), loaded up front; then they drain
+    it in interleaved slices."""
+    s = ctx.sizes
+    add = ctx.recorder.add
+    slow = max(1, s.drain_slow_n // ROUNDS)
+    fast = max(1, s.drain_n // ROUNDS)
+    with raw.connect(ctx.dsn) as conn, raw.connect(ctx.dsn) as async_conn:
+        async_conn.execute("SET synchronous_commit = off")
+        _reset_all(ctx, conn)
+        raw.copy_rows(conn, slow * ROUNDS, queue="d1")
+        for q in ("d10", "d100", "la", "la_async"):
+            raw.copy_rows(conn, fast * ROUNDS, queue=q)
+        core_cases.enqueue_many(fast * ROUNDS, queue="pgq")
+        core_cases.enqueue_many(fast * ROUNDS, queue="pgq_sync")
+        conn.execute("VACUUM ANALYZE raw_q")
+        conn.execute("VACUUM ANALYZE pgqueue_message")
+        core_cases.warm_up()
+        cases: list[tuple[str, Any]] = [
+            ("raw.delete.b1", lambda r: raw.delete_drain(conn, 1, slow, "d1")),
+            ("raw.delete.b10", lambda r: raw.delete_drain(conn, 10, fast, "d10")),
+            ("raw.delete.b100", lambda r: raw.delete_drain(conn, 100, fast, "d100")),
+            ("raw.lease_archive.b100", lambda r: raw.lease_archive_drain(conn, 100, fast, "la")),
+            (
+                "raw.lease_archive.b100.async",
+                lambda r: raw.lease_archive_drain(async_conn, 100, fast, "la_async"),
+            ),
+            (
+                "pgq.lease_complete.b100",
+                lambda r: core_cases.lease_complete_drain(100, fast, "pgq"),
+            ),
+            (
+                "pgq.lease_complete.b100.sync",
+                lambda r: core_cases.lease_complete_drain(100, fast, "pgq_sync", True),
+            ),
+        ]
+        runs = interleaved(ctx.probe, [conn, async_conn, _django()], ROUNDS, cases)
+        ref = "raw.lease_archive.b100"
+        labels = {
+            "raw.delete.b1": (RAW, "DELETE ... SKIP LOCKED RETURNING, batch 1, 1 conn", ref),
+            "raw.delete.b10": (RAW, "DELETE ... SKIP LOCKED RETURNING, batch 10, 1 conn", ref),
+            "raw.delete.b100": (RAW, "DELETE ... SKIP LOCKED RETURNING, batch 100, 1 conn", ref),
+            "raw.lease_archive.b100": (
+                RAW,
+                "lease UPDATE ... RETURNING, then DELETE -> archive INSERT; batch 100",
+                None,
+            ),
+            "raw.lease_archive.b100.async": (RAW, "the same with synchronous_commit = off", ref),
+            "pgq.lease_complete.b100": (
+                PGQ,
+                "Message.objects.lease() + complete(), batch 100 (default: async acks)",
+                ref,
+            ),
+            "pgq.lease_complete.b100.sync": (PGQ, "the same with SYNCHRONOUS_ACKS = True", ref),
+        }
+        for key, run in runs.items():
+            system, variant, r_ref = labels[key]
+            add(
+                result_from_run(
+                    run,
+                    key=key,
+                    scenario="drain",
+                    system=system,
+                    variant=variant,
+                    rep=rep,
+                    ref=r_ref,
+                    backlog=(slow if key == "raw.delete.b1" else fast) * ROUNDS,
+                )
+            )
+        _reset_all(ctx, conn)
+
+
+def _django() -> Any:
+    from django.db import connection
+
+    return connection
+
+
+# --- claim rate vs backlog -----------------------------------------------------------------
+
+
+COPY_MESSAGES = "COPY pgqueue_message (queue, task, payload) FROM STDIN"
+
+
+def _load_messages(conn: Any, n: int) -> None:
+    """Ready messages straight into the live table (the fastest way to a big backlog)."""
+    body = json.dumps(payload(0))
+    with conn.transaction(), conn.cursor() as cur, cur.copy(COPY_MESSAGES) as copy:
+        for _ in range(n):
+            copy.write_row((QUEUE, TASK, body))
+    conn.execute("ANALYZE pgqueue_message")
+
+
+def claim(ctx: Context, rep: int) -> None:
+    s = ctx.sizes
+    add = ctx.recorder.add
+    with raw.connect(ctx.dsn) as conn:
+        # Small backlog: load claim_small, drain it all, repeat until claim_measured are done.
+        rounds = max(1, s.claim_measured // s.claim_small)
+        seconds = 0.0
+        tx = wal = done = 0
+        for _ in range(rounds):
+            _reset_all(ctx, conn)
+            _load_messages(conn, s.claim_small)
+            core_cases.warm_up()
+            with timed(ctx.probe, _conns(conn)) as box:
+                done += core_cases.lease_complete_drain(100)
+            box.finish()
+            assert box.start and box.end
+            seconds += box.seconds
+            tx += box.end.xact_commit - box.start.xact_commit - box.extra_tx
+            wal += box.wal_end - box.start.wal_lsn
+        add(
+            Result(
+                key="pgq.claim.small",
+                scenario="claim",
+                system=PGQ,
+                variant=f"lease + complete, batch 100, {s.claim_small:,} ready",
+                rep=rep,
+                n=done,
+                seconds=seconds,
+                rate=done / seconds,
+                tx_per_msg=tx / done,
+                wal_per_msg=wal / done,
+            )
+        )
+
+        _reset_all(ctx, conn)
+        t0 = time.perf_counter()
+        _load_messages(conn, s.claim_big)
+        load_s = time.perf_counter() - t0
+        core_cases.warm_up()
+        with timed(ctx.probe, _conns(conn)) as box:
+            done = core_cases.lease_complete_drain(100, limit=s.claim_measured)
+        add(
+            result_from(
+                box,
+                key="pgq.claim.big",
+                scenario="claim",
+                system=PGQ,
+                variant=f"lease + complete, batch 100, {s.claim_big:,} ready",
+                rep=rep,
+                n=done,
+                load_seconds=round(load_s, 1),
+            )
+        )
+        _reset_all(ctx, conn)
+        conn.execute("VACUUM ANALYZE pgqueue_message")
+
+
+# --- 8 producers, NOTIFY on and off --------------------------------------------------------
+
+
+class Producers:
+    """``count`` producer processes, connected once and reused for every round."""
+
+    def __init__(self, ctx: Context, count: int) -> None:
+        self.procs = [
+            ctx.spawn([ctx.python, "-m", "bench.producer", ctx.dsn], f"producer-{k}")
+            for k in range(count)
+        ]
+        for p in self.procs:
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                self.close()
+                raise RuntimeError(f"producer failed to start (see logs/producer-*.log): {line!r}")
+
+    def run(
+        self, system: str, n_each: int, start: int = 0, rate: float = 0.0, latency: bool = False
+    ) -> list[dict[str, Any]]:
+        """All producers at once; returns their reports."""
+        for k, p in enumerate(self.procs):
+            command = f"run {system} {n_each} {start + k * n_each} {rate}"
+            p.stdin.write(command + (" latency\n" if latency else "\n"))
+            p.stdin.flush()
+        return [json.loads(p.stdout.readline()) for p in self.procs]
+
+    def flush(self) -> int:
+        """Make every producer publish its statistics; returns the transactions that took."""
+        for p in self.procs:
+            p.stdin.write("flush\n")
+            p.stdin.flush()
+        for p in self.procs:
+            p.stdout.readline()
+        return 2 * len(self.procs)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.stdin.write("exit\n")
+                    p.stdin.flush()
+                    p.wait(30)
+                except Exception:
+                    p.kill()
+
+
+def _span(reports: list[dict[str, Any]]) -> float:
+    return max(r["end"] for r in reports) - min(r["start"] for r in reports)
+
+
+def producers(ctx: Context, rep: int) -> None:
+    """Concurrent single-row producers, the four variants in alternating rounds."""
+    s = ctx.sizes
+    rounds = 5
+    n_each = max(1, s.producer_n // rounds)
+    cases = [
+        ("raw", "raw.producers", RAW, "INSERT + commit", None),
+        ("raw-notify", "raw.producers_notify", RAW, "INSERT + pg_notify + commit", "raw.producers"),
+        ("pgq-nonotify", "pgq.producers_nonotify", PGQ, "enqueue(), NOTIFY off", "raw.producers"),
+        ("pgq", "pgq.producers_notify", PGQ, "enqueue(), NOTIFY on (default)", "raw.producers"),
+    ]
+    totals = {key: [0, 0.0] for _, key, *_ in cases}
+    costs: dict[str, Any] = {}
+    with raw.connect(ctx.dsn) as conn:
+        _reset_all(ctx, conn)
+        group = Producers(ctx, s.producers)
+        try:
+            for r in range(rounds):
+                shift = r % len(cases)
+                for system, key, *_ in cases[shift:] + cases[:shift]:
+                    start = r * s.producers * n_each
+                    if r == rounds - 1:
+                        group.flush()  # earlier rounds' counters must not land in this one
+                        with timed(ctx.probe, _conns(conn)) as box:
+                            reports = group.run(system, n_each, start)
+                        box.extra_tx += group.flush()
+                        box.finish()
+                        costs[key] = box
+                    else:
+                        reports = group.run(system, n_each, start)
+                    totals[key][0] += sum(x["n"] for x in reports)
+                    totals[key][1] += _span(reports)
+        finally:
+            group.close()
+        for _system, key, name, variant, ref in cases:
+            n, seconds = totals[key]
+            box = costs[key]
+            cost_n = s.producers * n_each
+            assert box.start and box.end
+            ctx.recorder.add(
+                Result(
+                    key=key,
+                    scenario="producers",
+                    system=name,
+                    variant=f"{s.producers} producers: {variant}",
+                    rep=rep,
+                    ref=ref,
+                    n=int(n),
+                    seconds=seconds,
+                    rate=n / seconds,
+                    tx_per_msg=(box.end.xact_commit - box.start.xact_commit - box.extra_tx)
+                    / cost_n,
+                    wal_per_msg=(box.wal_end - box.start.wal_lsn) / cost_n,
+                )
+            )
+        _reset_all(ctx, conn)
+
+
+# --- latency reference ----------------------------------------------------------------------
+
+
+def trickle(n: int, rate: float, send: Any) -> None:
+    """Call ``send(body)`` n times at ``rate`` per second, bodies stamped with time.time()."""
+    t0 = time.perf_counter()
+    for k in range(n):
+        delay = t0 + k / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        body = payload(k)
+        body["t"] = time.time()
+        send(body)

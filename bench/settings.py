@@ -1,0 +1,34 @@
+"""Django settings for the benchmark: the bench database, persistent connections, no-op
+handlers. ``BENCH_DSN`` names the database; ``BENCH_NOTIFY=0`` turns NOTIFY off."""
+
+import importlib.util
+import os
+
+from bench.pg import django_database
+
+SECRET_KEY = "bench-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS: list[str] = []
+INSTALLED_APPS = ["django_pgqueue", "bench.benchapp"]
+DATABASES = {
+    "default": django_database(
+        os.environ.get("BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/pgq_bench")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+PGQUEUE = {
+    "NOTIFY": os.environ.get("BENCH_NOTIFY", "1") != "0",
+    "SYNCHRONOUS_ACKS": os.environ.get("BENCH_SYNC_ACKS", "0") == "1",
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}
+
+# The django.tasks backend, when this version of django-pgqueue has it.
+if importlib.util.find_spec("django_pgqueue.tasks") is not None:
+    TASKS = {"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend", "QUEUES": []}}

@@ -1,0 +1,104 @@
+"""The benchmark harness in a tiny configuration, so that it cannot rot (bench/ is not run
+by the suite otherwise). Real PostgreSQL, real worker and producer processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from psycopg.conninfo import make_conninfo
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def server_dsn() -> str:
+    db = settings.DATABASES["default"]
+    params = {
+        "host": db.get("HOST") or None,
+        "port": str(db["PORT"]) if db.get("PORT") else None,
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+    }
+    return make_conninfo("", dbname="postgres", **{k: v for k, v in params.items() if v})
+
+
+def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
+    name = os.environ.get("PGQUEUE_TEST_DB", "test_pgqueue") + "_smoke"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--mode",
+            "smoke",
+            "--reps",
+            "1",
+            "--no-peers",
+            "--no-plots",
+            "--quiet",
+            "--dsn",
+            server_dsn(),
+            "--db",
+            name,
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    by_key = {r["key"]: r for r in results}
+    expected = {
+        "raw.insert1",
+        "raw.copy",
+        "pgq.enqueue",
+        "pgq.enqueue_on_commit",
+        "pgq.enqueue_many",
+        "raw.delete.b1",
+        "raw.delete.b100",
+        "raw.lease_archive.b100",
+        "pgq.lease_complete.b100",
+        "pgq.claim.small",
+        "pgq.claim.big",
+        "raw.producers",
+        "pgq.producers_notify",
+        "pgq.producers_nonotify",
+        "raw.latency",
+        "pgq.latency",
+        "pgq.steady",
+        "pgq.worker.rss_long",
+    }
+    assert expected <= set(by_key), expected - set(by_key)
+    assert any(k.startswith("pgq.worker.c") for k in by_key)
+
+    for r in results:
+        if r["rate"] is not None:
+            assert r["rate"] > 0, r
+        assert r["extra"].get("ok", True) is True, r  # every message was processed
+    # One message per transaction is what a single-row INSERT + commit costs.
+    assert 0.9 <= by_key["raw.insert1"]["tx_per_msg"] <= 1.5
+    assert by_key["pgq.latency"]["extra"]["samples"] == by_key["pgq.latency"]["n"]
+
+    report = (tmp_path / "report.md").read_text()
+    assert "| target |" in report and "met?" in report
+    assert "not measured" in report  # no peers in this run: that target says so plainly
+    facts = json.loads((tmp_path / "facts.json").read_text())
+    assert facts["postgres"]["synchronous_commit"] in {
+        "on",
+        "off",
+        "local",
+        "remote_write",
+        "remote_apply",
+    }
+    assert not facts["failures"]

@@ -1,0 +1,57 @@
+"""The benchmark's report: ratios within a repetition, and a plain verdict on each target."""
+
+from __future__ import annotations
+
+from bench.report import paired_ratio, rates_table, targets_table
+
+
+def row(key: str, rep: int, rate: float, ref: str | None = None, **extra: object) -> dict:
+    return {
+        "key": key,
+        "scenario": "enqueue",
+        "system": "s",
+        "variant": key,
+        "rep": rep,
+        "ref": ref,
+        "n": 100,
+        "seconds": 1.0,
+        "rate": rate,
+        "tx_per_msg": 1.0,
+        "wal_per_msg": 300.0,
+        "extra": dict(extra),
+    }
+
+
+def test_ratios_are_taken_within_each_repetition() -> None:
+    results = [
+        row("raw.insert1", 0, 1000.0),
+        row("pgq.enqueue", 0, 900.0, "raw.insert1"),
+        # Repetition 1 ran on a machine three times slower: the ratio is the same.
+        row("raw.insert1", 1, 300.0),
+        row("pgq.enqueue", 1, 270.0, "raw.insert1"),
+    ]
+    assert [paired_ratio(results, r) for r in results[1::2]] == [0.9, 0.9]
+    assert "| 0.90 (0.90\u20130.90) |" in rates_table(results)
+
+
+def test_a_paired_reference_wins_over_the_repetition_reference() -> None:
+    results = [
+        row("raw.insert1", 0, 1000.0),
+        row("peer.x.enqueue", 0, 100.0, "raw.insert1", paired_ref_rate=400.0),
+    ]
+    assert paired_ratio(results, results[1]) == 0.25
+
+
+def test_missed_and_unmeasured_targets_are_said_plainly() -> None:
+    results = [
+        row("raw.insert1", 0, 1000.0),
+        row("pgq.enqueue", 0, 500.0, "raw.insert1"),
+        row("raw.copy", 0, 100_000.0),
+        row("pgq.enqueue_many", 0, 90_000.0, "raw.copy"),
+    ]
+    table, verdicts = targets_table(results)
+    verdict = dict(verdicts)
+    assert verdict["single `enqueue()` / raw INSERT+commit"] == "missed"
+    assert verdict["`enqueue_many()` / raw COPY"] == "met"
+    assert verdict["idle latency enqueue \u2192 handler start, p50"] == "not measured"
+    assert "**NO**" in table
