@@ -18,7 +18,7 @@ from ..core.validation import validate_queue_name
 from ..exceptions import QueueNameError
 from ..models import QueueState
 from .actions import acting_user_id
-from .overview import COUNT_CAP, THROUGHPUT_CAP, _live_window, read_overview
+from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
 
 if TYPE_CHECKING:
     BaseModelAdmin = admin.ModelAdmin[Any]
@@ -106,7 +106,7 @@ class QueueStateAdmin(BaseModelAdmin):
             "overview": overview,
             "count_cap": f"{COUNT_CAP:,}",
             "throughput_cap": f"{THROUGHPUT_CAP:,}",
-            "live_window": f"{_live_window():g}",
+            "live_window": f"{live_worker_seconds():g}",
             "can_pause": self.has_pause_permission(request),
             "can_purge": self.has_purge_permission(request),
             "history_url": self._history_url(),

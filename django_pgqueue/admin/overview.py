@@ -34,6 +34,7 @@ __all__ = [
     "QueueOverview",
     "WorkerOverview",
     "known_queues",
+    "live_worker_seconds",
     "read_overview",
 ]
 
@@ -265,7 +266,8 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _live_window() -> float:
+def live_worker_seconds() -> float:
+    """How recent a heartbeat must be for its worker to count as alive."""
     return get_settings().HEARTBEAT_INTERVAL * LIVE_WORKER_INTERVALS
 
 
@@ -273,7 +275,7 @@ def known_queues(*, using: str | None = None) -> list[tuple[str, bool]]:
     """``(queue, paused)`` for every queue with rows, a state row or a live worker."""
     alias = using or get_settings().DATABASE_ALIAS
     with connections[alias].cursor() as cursor:
-        cursor.execute(QUEUES_SQL, {"live_window": _live_window()})
+        cursor.execute(QUEUES_SQL, {"live_window": live_worker_seconds()})
         return [(name, bool(paused)) for name, paused in cursor.fetchall()]
 
 
@@ -301,7 +303,7 @@ def read_overview(
         rows = cursor.fetchall()
         cursor.execute(ESTIMATES_SQL)
         estimates = {name: int(count) for name, count in cursor.fetchall()}
-        cursor.execute(WORKERS_SQL, [_live_window()])
+        cursor.execute(WORKERS_SQL, [live_worker_seconds()])
         worker_rows = cursor.fetchall()
         if not rows:
             cursor.execute("SELECT now()")
