@@ -26,12 +26,17 @@ ACTION_LIMIT = 10_000
 class CappedPaginator(Paginator):
     """Counts a change list up to COUNT_CAP rows instead of a full ``COUNT(*)``."""
 
+    # True once ``count`` stopped at COUNT_CAP: there are more rows than it says.
+    capped = False
+
     @cached_property
     def count(self) -> int:
         object_list: Any = self.object_list
-        if isinstance(object_list, QuerySet):
-            return object_list.order_by()[:COUNT_CAP].count()
-        return len(object_list)
+        if not isinstance(object_list, QuerySet):
+            return len(object_list)
+        counted = object_list.order_by()[: COUNT_CAP + 1].count()
+        self.capped = counted > COUNT_CAP
+        return min(counted, COUNT_CAP)
 
 
 def bounded_selection[M: Model](queryset: QuerySet[M]) -> tuple[list[M], bool]:

@@ -117,3 +117,23 @@ def test_change_lists_never_count_the_whole_table(staff_client: StaffClient, mod
     counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
     assert counts, "the paginator should still count (capped)"
     assert all("LIMIT" in sql.upper() for sql in counts), counts
+
+
+def test_list_count_stops_at_the_cap_and_says_so(
+    staff_client: StaffClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgqueue.admin import actions
+
+    monkeypatch.setattr(actions, "COUNT_CAP", 3)
+    DeadMessageFactory.create_batch(4)
+    client = staff_client()
+    url = reverse("admin:django_pgqueue_deadmessage_changelist")
+
+    page = client.get(url)
+    assert page.context["cl"].result_count == 3
+    assert '<span class="pgq-capped"' in page.text
+    assert ">3+</span> dead messages" in page.text
+
+    narrowed = client.get(url, {"reason__exact": "error", "q": "no-such-task"})
+    assert narrowed.context["cl"].result_count == 0
+    assert "pgq-capped" not in narrowed.text
