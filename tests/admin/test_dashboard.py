@@ -179,3 +179,16 @@ def test_works_on_another_admin_site(staff_client: StaffClient) -> None:
         {"CHANGE_FORM-action": "retry_dead", "_selected_action": dead.pk, "index": 0},
     )
     assert retried["Location"] == f"/ops/django_pgqueue/message/{dead.message_id}/change/"
+
+
+def test_superuser_sees_every_button_and_may_purge(staff_client: StaffClient) -> None:
+    MessageFactory.create_batch(2, queue="emails")
+    client = staff_client(superuser=True)
+    page = client.get(reverse(DASHBOARD))
+    assert 'class="button pgq-pause"' in page.text
+    assert 'class="button pgq-purge"' in page.text
+    response = client.post(
+        reverse("admin:django_pgqueue_queue_purge"), {"queue": "emails", "confirm": "yes"}
+    )
+    assert response.status_code == 302
+    assert not Message.objects.exists()
