@@ -22,6 +22,11 @@ SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
     concurrency = EXCLUDED.concurrency, last_seen_at = now(), stats = EXCLUDED.stats
 """
 
+# The first beat of a run: a worker restarted under the same id starts its clock again.
+REGISTER_WORKER = UPSERT_HEARTBEAT.replace(
+    "last_seen_at = now()", "started_at = now(), last_seen_at = now()"
+)
+
 DELETE_HEARTBEAT = "DELETE FROM pgqueue_worker WHERE worker_id = %s"
 
 
@@ -73,10 +78,11 @@ def beat(
     queues: list[str],
     concurrency: int,
     stats: dict[str, Any],
+    first: bool = False,
 ) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            UPSERT_HEARTBEAT,
+            REGISTER_WORKER if first else UPSERT_HEARTBEAT,
             [worker_id, hostname, os.getpid(), json.dumps(queues), concurrency, json.dumps(stats)],
         )
 

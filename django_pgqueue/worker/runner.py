@@ -303,7 +303,12 @@ class Worker:
             self.listener.start()
             if not self.listener.ready.wait(10):
                 logger.warning("LISTEN connection not up yet; polling until it is.")
-        retrying("registering the worker", self._beat_row, alias=self.alias, abort=self._stop)
+        retrying(
+            "registering the worker",
+            lambda: self._beat_row(first=True),
+            alias=self.alias,
+            abort=self._stop,
+        )
         logger.info(
             "pgq_worker %s ready: queues=%s%s concurrency=%d batch=%d visibility=%s "
             "poll=%ss listen=%s burst=%s grace=%ss handlers=%s",
@@ -642,7 +647,7 @@ class Worker:
                 )
         retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._abort_io)
 
-    def _beat_row(self) -> None:
+    def _beat_row(self, first: bool = False) -> None:
         snapshot = self.stats.snapshot(self.executor.in_flight(), self.stats.rate())
         heartbeat.beat(
             alias=self.alias,
@@ -651,6 +656,7 @@ class Worker:
             queues=self.fixed_queues,
             concurrency=self.concurrency,
             stats=snapshot,
+            first=first,
         )
         if self.health_file is not None:
             heartbeat.touch_health_file(self.health_file, self.worker_id, snapshot)
@@ -701,7 +707,7 @@ class Worker:
             self.health_file.unlink(missing_ok=True)
         self.executor.stop(wait=1.0 if code == 0 else 0.0)
         if self.listener is not None:
-            self.listener.join(1.0)
+            self.listener.join(0.3)  # a daemon: it closes its connection itself
         logger.info(
             "pgq_worker %s stopped%s: %d processed, %d retried, %d dead.",
             self.worker_id,

@@ -310,3 +310,16 @@ def test_call_command_poll_only_burst_with_max_messages() -> None:
         django_pgqueue.enqueue("tests.echo", n, queue="cc")
     call_command("pgq_worker", queues=["cc"], listen=False, max_messages=2, batch_size=1)
     assert ArchivedMessage.objects.filter(queue="cc").count() == 2
+
+
+def test_a_restarted_worker_id_registers_afresh(start_worker: StartWorker) -> None:
+    from tests.factories import WorkerHeartbeatFactory
+
+    old = WorkerHeartbeatFactory(worker_id="same-id")
+    WorkerHeartbeat.objects.filter(pk=old.pk).update(
+        started_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    )
+    runner = start_worker(worker_id="same-id")
+    row = WorkerHeartbeat.objects.get(worker_id="same-id")
+    assert row.started_at.year > 2020 and row.pid is not None
+    runner.stop()
