@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -84,15 +85,18 @@ class Executor:
         alias: str,
         completer: Completer,
         on_finished: Callable[[], None],
+        on_deadline: Callable[[], None] = lambda: None,
     ) -> None:
         self.concurrency = concurrency
         self.worker_id = worker_id
         self.alias = alias
         self.completer = completer
         self.on_finished = on_finished
+        self.on_deadline = on_deadline
         self.lock = threading.Lock()
         self.jobs: dict[int, Job] = {}  # leased and not yet finished, by message id
         self.mean_run = 0.0  # seconds, moving average over recent handler runs
+        self.stuck = 0  # threads still running a handler that timed out
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._thread_seq = 0
@@ -174,6 +178,7 @@ class Executor:
                     expired.append(job)
                 elif next_deadline is None or job.deadline < next_deadline:
                     next_deadline = job.deadline
+            self.stuck += len(expired)
             for job in expired:
                 # Reported before it leaves ``jobs``: nobody may see it in neither place.
                 timeout = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
@@ -245,8 +250,12 @@ class Executor:
                 return False
             job.state = RUNNING
             job.started = time.monotonic()
-            if job.timeout is not None:
-                job.deadline = job.started + job.timeout
+            if job.timeout is None:
+                return True
+            job.deadline = job.started + job.timeout
+        if not job.handler.is_async:
+            # The main loop enforces sync deadlines: let it plan a wake-up for this one.
+            self.on_deadline()
         return True
 
     def _finish(self, job: Job, report: Callable[[], None]) -> bool:
@@ -274,9 +283,17 @@ class Executor:
                     return
                 if not self._start(job):
                     continue
-                self._run_sync(job)
+                try:
+                    self._run_sync(job)
+                except Exception:
+                    # A bug here must not kill the thread and strand the job: fail it.
+                    logger.exception("Internal error while handling message %s", job.message.id)
+                    failure = self._failure(job, RuntimeError("internal worker error"))
+                    self._finish(job, partial(self.completer.fail, failure, job.message))
                 if job.state == ABANDONED:
                     # Timed out: a replacement thread owns this slot now.
+                    with self.lock:
+                        self.stuck -= 1
                     return
         finally:
             connections.close_all()
@@ -311,9 +328,7 @@ class Executor:
             else:
                 result = handler.func(job.message.payload)
             encoded = encode_result(result)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
+        except BaseException as exc:  # SystemExit from a handler is a failure too
             # A handler's failed query may leave this thread's connection unusable.
             connections[self.alias].close_if_unusable_or_obsolete()
             failure = self._failure(job, exc)

@@ -133,6 +133,7 @@ class Worker:
         self._probe_heard: str | None = None
         self._probe_seq = 0
         self.taken = 0
+        self._exit_code = 0
         self._ready_at = 0.0
         self._hot: list[str] = []
         self._known: list[str] = list(self.fixed_queues)
@@ -152,6 +153,7 @@ class Worker:
             alias=self.alias,
             completer=self.completer,
             on_finished=self._on_finished,
+            on_deadline=self._wake.set,
         )
         self.listener: Listener | None = None
         self._completer_thread: threading.Thread | None = None
@@ -352,6 +354,16 @@ class Worker:
         while not self._stop.is_set():
             now = time.monotonic()
             next_deadline = self.executor.expire_overdue(now)
+            if self.executor.stuck > self.concurrency:
+                # Only a new process frees threads stuck in handlers: stop, exit non-zero,
+                # and let the supervisor start a fresh worker.
+                logger.error(
+                    "%d handler threads are stuck past their timeout; stopping so that a "
+                    "supervisor restarts the worker.",
+                    self.executor.stuck,
+                )
+                self._exit_code = 1
+                break
             with self._notify_lock:
                 notified, self._notified = self._notified, set()
             if self._catch_up:
@@ -684,7 +696,7 @@ class Worker:
             limit = deadline if next_deadline is None else min(deadline, next_deadline)
             if self._wake.wait(min(max(0.0, limit - now), 0.5)):
                 self._wake.clear()
-        code = 0
+        code = self._exit_code
         if self.executor.in_flight():
             code = 1
             abandoned = self.executor.abandon_running()

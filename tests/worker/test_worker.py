@@ -323,3 +323,16 @@ def test_a_restarted_worker_id_registers_afresh(start_worker: StartWorker) -> No
     row = WorkerHeartbeat.objects.get(worker_id="same-id")
     assert row.started_at.year > 2020 and row.pid is not None
     runner.stop()
+
+
+def test_too_many_stuck_threads_stop_the_worker_non_zero(start_worker: StartWorker) -> None:
+    # Each 2 s sleep outlives its 0.3 s timeout; a thread cannot be killed, so once more
+    # threads are stuck than --concurrency allows, only a restart helps.
+    ids = [
+        django_pgqueue.enqueue("tests.timeout", {"seconds": 2}, max_attempts=1).id for _ in range(3)
+    ]
+    runner = start_worker(concurrency=1, batch_size=1)
+    assert runner.join(timeout=10) == 1
+    # Two timed out before the stop; the third may have started (and timed out) meanwhile.
+    assert DeadMessage.objects.filter(message_id__in=ids, reason="timeout").count() >= 2
+    assert not Message.objects.filter(id__in=ids, lease_token__isnull=False).exists()
