@@ -104,9 +104,9 @@ def fill_archive(conn: psycopg.Connection[Any], rows: int) -> None:
         INSERT INTO pgqueue_archive
             (message_id, queue, task, payload, enqueued_at, attempts, errors, started_at,
              finished_at, worker_id)
-        SELECT i, 'queue_' || i % 8, 'app.tasks.task_' || i % 40,
+        SELECT i, 'queue_' || i %% 8, 'app.tasks.task_' || i %% 40,
                jsonb_build_object('user_id', i, 'email', md5(i::text) || '@example.com',
-                                  'items', jsonb_build_array(i % 7, i % 11, i % 13),
+                                  'items', jsonb_build_array(i %% 7, i %% 11, i %% 13),
                                   'note', md5(i::text) || md5((i + 1)::text)),
                ts, 1, '[]'::jsonb, ts + interval '1 second', ts + interval '2 seconds', 'w1'
         FROM generate_series(1, %s) AS i,

@@ -4,7 +4,7 @@ How a row becomes a message, in order:
 
 1. every row is validated by the same functions :func:`django_pgqueue.enqueue` uses
    (``encode_payload``, ``validate_optional_key``, ``validate_priority``), in Spark's Python
-   workers; each row gets a dedup key: its own column's value, or ``<batch_id>:<row number>``;
+   workers; each row gets a dedup key: its own column's value, or ``<batch_id>:<partition>:<row>``;
 2. with any bad row and ``skip_bad=False`` (the default) NOTHING is written and
    :class:`BadInput` lists the bad rows; with ``skip_bad=True`` the good rows are enqueued and
    the bad ones reported in the result;
@@ -20,7 +20,6 @@ How a row becomes a message, in order:
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -32,19 +31,15 @@ from psycopg import sql as pgsql
 
 from ..conf import get_settings
 from ..core.validation import (
-    DEDUP_KEY_MAX_LENGTH,
-    TENANT_MAX_LENGTH,
-    encode_payload,
     validate_max_attempts,
-    validate_optional_key,
     validate_priority,
     validate_queue_name,
     validate_task_name,
 )
-from ..exceptions import InvalidMessage
 from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
 from .errors import BadInput, PipelineError
 from .progress import Progress
+from .rowcheck import check_row
 from .session import JDBC_BATCHSIZE, jdbc_target
 
 if TYPE_CHECKING:
@@ -165,13 +160,24 @@ def enqueue_frame(
     try:
         from pyspark.sql import functions as F
 
-        result.rows = validated.count()
-        bad = validated.where(F.col("error").isNotNull())
-        result.bad_count = bad.count()
+        # One pass gives every partition's size (for row numbers) and the bad-row count.
+        sizes = {
+            int(r["part"]): (int(r["rows"]), int(r["bad"]))
+            for r in validated.groupBy("part")
+            .agg(F.count(F.lit(1)).alias("rows"), F.count("error").alias("bad"))
+            .collect()
+        }
+        result.rows = sum(rows for rows, _ in sizes.values())
+        result.bad_count = sum(bad for _, bad in sizes.values())
         if result.bad_count:
+            first_row, running = {}, 0
+            for part in sorted(sizes):
+                first_row[part] = running
+                running += sizes[part][0]
+            bad = validated.where(F.col("error").isNotNull())
             result.bad_rows = [
-                (int(r["row_no"]) + 1, r["error"])
-                for r in bad.orderBy("row_no").limit(BAD_ROWS_SHOWN).collect()
+                (first_row[int(r["part"])] + int(r["row_no"]) + 1, r["error"])
+                for r in bad.orderBy("part", "row_no").limit(BAD_ROWS_SHOWN).collect()
             ]
             if not skip_bad:
                 shown = "; ".join(f"row {n}: {e}" for n, e in result.bad_rows)
@@ -262,8 +268,8 @@ def _validate(
     wrapped_value = payload_column is not None and not payload_is_text
     schema = StructType(
         [
-            StructField("row_no", LongType()),
             StructField("part", IntegerType()),
+            StructField("row_no", LongType()),
             StructField("payload", StringType()),
             StructField("dedup_key", StringType()),
             StructField("priority", IntegerType()),
@@ -272,45 +278,51 @@ def _validate(
         ]
     )
 
-    def check(index: int, rows: Iterable[tuple[Any, int]]) -> Iterator[tuple[Any, ...]]:
-        for row, row_no in rows:
-            yield (row_no, index, *_check_row(row, row_no, wrapped_value))
+    def check(batches: Iterable[Any]) -> Iterator[Any]:
+        # Arrow batches in, Arrow batches out: no per-row pickling between JVM and Python.
+        import pyarrow as pa
+        from pyspark import TaskContext
 
-    rdd = frame.select(*columns).rdd.zipWithIndex()
+        arrow_schema = pa.schema(
+            [
+                ("part", pa.int32()),
+                ("row_no", pa.int64()),
+                ("payload", pa.string()),
+                ("dedup_key", pa.string()),
+                ("priority", pa.int32()),
+                ("tenant", pa.string()),
+                ("error", pa.string()),
+            ]
+        )
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        row_no = 0
+        for batch in batches:
+            columns = batch.to_pydict()
+            out: dict[str, list[Any]] = {name: [] for name in schema.fieldNames()}
+            for i in range(batch.num_rows):
+                checked = check_row(
+                    columns["payload"][i],
+                    columns["dedup_key"][i],
+                    columns["prio"][i],
+                    columns["tenant"][i],
+                    columns["corrupt"][i],
+                    key_prefix=f"{batch_id}:{part}:",
+                    row_no=row_no,
+                    wrapped=wrapped_value,
+                    default_priority=default_priority,
+                    max_bytes=max_bytes,
+                )
+                out["part"].append(part)
+                out["row_no"].append(row_no)
+                for name, value in zip(
+                    ("payload", "dedup_key", "priority", "tenant", "error"), checked, strict=True
+                ):
+                    out[name].append(value)
+                row_no += 1
+            yield pa.RecordBatch.from_pydict(out, schema=arrow_schema)
 
-    def _check_row(row: Any, row_no: int, wrapped: bool) -> tuple[Any, ...]:
-        try:
-            if row["corrupt"] is not None:
-                raise InvalidMessage(f"malformed record: {row['corrupt'][:200]!r}")
-            text = row["payload"]
-            if text is None:
-                value = None
-            else:
-                try:
-                    value = json.loads(text)
-                except ValueError as exc:
-                    raise InvalidMessage(f"payload is not valid JSON: {exc}") from exc
-                if wrapped:
-                    value = value.get("v")
-            payload_json = encode_payload(value, max_bytes)
-            key = row["dedup_key"]
-            key = f"{batch_id}:{row_no}" if key is None else key
-            key = validate_optional_key(key, "dedup_key", DEDUP_KEY_MAX_LENGTH)
-            raw_priority = row["prio"]
-            if raw_priority is None:
-                prio = default_priority
-            else:
-                try:
-                    prio = int(raw_priority)
-                except ValueError:
-                    prio = raw_priority
-            prio = validate_priority(prio)
-            tenant = validate_optional_key(row["tenant"], "tenant", TENANT_MAX_LENGTH)
-        except InvalidMessage as exc:
-            return (None, None, None, None, str(exc))
-        return (payload_json, key, prio, tenant, None)
-
-    return spark.createDataFrame(rdd.mapPartitionsWithIndex(check), schema)
+    return frame.select(*columns).mapInArrow(check, schema)
 
 
 def _stage_name(batch_id: str) -> str:

@@ -69,7 +69,7 @@ def test_bulk_enqueue_of_100k_rows_is_processed_by_the_worker(
         4,
     )
     assert Message.objects.filter(queue="bulk", task="bench.noop").count() == 100_000
-    assert Message.objects.get(dedup_key="b1:41").payload == {
+    assert Message.objects.get(dedup_key="b1:0:41").payload == {
         "id": 41,
         "user": "u41",
         "amount": 20.5,
