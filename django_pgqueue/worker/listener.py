@@ -38,6 +38,11 @@ def connect_params(alias: str) -> dict[str, Any]:
     return params
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class Listener(threading.Thread):
     def __init__(
         self,
@@ -79,7 +84,9 @@ class Listener(threading.Thread):
                 if next_delay is None:
                     next_delay = backoff_schedule()
                     outage_started = time.monotonic()
-                    logger.warning("LISTEN connection failed (%s); retrying with backoff.", exc)
+                    logger.warning(
+                        "LISTEN connection failed (%s); retrying with backoff.", _first_line(exc)
+                    )
                 self._halt.wait(next_delay())
                 continue
             try:
@@ -102,7 +109,7 @@ class Listener(threading.Thread):
                 if next_delay is None:
                     next_delay = backoff_schedule()
                     outage_started = time.monotonic()
-                    logger.warning("LISTEN connection lost (%s); reconnecting.", exc)
+                    logger.warning("LISTEN connection lost (%s); reconnecting.", _first_line(exc))
                 self._halt.wait(next_delay())
             finally:
                 self._conn = None
