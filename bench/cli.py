@@ -30,6 +30,10 @@ Scenario = Callable[[Context, int], None]
 
 ALL_PEERS = ["pgqueuer", "procrastinate", "tasksdb", "celery"]
 
+# Long scenarios measured in the first repetition only (the memory run also runs once,
+# right after it, so that an interrupted run still has it).
+ONCE = {"steady"}
+
 
 def scenario_table(ctx: Context) -> dict[str, list[Scenario]]:
     worker_ok = workers.available()
@@ -153,9 +157,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     started = time.time()
     failures: list[str] = []
+    facts.update(
+        mode=sizes.name,
+        reps=args.reps,
+        peers=peers,
+        failures=failures,
+        peer_versions=peer_runner.versions(peers),
+        seconds=0,
+    )
+    # Written now too, so that an interrupted run still has what bench.publish needs.
+    (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))
     try:
         for rep in range(args.reps):
             for name in wanted:
+                if name in ONCE and rep > 0:
+                    continue
                 for scenario in table[name]:
                     label = f"{scenario.__module__.rsplit('.', 1)[-1]}.{scenario.__name__}"
                     print(f"== rep {rep}: {label}", flush=True)
@@ -165,13 +181,13 @@ def main(argv: list[str] | None = None) -> int:
                         failures.append(f"rep {rep} {label}: {type(exc).__name__}: {exc}")
                         print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
                         core_cases.close_connections()
-        if "memory" in wanted and workers.available():
-            print("== memory: long run", flush=True)
-            try:
-                workers.memory_long(ctx, 0)
-            except Exception as exc:
-                failures.append(f"memory long run: {type(exc).__name__}: {exc}")
-                print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
+            if rep == 0 and "memory" in wanted and workers.available():
+                print("== memory: long run", flush=True)
+                try:
+                    workers.memory_long(ctx, 0)
+                except Exception as exc:
+                    failures.append(f"memory long run: {type(exc).__name__}: {exc}")
+                    print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
     finally:
         udp.close()
         probe.close()
@@ -180,11 +196,6 @@ def main(argv: list[str] | None = None) -> int:
             drop_database(args.dsn, args.db)
 
     facts["seconds"] = round(time.time() - started)
-    facts["mode"] = sizes.name
-    facts["reps"] = args.reps
-    facts["peers"] = peers
-    facts["failures"] = failures
-    facts["peer_versions"] = peer_runner.versions(peers)
     (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))
     results = [json.loads(line) for line in results_path.read_text().splitlines() if line]
     markdown = report.full_report(results)

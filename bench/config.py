@@ -15,6 +15,7 @@ class Sizes:
     bulk_n: int  # rows per COPY / enqueue_many case
     drain_n: int  # backlog drained by batched consumers and workers
     drain_slow_n: int  # backlog for one-message-per-transaction consumers (B=1)
+    drain_mid_n: int  # backlog for the batch-10 raw consumer
     peer_slow_n: int  # backlog for peers that run a few hundred jobs/s
     latency_n: int  # messages trickled at latency_rate for the latency cases
     latency_rate: float
@@ -31,22 +32,23 @@ class Sizes:
 
 FULL = Sizes(
     name="full",
-    enqueue_n=10_000,
+    enqueue_n=2_000,
     bulk_n=50_000,
     drain_n=50_000,
-    drain_slow_n=5_000,
-    peer_slow_n=5_000,
-    latency_n=500,
+    drain_slow_n=2_000,
+    drain_mid_n=10_000,
+    peer_slow_n=1_000,
+    latency_n=300,
     latency_rate=50.0,
     claim_small=1_000,
     claim_big=1_000_000,
     claim_measured=5_000,
     producers=8,
-    producer_n=1_000,
+    producer_n=500,
     steady_seconds=60.0,
-    steady_rate=1_000.0,
+    steady_rate=300.0,
     rss_n=1_000_000,
-    worker_settings=((1, 100), (4, 10), (4, 100), (16, 100)),
+    worker_settings=((1, 100), (4, 10), (16, 100), (4, 100)),
 )
 
 QUICK = Sizes(
@@ -54,8 +56,9 @@ QUICK = Sizes(
     enqueue_n=2_000,
     bulk_n=20_000,
     drain_n=20_000,
-    drain_slow_n=2_000,
-    peer_slow_n=1_500,
+    drain_slow_n=1_000,
+    drain_mid_n=5_000,
+    peer_slow_n=1_000,
     latency_n=150,
     latency_rate=50.0,
     claim_small=1_000,
@@ -64,7 +67,7 @@ QUICK = Sizes(
     producers=8,
     producer_n=250,
     steady_seconds=10.0,
-    steady_rate=1_000.0,
+    steady_rate=300.0,
     rss_n=100_000,
     worker_settings=((1, 100), (4, 100)),
 )
@@ -76,6 +79,7 @@ SMOKE = Sizes(
     bulk_n=500,
     drain_n=500,
     drain_slow_n=200,
+    drain_mid_n=300,
     peer_slow_n=200,
     latency_n=20,
     latency_rate=50.0,

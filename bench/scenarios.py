@@ -148,12 +148,14 @@ def drain(ctx: Context, rep: int) -> None:
     s = ctx.sizes
     add = ctx.recorder.add
     slow = max(1, s.drain_slow_n // ROUNDS)
+    mid = max(1, s.drain_mid_n // ROUNDS)
     fast = max(1, s.drain_n // ROUNDS)
     with raw.connect(ctx.dsn) as conn, raw.connect(ctx.dsn) as async_conn:
         async_conn.execute("SET synchronous_commit = off")
         _reset_all(ctx, conn)
         raw.copy_rows(conn, slow * ROUNDS, queue="d1")
-        for q in ("d10", "d100", "la", "la_async"):
+        raw.copy_rows(conn, mid * ROUNDS, queue="d10")
+        for q in ("d100", "la", "la_async"):
             raw.copy_rows(conn, fast * ROUNDS, queue=q)
         core_cases.enqueue_many(fast * ROUNDS, queue="pgq")
         core_cases.enqueue_many(fast * ROUNDS, queue="pgq_sync")
@@ -162,7 +164,7 @@ def drain(ctx: Context, rep: int) -> None:
         core_cases.warm_up()
         cases: list[tuple[str, Any]] = [
             ("raw.delete.b1", lambda r: raw.delete_drain(conn, 1, slow, "d1")),
-            ("raw.delete.b10", lambda r: raw.delete_drain(conn, 10, fast, "d10")),
+            ("raw.delete.b10", lambda r: raw.delete_drain(conn, 10, mid, "d10")),
             ("raw.delete.b100", lambda r: raw.delete_drain(conn, 100, fast, "d100")),
             ("raw.lease_archive.b100", lambda r: raw.lease_archive_drain(conn, 100, fast, "la")),
             (
@@ -208,7 +210,7 @@ def drain(ctx: Context, rep: int) -> None:
                     variant=variant,
                     rep=rep,
                     ref=r_ref,
-                    backlog=(slow if key == "raw.delete.b1" else fast) * ROUNDS,
+                    backlog={"raw.delete.b1": slow, "raw.delete.b10": mid}.get(key, fast) * ROUNDS,
                 )
             )
         _reset_all(ctx, conn)

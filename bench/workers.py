@@ -343,7 +343,7 @@ def memory_long(ctx: Context, rep: int) -> None:
     s = ctx.sizes
     chunk = min(20_000, s.rss_n)
     series: list[tuple[int, int]] = []
-    with raw.connect(ctx.dsn) as watch:
+    with raw.connect(ctx.dsn) as watch, psycopg.connect(ctx.dsn) as loader:
         core_cases.reset()
         worker = Worker(ctx, 4, 100, "pgq-worker-long")
         t0 = time.perf_counter()
@@ -357,7 +357,7 @@ def memory_long(ctx: Context, rep: int) -> None:
                 series.append((done, rss_kib(worker.pid)))
                 if loaded < s.rss_n and live < chunk:
                     size = min(chunk, s.rss_n - loaded)
-                    core_cases.enqueue_many(size, start=loaded)
+                    load_and_release(loader, size, loaded)
                     loaded += size
                 elif loaded >= s.rss_n and live == 0:
                     break

@@ -29,6 +29,7 @@ class Peer:
     slow: bool
     latency_label: str = ""
     postgres: bool = True  # Celery's broker is Redis: no transactions or WAL to count
+    slow_drains: tuple[str, ...] = ()  # variants that get the small backlog
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -46,6 +47,7 @@ PEERS = {
             ),
             slow=False,
             latency_label="idle QueueManager (LISTEN/NOTIFY)",
+            slow_drains=("b10",),
         ),
         Peer(
             "procrastinate",
@@ -232,9 +234,9 @@ def drain(ctx: Context, rep: int) -> None:
     s = ctx.sizes
     rounds = 5
     for peer in _peers(ctx):
-        total = s.peer_slow_n if peer.slow else s.drain_n
-        chunk = max(1, total // rounds)
         for suffix, arg, variant in peer.drains:
+            slow = peer.slow or suffix in peer.slow_drains
+            chunk = max(1, (s.peer_slow_n if slow else s.drain_n) // rounds)
             with raw.connect(ctx.dsn) as conn:
                 raw.reset(conn)
                 raw.copy_rows(conn, chunk * rounds, queue="pla")
