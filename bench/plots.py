@@ -111,8 +111,9 @@ def rss_plot(results: list[Row], out: Path) -> None:
     ax.set_ylabel("worker RSS, MiB")
     ax.set_ylim(bottom=0)
     ax.set_title(
-        f"{longs[0]['variant']}: RSS over the run "
-        f"(slope {longs[0]['extra']['slope_kib_per_100k']:.1f} KiB / 100k messages)"
+        f"{longs[0]['variant']}\nRSS over the run: slope "
+        f"{longs[0]['extra']['slope_kib_per_100k']:.0f} KiB per 100,000 messages after warm-up",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
