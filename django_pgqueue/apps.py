@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
 
 
 class PgQueueConfig(AppConfig):
@@ -13,3 +14,8 @@ class PgQueueConfig(AppConfig):
         import django.tasks  # noqa: F401
 
         from . import checks  # noqa: F401
+
+        # Every process (web and worker alike) imports each app's ``handlers`` module, as the
+        # admin does with ``admin.py``: enqueue() then applies a handler's defaults (queue,
+        # max_attempts) the same way wherever it is called.
+        autodiscover_modules("handlers")

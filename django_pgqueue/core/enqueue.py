@@ -11,6 +11,7 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from . import sql
+from ..worker.registry import registry
 from .notify import notify_queues
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
@@ -64,6 +65,11 @@ def _prepare(
     tenant: str | None,
 ) -> _Prepared:
     conf = get_settings()
+    registered = registry.get(task) if isinstance(task, str) else None
+    if registered is not None:
+        # A registered handler's options are the defaults of its messages.
+        queue = registered.queue if queue is None else queue
+        max_attempts = registered.max_attempts if max_attempts is None else max_attempts
     queue = validate_queue_name(conf.DEFAULT_QUEUE if queue is None else queue)
     run_at, delay = validate_delay(run_after)
     if max_attempts is None:

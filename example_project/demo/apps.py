@@ -4,6 +4,5 @@ from django.apps import AppConfig
 class DemoConfig(AppConfig):
     name = "demo"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        from . import handlers  # noqa: F401  (registers the demo's handlers)
+    # demo/handlers.py needs no import here: django_pgqueue imports every installed app's
+    # handlers module at startup.

@@ -215,3 +215,31 @@ def test_database_constraints_back_the_validation(admin_conn):
         admin_conn.execute(
             "INSERT INTO pgqueue_message (queue, task, payload) VALUES ('Bad Name', 't', '{}')"
         )
+
+
+def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
+    from django_pgqueue.worker.registry import registry
+
+    @django_pgqueue.handler("tests.routed", queue="routed", max_attempts=7)
+    def routed(payload):
+        return None
+
+    try:
+        sent = django_pgqueue.enqueue("tests.routed", {})
+        row = Message.objects.get(pk=sent.id)
+        assert (row.queue, row.max_attempts) == ("routed", 7)
+        explicit = django_pgqueue.enqueue("tests.routed", {}, queue="other", max_attempts=2)
+        row = Message.objects.get(pk=explicit.id)
+        assert (row.queue, row.max_attempts) == ("other", 2)
+        assert django_pgqueue.enqueue_many("tests.routed", [{}, {}]) == 2
+        assert Message.objects.filter(queue="routed", max_attempts=7).count() == 3
+    finally:
+        registry.unregister("tests.routed")
+
+
+def test_handlers_modules_are_imported_at_startup():
+    from django_pgqueue.worker.registry import registry
+
+    # example_project/demo/handlers.py, found without anything importing it explicitly.
+    handler = registry.get("demo.send-welcome")
+    assert handler is not None and handler.queue == "emails"
