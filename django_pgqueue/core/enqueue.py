@@ -10,8 +10,8 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from . import sql
 from ..worker.registry import registry
+from . import sql
 from .notify import notify_queues
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
