@@ -62,7 +62,7 @@ def test_second_export_adds_nothing_and_new_rows_go_in_new_ranges(
     spark: Any, tmp_path: Path
 ) -> None:
     fill_archive(500)
-    destination = str(tmp_path / "out")
+    destination = f"file://{tmp_path / 'out'}"  # any Hadoop-compatible URL
     export(spark, destination, sources=["archive"], range_size=200)
     files_before = sorted(p for p in (tmp_path / "out").rglob("*.parquet"))
 
