@@ -20,15 +20,17 @@ snapshot per statement). Everything is decided in the database, with database ti
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from django.db import connections
+from django.db import ProgrammingError, connections, transaction
 
 from ..conf import get_settings
 from . import sql
@@ -61,7 +63,7 @@ WALK_MAX = 1000
 REAP_LIMIT = 100
 
 #: Messages without a tenant in a keyed queue are found among this many oldest ready messages.
-UNTENANTED_WINDOW = 256
+UNTENANTED_WINDOW = 32
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,73 @@ def claim_params(
     }
 
 
+# The claim's parameters as a prepared statement's, in order, with their types.
+_PARAM_TYPES = (
+    ("queue", "text"),
+    ("n", "int"),
+    ("queue_limit", "int"),
+    ("rate", "float8"),
+    ("burst", "float8"),
+    ("weights", "jsonb"),
+    ("key_limits", "jsonb"),
+    ("key_limit", "int"),
+    ("key_rate", "float8"),
+    ("key_burst", "float8"),
+    ("max_tenants", "int"),
+    ("untenanted_window", "int"),
+    ("track_slots", "bool"),
+    ("worker_id", "text"),
+    ("visibility_timeout", "float8"),
+)
+
+
+@functools.cache
+def prepared_claim(keyed: bool) -> tuple[str, str]:
+    """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
+    index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
+    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", claim_statement(keyed))
+    body = body.replace("%%", "%")
+    digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
+    name = f"pgq_flow_{'keyed' if keyed else 'queue'}_{digest}"
+    types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
+    return name, f"PREPARE {name} ({types}) AS {body}"
+
+
+# Prepared statement names per database connection (a new connection prepares again), and
+# the connections that cannot keep prepared statements.
+_prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def lease_queues_with_flow_control(
+    manager: MessageManager,
+    queues: list[str],
+    worker_id: str,
+    batch_size: int,
+    vt: float,
+    alias: str,
+) -> list[Message]:
+    """``lease(hold=False)`` over queues of which some are flow-controlled.
+
+    Each queue is claimed in a transaction of its own: a flow-controlled one in a single
+    implicit transaction (see :func:`lease_with_flow_control`), a plain one as usual.
+    """
+    leased: list[Message] = []
+    for queue in queues:
+        wanted = batch_size - len(leased)
+        if wanted <= 0:
+            break
+        config = flow_config(queue)
+        if config is None:
+            with transaction.atomic(using=alias):
+                leased.extend(manager._lease_one_queue(queue, worker_id, wanted, vt, alias, False))
+        else:
+            leased.extend(
+                lease_with_flow_control(manager, config, queue, worker_id, wanted, vt, alias)
+            )
+    return leased
+
+
 def lease_with_flow_control(
     manager: MessageManager,
     config: FlowConfig,
@@ -187,29 +256,81 @@ def lease_with_flow_control(
 ) -> list[Message]:
     """Lease up to ``limit`` messages of ``queue`` within its fairness and limits.
 
-    Runs inside the transaction ``Message.objects.lease`` opened (or the caller's, with
-    ``hold=True``: the queue then stays locked for other claimers until it ends). One round
-    trip: the lock, then the claim, as two statements.
+    Outside a transaction (``lease()``'s default), the lock and the claim go to the server as
+    one query string, which runs as one implicit transaction: the queue's lock is held only
+    while the server runs the claim, never across a round trip to this process. The claim is
+    a session-level prepared statement (planning it costs more than running it), whatever
+    the connection's ``prepare_threshold``. Inside a transaction
+    (``hold=True``) the lock is held until that transaction ends.
     """
     params = claim_params(config, queue, worker_id, limit, vt)
-    # Like the plain claim: our own transaction may commit without waiting for the WAL flush
-    # (a crash forgets the lease and its slot together); never the caller's transaction.
-    prefix = sql.FLOW_LOCK
-    if not hold and not get_settings().SYNCHRONOUS_ACKS:
-        prefix = "SET LOCAL synchronous_commit = off;\n" + prefix
-    statements = prefix.count(";")
-    statement = claim_statement(config.keyed)
-    with connections[alias].cursor() as cursor:
-        if isinstance(cursor.cursor, psycopg.ClientCursor):
-            cursor.execute(prefix + statement, params)
-            for _ in range(statements):
-                cursor.nextset()
-        else:
-            for part in filter(None, (p.strip() for p in prefix.split(";"))):
-                cursor.execute(part, params)
-            cursor.execute(statement, params)
-        rows = cursor.fetchall()
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        raw = connection.connection
+        one_shot = not connection.in_atomic_block and isinstance(
+            cursor.cursor, psycopg.ClientCursor
+        )
+        if not one_shot:
+            with transaction.atomic(using=alias, savepoint=False):
+                _execute_all(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
+                rows = cursor.fetchall()
+            return _messages(manager, rows, alias)
+        prefix = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
+        if not get_settings().SYNCHRONOUS_ACKS:
+            # Like the plain claim: may commit without waiting for the WAL flush (a crash
+            # forgets the lease and its slot together).
+            prefix += "SET LOCAL synchronous_commit = off;\n"
+        prefix += sql.FLOW_LOCK
+        rows = None
+        if raw not in _unpreparable:
+            rows = _run_prepared(cursor, raw, config.keyed, prefix, params)
+        if rows is None:
+            _execute_all(cursor, prefix + claim_statement(config.keyed), params)
+            rows = cursor.fetchall()
     return _messages(manager, rows, alias)
+
+
+def _run_prepared(
+    cursor: Any, raw: Any, keyed: bool, prefix: str, params: dict[str, Any]
+) -> list[Any] | None:
+    """The claim through a session-level prepared statement; ``None`` when the session cannot
+    keep one (PgBouncer transaction pooling, ``DISCARD ALL``): then this connection falls back
+    to sending the statement itself, planned on every claim."""
+    name, prepare = prepared_claim(keyed)
+    done = _prepared.setdefault(raw, set())
+    try:
+        if name not in done:
+            try:
+                cursor.execute(prepare)
+            except ProgrammingError as exc:
+                if not isinstance(exc.__cause__, psycopg.errors.DuplicatePreparedStatement):
+                    raise
+            done.add(name)
+        arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
+        _execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params)
+        return list(cursor.fetchall())
+    except ProgrammingError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.InvalidSqlStatementName):
+            raise
+        # The whole query string was one implicit transaction: nothing was claimed.
+        _unpreparable.add(raw)
+        logger.warning(
+            "Flow-control claims on this connection re-plan every time: its prepared "
+            "statement vanished (a pooler in transaction mode?)."
+        )
+        return None
+
+
+def _execute_all(cursor: Any, statements: str, params: dict[str, Any]) -> None:
+    """Run ``;``-separated statements, leaving the cursor on the last one's result."""
+    if isinstance(cursor.cursor, psycopg.ClientCursor):
+        cursor.execute(statements, params)  # one round trip
+        for _ in range(statements.count(";")):
+            cursor.nextset()
+        return
+    parts = [part for part in statements.split(";") if part.strip()]
+    for part in parts:
+        cursor.execute(part, params)
 
 
 def _messages(manager: MessageManager, rows: list[Any], alias: str) -> list[Message]:

@@ -16,7 +16,7 @@ from ..conf import get_settings
 from ..exceptions import LeaseError
 from . import sql
 from .execution import ASYNC_COMMIT, ORDERED_PLAN, execute
-from .flow_control import flow_config, lease_with_flow_control
+from .flow_control import flow_config, lease_queues_with_flow_control, lease_with_flow_control
 from .validation import validate_queue_name
 
 if TYPE_CHECKING:
@@ -89,6 +89,11 @@ class MessageManager(models.Manager["Message"]):
             raise LeaseError(
                 "lease() commits its own short transaction; inside transaction.atomic() use "
                 "lease(hold=True) so the caller's transaction owns the lease."
+            )
+        if any(flow_config(queue) is not None for queue in queue_list):
+            # Opt-in flow control claims each queue in a transaction of its own.
+            return lease_queues_with_flow_control(
+                self, queue_list, worker_id, batch_size, vt, alias
             )
         with transaction.atomic(using=alias):
             return self._lease_queues(queue_list, worker_id, batch_size, vt, alias, hold=False)

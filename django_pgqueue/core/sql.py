@@ -359,7 +359,8 @@ slots AS (
 # Queue-wide limits only: the plain claim order, at most ``budget`` messages.
 FLOW_QUEUE_CTES = """
 chosen AS (
-    SELECT id FROM pgqueue_message
+    SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id) AS k
+    FROM pgqueue_message
     WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
     ORDER BY priority DESC, available_at, id
     LIMIT (SELECT n FROM budget)
@@ -492,10 +493,15 @@ in_flight AS (
     FROM state s CROSS JOIN budget b
 )"""
 
-# LEASE's ``{candidates}`` in a flow-controlled claim: the chosen ids, re-checked and locked.
+# LEASE's ``{candidates}`` in a flow-controlled claim: the chosen ids, re-checked and locked,
+# by primary key. The re-check is written so that it does not match the partial claim index's
+# predicate (``attempts - max_attempts < 0``, not ``attempts < max_attempts``): with stale
+# statistics the planner would otherwise scan that index for the queue and filter by id.
+# Kept in deal order, which the claim's RETURNING then follows.
 FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
-    WHERE m.id IN (SELECT id FROM chosen) AND m.queue = %(queue)s
-      AND m.attempts < m.max_attempts AND m.available_at <= now()
+    WHERE m.id = ANY(ARRAY(SELECT id FROM chosen)) AND m.queue = %(queue)s
+      AND m.attempts - m.max_attempts < 0 AND m.available_at <= now()
+    ORDER BY array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id)
     FOR UPDATE OF m SKIP LOCKED"""
 
 # Appended after LEASE's ``claimed``: the rotation, the queue's bucket, a slot per leased
