@@ -10,7 +10,8 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
    once on a plain queue and once on a queue with fairness, a per-key limit, a queue limit
    and a rate limit all switched on (set high enough not to bind: this measures their cost).
    A raw-SQL reference (``DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``) runs
-   in the same session.
+   in the same session. Each is run with no work per message (the claim's cost laid bare:
+   claims of a flow-controlled queue are serialized) and with 1 ms of work per message.
 2. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
    producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
@@ -208,11 +209,13 @@ def run_pool(jobs: list[tuple[Any, tuple[Any, ...]]]) -> list[int]:
 # --- scenarios -----------------------------------------------------------------------------
 
 
-def throughput(queue: str, mode: str, total: int, procs: int, batch: int) -> float:
+def throughput(
+    queue: str, mode: str, total: int, procs: int, batch: int, work_ms: float = 0.0
+) -> float:
     reset_tables()
     prefill(queue, total)
     start = time.monotonic()
-    counts = run_pool([(_drain, (queue, batch, 0.0, start + 600, mode))] * procs)
+    counts = run_pool([(_drain, (queue, batch, work_ms, start + 600, mode))] * procs)
     elapsed = time.monotonic() - start
     assert sum(counts) == total, (sum(counts), total)
     return total / elapsed
@@ -259,20 +262,28 @@ def pct(values: list[float], p: float) -> float:
 
 
 def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
+    """Drain with no work per message (the claim's cost laid bare), then with 1 ms of work."""
     print(f"## Throughput: {procs} claimer processes (msgs/s, median of {reps})\n")
     print(
-        "| batch | messages | raw SQL claim+delete | plain queue | fairness + limits on "
-        "| on / plain |"
+        "| batch | raw SQL claim+delete | plain | flow on | on / plain "
+        "| plain, 1 ms work/msg | flow on, 1 ms work/msg | on / plain |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch, total in totals.items():
-        raw, plain, flow = [], [], []
+        runs: dict[str, list[float]] = {k: [] for k in ("raw", "plain", "flow", "pw", "fw")}
+        worked = max(1_000, total // 3)  # 1 ms a message: keep these runs short
         for _ in range(reps):
-            raw.append(throughput("raw", "raw", total, procs, batch))
-            plain.append(throughput("plain", "drain", total, procs, batch))
-            flow.append(throughput("flow", "drain", total, procs, batch))
-        r, p, f = (statistics.median(x) for x in (raw, plain, flow))
-        print(f"| {batch} | {total:,} | {r:,.0f} | {p:,.0f} | {f:,.0f} | {f / p:.2f} |")
+            runs["raw"].append(throughput("raw", "raw", total, procs, batch))
+            runs["plain"].append(throughput("plain", "drain", total, procs, batch))
+            runs["flow"].append(throughput("flow", "drain", total, procs, batch))
+            runs["pw"].append(throughput("plain", "drain", worked, procs, batch, 1.0))
+            runs["fw"].append(throughput("flow", "drain", worked, procs, batch, 1.0))
+        m = {k: statistics.median(v) for k, v in runs.items()}
+        print(
+            f"| {batch} | {m['raw']:,.0f} | {m['plain']:,.0f} | {m['flow']:,.0f} | "
+            f"{m['flow'] / m['plain']:.2f} | {m['pw']:,.0f} | {m['fw']:,.0f} | "
+            f"{m['fw'] / m['pw']:.2f} |"
+        )
 
 
 def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:

@@ -7,7 +7,9 @@ by the plain single-statement claim in ``manager.py``, untouched.
 How a flow-controlled claim stays race-free with any number of workers: it locks the queue's
 ``pgqueue_flow_state`` row first, in a statement of its own, so claims of that queue run one
 after the other and each sees what the previous one committed (READ COMMITTED takes a new
-snapshot per statement). Everything is decided in the database, with database time:
+snapshot per statement). Lock and claim reach the server as one query string, run as one
+implicit transaction, so the lock is never held across a round trip to a worker.
+Everything is decided in the database, with database time:
 
 - in-flight counts come from ``pgqueue_flow_slot`` rows checked against the live message
   (same id and lease token, lease not expired), so a finished, failed, released or expired
@@ -103,9 +105,6 @@ class FlowConfig:
     @property
     def key_rate_burst(self) -> float | None:
         return None if self.key_rate_limit is None else max(1.0, float(self.key_rate_limit))
-
-    def weight(self, tenant: str | None) -> int:
-        return 1 if tenant is None else int(self.tenant_weights.get(tenant, 1))
 
 
 def flow_config(queue: str) -> FlowConfig | None:
@@ -261,7 +260,8 @@ def lease_with_flow_control(
     while the server runs the claim, never across a round trip to this process. The claim is
     a session-level prepared statement (planning it costs more than running it), whatever
     the connection's ``prepare_threshold``. Inside a transaction
-    (``hold=True``) the lock is held until that transaction ends.
+    (``hold=True``) the lock is held until that transaction ends; ``hold`` itself is implied
+    by the connection's transaction state.
     """
     params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]

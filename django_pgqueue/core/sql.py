@@ -379,9 +379,19 @@ _START = f"""CASE WHEN (SELECT resume FROM rr)
              THEN {_NEXT_TENANT.format(after=" AND tenant >= (SELECT cur FROM rr)")}
              ELSE {_NEXT_TENANT.format(after=" AND tenant > (SELECT cur FROM rr)")} END"""
 
+# Whether tenant ``{tenant}`` can give a message now: one ready (a probe of its head in
+# pgq_message_tenant) and a free slot under its key limit. The walk stops once it has met as
+# many such tenants as the claim may take messages.
+_SERVABLE = """(EXISTS (SELECT 1 FROM pgqueue_message
+               WHERE queue = %(queue)s AND tenant = {tenant} AND attempts < max_attempts
+                 AND available_at <= now())
+       AND COALESCE((%(key_limits)s::jsonb ->> {tenant})::int, %(key_limit)s::int, 2147483647)
+           > COALESCE((SELECT n FROM in_flight WHERE key = {tenant}), 0))"""
+
 # Weighted round robin over tenants, as a walk of the tenant index (a skip scan: one probe
 # per tenant, never a scan of the backlog). The walk starts after the cursor (at it when the
-# cursor tenant's turn is unfinished), wraps around once and stops after ``max_tenants``.
+# cursor tenant's turn is unfinished), wraps around once and stops after ``max_tenants``
+# tenants, or as soon as it has met as many servable tenants as the claim may take messages.
 # Each tenant visited may give up to least(key limit - in flight, whole tokens in its rate
 # bucket) messages, its oldest ready ones by (priority desc, available_at, id): a second
 # probe. They are dealt in rounds: ``weight`` messages per tenant per round, tenants in walk
@@ -398,24 +408,28 @@ in_flight AS (
            s.rr_cursor IS NOT NULL
              AND s.rr_used < COALESCE((%(weights)s::jsonb ->> s.rr_cursor)::int, 1) AS resume
     FROM state s
-), walk(tenant, pos, wrapped) AS (
-    SELECT s.tenant::text, 1, s.wrapped
+), walk(tenant, pos, wrapped, servable, served) AS (
+    SELECT s.tenant::text, 1, s.wrapped, s.servable, s.servable::int
     FROM (
+        SELECT t.tenant, t.wrapped, {_SERVABLE.format(tenant="t.tenant")} AS servable
+        FROM (
         SELECT COALESCE(a.tenant, {_NEXT_TENANT.format(after="")}) AS tenant,
                a.tenant IS NULL AS wrapped
         FROM (SELECT {_START} AS tenant OFFSET 0) a
+        ) t
     ) s
     WHERE s.tenant IS NOT NULL AND (SELECT n FROM budget) > 0
   UNION ALL
-    SELECT nxt.tenant::text, w.pos + 1, nxt.wrapped
+    SELECT nxt.tenant::text, w.pos + 1, nxt.wrapped, ok.servable, w.served + ok.servable::int
     FROM walk w, LATERAL (
         SELECT COALESCE(a.tenant, CASE WHEN NOT w.wrapped THEN {
     _NEXT_TENANT.format(after="")
 } END) AS tenant,
                w.wrapped OR a.tenant IS NULL AS wrapped
         FROM (SELECT {_NEXT_TENANT.format(after=" AND tenant > w.tenant")} AS tenant OFFSET 0) a
-    ) nxt
-    WHERE w.pos < %(max_tenants)s AND nxt.tenant IS NOT NULL
+    ) nxt, LATERAL (SELECT {_SERVABLE.format(tenant="nxt.tenant")} AS servable) ok
+    WHERE w.pos < %(max_tenants)s AND w.served < (SELECT n FROM budget)
+      AND nxt.tenant IS NOT NULL
       AND NOT (nxt.wrapped AND (nxt.tenant > (SELECT cur FROM rr)
                                 OR ((SELECT resume FROM rr) AND nxt.tenant = (SELECT cur FROM rr))))
 ), turn AS (
@@ -439,7 +453,7 @@ in_flight AS (
 ), rounds AS (
     -- Enough rounds for the batch: twice its fair share per tenant, at most its capacity.
     SELECT ceil(2.0 * (SELECT n FROM budget)
-                / GREATEST(1, (SELECT count(*) FROM turn WHERE capacity > 0)))::int AS share
+                / GREATEST(1, (SELECT count(*) FROM walk WHERE servable)))::int AS share
 ), untenanted_turn AS (
     SELECT COALESCE((SELECT min(pos) - 0.5 FROM walk WHERE wrapped),
                     CASE WHEN NOT EXISTS (SELECT 1 FROM walk) AND (SELECT n FROM budget) > 0
