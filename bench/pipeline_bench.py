@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -70,13 +71,22 @@ class PeakRss:
 
 
 @contextmanager
-def timed(results: list[dict[str, Any]], name: str, rows: int, ref: str | None) -> Iterator[None]:
+def timed(
+    results: list[dict[str, Any]], name: str, rows: int, ref: str | None, rep: int = 0
+) -> Iterator[None]:
     with PeakRss() as rss:
         started = time.perf_counter()
         yield
         seconds = time.perf_counter() - started
     results.append(
-        {"name": name, "rows": rows, "seconds": seconds, "peak_mib": rss.peak / 2**20, "ref": ref}
+        {
+            "name": name,
+            "rows": rows,
+            "seconds": seconds,
+            "peak_mib": rss.peak / 2**20,
+            "ref": ref,
+            "rep": rep,
+        }
     )
     print(f"  {name}: {rows / seconds:,.0f} rows/s ({seconds:.2f} s)", file=sys.stderr)
 
@@ -190,6 +200,17 @@ def baseline_copy_enqueue(dsn: str, rows: list[tuple[str, str, str, str]]) -> in
     return len(rows)
 
 
+EXPORT_REF = "reference: psycopg COPY -> pyarrow -> Parquet (1 process, no verification)"
+EXPORT_JOB = "pgq_pipeline export (verified, resumable)"
+ENQUEUE_REF = "reference: psycopg COPY into pgqueue_message (1 process)"
+ENQUEUE_JOB = "pgq_pipeline enqueue (validated, deduplicated, NOTIFY per partition)"
+
+
+def truncate(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgqueue_message")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=500_000, help="Archive rows to export.")
@@ -199,6 +220,7 @@ def main() -> None:
         "--server-dsn",
         default=os.environ.get("BENCH_SERVER_DSN", "postgres://postgres@127.0.0.1:5432/postgres"),
     )
+    parser.add_argument("--repeat", type=int, default=3, help="Interleaved repetitions.")
     parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
     args = parser.parse_args()
     server = args.server_dsn
@@ -223,16 +245,6 @@ def main() -> None:
         startup = time.perf_counter() - started
         print(f"Spark session ready in {startup:.1f} s", file=sys.stderr)
 
-        print("export", file=sys.stderr)
-        with timed(results, "baseline: psycopg COPY -> pyarrow -> Parquet (1 process)",
-                   args.rows, None):  # fmt: skip
-            baseline_export(dsn, work / "baseline")
-        with timed(results, "pgq_pipeline export (Spark JDBC, verified)", args.rows,
-                   "baseline: psycopg COPY -> pyarrow -> Parquet (1 process)"):  # fmt: skip
-            exported = export(spark, str(work / "spark"), master=args.master)
-        assert exported.rows_exported == args.rows and not exported.mismatched, exported
-
-        print("bulk enqueue", file=sys.stderr)
         n = args.enqueue_rows
         frame = spark.range(n, numPartitions=2).selectExpr(
             "id AS user_id", "concat(md5(cast(id AS string)), '@example.com') AS email",
@@ -244,14 +256,37 @@ def main() -> None:
             ("bench", "bench.noop", row[0], f"copy:{i}")
             for i, row in enumerate(frame.selectExpr("to_json(struct(*))").toLocalIterator())
         ]
-        with timed(results, "baseline: psycopg COPY into pgqueue_message", n, None):
-            baseline_copy_enqueue(dsn, prepared)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE pgqueue_message")
-        with timed(results, "pgq_pipeline enqueue (validated, deduplicated)", n,
-                   "baseline: psycopg COPY into pgqueue_message"):  # fmt: skip
-            result = enqueue_frame(spark, frame, task="bench.noop", queue="bench", batch_id="b")
-        assert result.enqueued == n, result
+
+        def run_export_reference(rep: int) -> None:
+            with timed(results, EXPORT_REF, args.rows, None, rep):
+                baseline_export(dsn, work / f"baseline-{rep}")
+
+        def run_export(rep: int) -> None:
+            with timed(results, EXPORT_JOB, args.rows, EXPORT_REF, rep):
+                exported = export(spark, str(work / f"spark-{rep}"), master=args.master)
+            assert exported.rows_exported == args.rows and not exported.mismatched, exported
+
+        def run_enqueue_reference(rep: int) -> None:
+            with timed(results, ENQUEUE_REF, n, None, rep):
+                baseline_copy_enqueue(dsn, prepared)
+            truncate(dsn)
+
+        def run_enqueue(rep: int) -> None:
+            with timed(results, ENQUEUE_JOB, n, ENQUEUE_REF, rep):
+                result = enqueue_frame(
+                    spark, frame, task="bench.noop", queue="bench", batch_id=f"b{rep}"
+                )
+            assert result.enqueued == n, result
+            truncate(dsn)
+
+        # Interleaved, alternating which side goes first, so load drifts on a shared machine
+        # hit both sides alike; every repetition gives its own ratio.
+        for rep in range(args.repeat):
+            print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
+            pairs = [(run_export_reference, run_export), (run_enqueue_reference, run_enqueue)]
+            for reference, job in pairs:
+                for step in (reference, job) if rep % 2 == 0 else (job, reference):
+                    step(rep)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -261,22 +296,26 @@ def main() -> None:
             connections.close_all()
             with psycopg.connect(server, autocommit=True) as admin:
                 admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-    by_name = {r["name"]: r for r in results}
     print(
-        f"\nSpark {args.master}, start-up {startup:.1f} s (not counted). Rows/s over the same rows.\n"
+        f"\nSpark {args.master}, start-up {startup:.1f} s (not counted), {args.repeat} "
+        "interleaved repetitions; rows/s is the median, x reference the median (min-max) of "
+        "the per-repetition ratios.\n"
     )
-    print("| job | rows | seconds | rows/s | x reference | peak RSS MiB |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in results:
-        rate = r["rows"] / r["seconds"]
+    print("| job | rows | rows/s (median) | x reference | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|")
+    names = list(dict.fromkeys(r["name"] for r in results))
+    for name in names:
+        runs = [r for r in results if r["name"] == name]
+        rate = statistics.median(r["rows"] / r["seconds"] for r in runs)
         ratio = ""
-        if r["ref"]:
-            ref = by_name[r["ref"]]
-            ratio = f"{rate / (ref['rows'] / ref['seconds']):.2f}x"
-        print(
-            f"| {r['name']} | {r['rows']:,} | {r['seconds']:.2f} | {rate:,.0f} | {ratio} | "
-            f"{r['peak_mib']:,.0f} |"
-        )
+        if runs[0]["ref"]:
+            ratios = []
+            for r in runs:
+                ref = next(x for x in results if x["name"] == r["ref"] and x["rep"] == r["rep"])
+                ratios.append((r["rows"] / r["seconds"]) / (ref["rows"] / ref["seconds"]))
+            ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+        peak = max(r["peak_mib"] for r in runs)
+        print(f"| {name} | {runs[0]['rows']:,} | {rate:,.0f} | {ratio} | {peak:,.0f} |")
 
 
 if __name__ == "__main__":

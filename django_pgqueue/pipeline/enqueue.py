@@ -2,19 +2,20 @@
 
 How a row becomes a message, in order:
 
-1. every row is validated by the same functions :func:`django_pgqueue.enqueue` uses
-   (``encode_payload``, ``validate_optional_key``, ``validate_priority``), in Spark's Python
-   workers; each row gets a dedup key: its own column's value, or ``<batch_id>:<partition>:<row>``;
+1. every row is validated by the rules :func:`django_pgqueue.enqueue` applies, in Spark's
+   Python workers on Arrow batches (vectorized; rows in any doubt go through
+   :func:`rowcheck.check_row`, the same functions ``enqueue()`` uses); each row gets a dedup
+   key: its own column's value, or ``<batch_id>:<partition>:<row>``;
 2. with any bad row and ``skip_bad=False`` (the default) NOTHING is written and
-   :class:`BadInput` lists the bad rows; with ``skip_bad=True`` the good rows are enqueued and
-   the bad ones reported in the result;
-3. good rows go through Spark's JDBC writer into an UNLOGGED staging table (a retried Spark
-   task may write its partition twice there: harmless, see 5);
-4. keys already in the archive or the dead letters of that queue are dropped (live dedup keys
-   only guard live messages: without this, a job retried after workers finished part of its
-   messages would enqueue those again);
-5. the driver moves each partition into the live table in its own short transaction,
-   ``INSERT ... ON CONFLICT (queue, dedup_key) DO NOTHING`` plus ONE ``NOTIFY``.
+   :class:`BadInput` lists the bad rows (a first, validating pass sees every row before the
+   writing pass starts); with ``skip_bad=True`` the good rows are enqueued and the bad ones
+   reported in the result;
+3. each Spark partition writes its own rows (:mod:`bulkrows`): keys repeated in it keep their
+   first row, keys already in the archive or the dead letters of that queue are dropped (live
+   dedup keys only guard live messages: without this, a job retried after workers finished
+   part of its messages would enqueue those again), then one transaction ``COPY``s the rest
+   into the live table and sends ONE ``NOTIFY``; a live key already there (a retried task)
+   makes it fall back to ``INSERT ... ON CONFLICT (queue, dedup_key) DO NOTHING``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
-
-from django.db import connections, transaction
-from psycopg import sql as pgsql
 
 from ..conf import get_settings
 from ..core.validation import (
@@ -37,16 +36,15 @@ from ..core.validation import (
     validate_task_name,
 )
 from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
+from .bulkrows import BAD_ROWS_SHOWN, BulkJob, run_partition
 from .errors import BadInput, PipelineError
 from .progress import Progress
-from .rowcheck import check_row
-from .session import JDBC_BATCHSIZE, jdbc_target
+from .session import psycopg_dsn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CORRUPT_COLUMN = "_corrupt_record"
-BAD_ROWS_SHOWN = 20
 _FORMATS = {"parquet", "csv", "json"}
 _EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 _EXTENSIONS[".ndjson"] = "json"
@@ -144,42 +142,40 @@ def enqueue_frame(
         if name is not None and name not in frame.columns:
             raise PipelineError(f"Column {name!r} not in the input (it has {frame.columns}).")
     result = EnqueueResult(batch_id=batch_id)
-    progress = Progress("enqueue", 3, report)
+    progress = Progress("enqueue", 1 if skip_bad else 2, report)
 
-    validated = _validate(
-        spark,
+    prepared, wrapped, trusted_json = _prepare(
         frame,
-        batch_id=batch_id,
         payload_column=payload_column,
         dedup_key_column=dedup_key_column,
         priority_column=priority_column,
         tenant_column=tenant_column,
+    )
+    job = BulkJob(
+        dsn=psycopg_dsn(alias),
+        queue=queue,
+        task=task,
+        max_attempts=attempts,
+        batch_id=batch_id,
         default_priority=priority,
         max_bytes=conf.MAX_PAYLOAD_BYTES,
-    ).cache()
+        trusted_json=trusted_json,
+        wrapped=wrapped,
+        has_key_column=dedup_key_column is not None,
+        check_history=check_history,
+        notify_channel=conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+        message_table=MESSAGE_TABLE,
+        history_tables=(ARCHIVE_TABLE, DEAD_TABLE),
+    )
+    # All-or-nothing needs every row checked before any is written: a first, validating
+    # pass over a cached projection, then the writing pass reads the same rows again.
+    two_passes = not skip_bad
+    if two_passes:
+        prepared = prepared.persist()
     try:
-        from pyspark.sql import functions as F
-
-        # One pass gives every partition's size (for row numbers) and the bad-row count.
-        sizes = {
-            int(r["part"]): (int(r["rows"]), int(r["bad"]))
-            for r in validated.groupBy("part")
-            .agg(F.count(F.lit(1)).alias("rows"), F.count("error").alias("bad"))
-            .collect()
-        }
-        result.rows = sum(rows for rows, _ in sizes.values())
-        result.bad_count = sum(bad for _, bad in sizes.values())
-        if result.bad_count:
-            first_row, running = {}, 0
-            for part in sorted(sizes):
-                first_row[part] = running
-                running += sizes[part][0]
-            bad = validated.where(F.col("error").isNotNull())
-            result.bad_rows = [
-                (first_row[int(r["part"])] + int(r["row_no"]) + 1, r["error"])
-                for r in bad.orderBy("part", "row_no").limit(BAD_ROWS_SHOWN).collect()
-            ]
-            if not skip_bad:
+        if two_passes:
+            _tally(result, _run(prepared, job, write=False))
+            if result.bad_count:
                 shown = "; ".join(f"row {n}: {e}" for n, e in result.bad_rows)
                 raise BadInput(
                     f"{result.bad_count} of {result.rows} input rows are invalid; nothing was "
@@ -187,59 +183,65 @@ def enqueue_frame(
                     result.bad_rows,
                     result.bad_count,
                 )
-        progress.advance(0, note=f"validated {result.rows:,} rows, {result.bad_count} bad")
-        good = validated.where(F.col("error").isNull()).drop("error")
-        stage = _stage_name(batch_id)
-        _create_stage(stage, alias)
-        try:
-            target = jdbc_target(alias)
-            (
-                good.write.format("jdbc")
-                .options(**target.options(dbtable=stage, batchsize=JDBC_BATCHSIZE))
-                .mode("append")
-                .save()
-            )
-            progress.advance(0, note="staged")
-            parts = _partitions(stage, alias)
-            result.partitions = len(parts)
-            if check_history:
-                _drop_finished_keys(stage, queue, alias)
-            moved = Progress("enqueue", len(parts), report)
-            for part, staged_rows in parts:
-                written = _move_partition(stage, part, queue, task, attempts, alias)
-                result.enqueued += written
-                moved.advance(written, note=f"partition {part}: {staged_rows:,} staged")
-        finally:
-            with connections[alias].cursor() as cursor:
-                cursor.execute(pgsql.SQL("DROP TABLE IF EXISTS {}").format(pgsql.Identifier(stage)))
+            progress.advance(0, note=f"validated {result.rows:,} rows, none bad")
+        _tally(result, _run(prepared, job, write=True))
+        progress.advance(
+            result.enqueued,
+            note=f"{result.partitions} partitions written, {result.bad_count} bad rows",
+        )
     finally:
-        validated.unpersist()
+        if two_passes:
+            prepared.unpersist()
     result.duplicates = result.rows - result.bad_count - result.enqueued
     result.seconds = time.monotonic() - started
     return result
 
 
-def _validate(
-    spark: SparkSession,
+def _run(prepared: DataFrame, job: BulkJob, *, write: bool) -> list[Any]:
+    """One Spark job over the prepared rows; returns the (small) per-partition output."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("part", IntegerType()),
+            StructField("row_no", LongType()),
+            StructField("error", StringType()),
+            StructField("rows", LongType()),
+            StructField("bad", LongType()),
+            StructField("enqueued", LongType()),
+        ]
+    )
+    return prepared.mapInArrow(partial(run_partition, job, write=write), schema).collect()
+
+
+def _tally(result: EnqueueResult, output: list[Any]) -> None:
+    """Rows, bad rows (numbered over the whole input) and enqueued counts of one pass."""
+    summaries = {int(r["part"]): r for r in output if r["row_no"] == -1}
+    first_row, running = {}, 0
+    for part in sorted(summaries):
+        first_row[part] = running
+        running += int(summaries[part]["rows"])
+    result.rows = running
+    result.partitions = len(summaries)
+    result.bad_count = sum(int(r["bad"]) for r in summaries.values())
+    result.enqueued = sum(int(r["enqueued"]) for r in summaries.values())
+    bad = sorted((int(r["part"]), int(r["row_no"]), r["error"]) for r in output if r["row_no"] >= 0)
+    result.bad_rows = [(first_row[part] + row + 1, error) for part, row, error in bad][
+        :BAD_ROWS_SHOWN
+    ]
+
+
+def _prepare(
     frame: DataFrame,
     *,
-    batch_id: str,
     payload_column: str | None,
     dedup_key_column: str | None,
     priority_column: str | None,
     tenant_column: str | None,
-    default_priority: int,
-    max_bytes: int,
-) -> DataFrame:
-    """Row number, partition, payload JSON, dedup key, priority, tenant and error per row."""
+) -> tuple[DataFrame, bool, bool]:
+    """(payload text, dedup key, priority text, tenant, corrupt record) per row, plus
+    whether the payload is wrapped as ``{"v": value}`` and whether Spark wrote its JSON."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import (
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-    )
 
     special = {c for c in (dedup_key_column, priority_column, tenant_column) if c}
     corrupt = CORRUPT_COLUMN in frame.columns
@@ -253,7 +255,6 @@ def _validate(
         if not rest:
             raise PipelineError("The input has no payload columns.")
         payload = F.to_json(F.struct(*rest))
-        payload_is_text = True  # a JSON object already; parsed again so the rules apply
     columns = [
         payload.alias("payload"),
         (F.col(dedup_key_column).cast("string") if dedup_key_column else F.lit(None))
@@ -265,126 +266,5 @@ def _validate(
         .alias("tenant"),
         (F.col(CORRUPT_COLUMN) if corrupt else F.lit(None)).cast("string").alias("corrupt"),
     ]
-    wrapped_value = payload_column is not None and not payload_is_text
-    schema = StructType(
-        [
-            StructField("part", IntegerType()),
-            StructField("row_no", LongType()),
-            StructField("payload", StringType()),
-            StructField("dedup_key", StringType()),
-            StructField("priority", IntegerType()),
-            StructField("tenant", StringType()),
-            StructField("error", StringType()),
-        ]
-    )
-
-    def check(batches: Iterable[Any]) -> Iterator[Any]:
-        # Arrow batches in, Arrow batches out: no per-row pickling between JVM and Python.
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        arrow_schema = pa.schema(
-            [
-                ("part", pa.int32()),
-                ("row_no", pa.int64()),
-                ("payload", pa.string()),
-                ("dedup_key", pa.string()),
-                ("priority", pa.int32()),
-                ("tenant", pa.string()),
-                ("error", pa.string()),
-            ]
-        )
-        context = TaskContext.get()
-        part = context.partitionId() if context is not None else 0
-        row_no = 0
-        for batch in batches:
-            columns = batch.to_pydict()
-            out: dict[str, list[Any]] = {name: [] for name in schema.fieldNames()}
-            for i in range(batch.num_rows):
-                checked = check_row(
-                    columns["payload"][i],
-                    columns["dedup_key"][i],
-                    columns["prio"][i],
-                    columns["tenant"][i],
-                    columns["corrupt"][i],
-                    key_prefix=f"{batch_id}:{part}:",
-                    row_no=row_no,
-                    wrapped=wrapped_value,
-                    default_priority=default_priority,
-                    max_bytes=max_bytes,
-                )
-                out["part"].append(part)
-                out["row_no"].append(row_no)
-                for name, value in zip(
-                    ("payload", "dedup_key", "priority", "tenant", "error"), checked, strict=True
-                ):
-                    out[name].append(value)
-                row_no += 1
-            yield pa.RecordBatch.from_pydict(out, schema=arrow_schema)
-
-    return frame.select(*columns).mapInArrow(check, schema)
-
-
-def _stage_name(batch_id: str) -> str:
-    return f"pgqueue_stage_{hashlib.sha1(batch_id.encode()).hexdigest()[:20]}"
-
-
-def _create_stage(stage: str, alias: str) -> None:
-    name = pgsql.Identifier(stage)
-    with connections[alias].cursor() as cursor:
-        cursor.execute(pgsql.SQL("DROP TABLE IF EXISTS {}").format(name))
-        cursor.execute(
-            pgsql.SQL(
-                "CREATE UNLOGGED TABLE {} (row_no bigint NOT NULL, part int NOT NULL, "
-                "payload text NOT NULL, dedup_key text NOT NULL, priority smallint NOT NULL, "
-                "tenant text)"
-            ).format(name)
-        )
-
-
-def _partitions(stage: str, alias: str) -> list[tuple[int, int]]:
-    with connections[alias].cursor() as cursor:
-        cursor.execute(
-            pgsql.SQL("SELECT part, count(*) FROM {} GROUP BY part ORDER BY part").format(
-                pgsql.Identifier(stage)
-            )
-        )
-        return [(int(part), int(rows)) for part, rows in cursor.fetchall()]
-
-
-def _drop_finished_keys(stage: str, queue: str, alias: str) -> None:
-    """Forget rows whose dedup key already finished (archive) or died on this queue."""
-    name = pgsql.Identifier(stage)
-    with connections[alias].cursor() as cursor:
-        for table in (ARCHIVE_TABLE, DEAD_TABLE):
-            cursor.execute(
-                pgsql.SQL(
-                    "DELETE FROM {} AS s USING {} AS h WHERE h.queue = %s "
-                    "AND h.dedup_key = s.dedup_key"
-                ).format(name, pgsql.Identifier(table)),
-                [queue],
-            )
-
-
-def _move_partition(
-    stage: str, part: int, queue: str, task: str, max_attempts: int, alias: str
-) -> int:
-    """One partition into the live table: one short transaction, one wake-up."""
-    conf = get_settings()
-    statement = pgsql.SQL(
-        """
-        INSERT INTO {message}
-            (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
-        SELECT DISTINCT ON (dedup_key) %s, %s, payload::jsonb, priority, tenant, dedup_key, %s,
-               now()
-        FROM {stage} WHERE part = %s
-        ORDER BY dedup_key, row_no
-        ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-        """
-    ).format(message=pgsql.Identifier(MESSAGE_TABLE), stage=pgsql.Identifier(stage))
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(statement, [queue, task, max_attempts, part])
-        written = cursor.rowcount
-        if written and conf.NOTIFY:
-            cursor.execute("SELECT pg_notify(%s, %s)", [conf.NOTIFY_CHANNEL, queue])
-    return int(written)
+    wrapped = payload_column is not None and not payload_is_text
+    return frame.select(*columns), wrapped, payload_column is None

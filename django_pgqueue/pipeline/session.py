@@ -155,6 +155,37 @@ def jdbc_target(using: str | None = None) -> JdbcTarget:
     return JdbcTarget(url=url, properties=properties)
 
 
+#: libpq parameters passed on from ``DATABASES[...]["OPTIONS"]`` to psycopg in Spark workers.
+_LIBPQ_OPTIONS = (
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "connect_timeout",
+    "options",
+    "target_session_attrs",
+)
+
+
+def psycopg_dsn(using: str | None = None) -> str:
+    """A libpq connection string for ``DATABASES[using]``, for psycopg inside Spark workers."""
+    from psycopg.conninfo import make_conninfo
+
+    alias = using or get_settings().DATABASE_ALIAS
+    settings = connections[alias].settings_dict
+    params: dict[str, Any] = {
+        "dbname": settings.get("NAME") or "",
+        "user": settings.get("USER") or "",
+        "host": settings.get("HOST") or "",
+        "port": settings.get("PORT") or "",
+        "password": settings.get("PASSWORD") or "",
+        "application_name": "pgq_pipeline",
+    }
+    options = settings.get("OPTIONS") or {}
+    params.update({key: options[key] for key in _LIBPQ_OPTIONS if options.get(key)})
+    return make_conninfo(**{key: str(value) for key, value in params.items() if value != ""})
+
+
 def build_session(
     master: str | None = None,
     *,

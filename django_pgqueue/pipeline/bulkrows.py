@@ -1,0 +1,289 @@
+"""Executor side of bulk enqueue: validate Arrow batches, COPY each partition into the queue.
+
+Runs inside Spark's Python workers (``mapInArrow``), so it imports neither Django nor
+pyspark; the driver hands it a :class:`BulkJob`.
+
+Validation is vectorized: pyarrow compute functions decide, per batch, which rows are
+certainly valid by the rules of ``enqueue()`` (a JSON object Spark's ``to_json`` wrote, well
+under ``MAX_PAYLOAD_BYTES``, no NUL, no NaN/Infinity, keys and tenant of a valid length, a
+plain integer priority in range). Every other row (user JSON text, a corrupt record, any
+doubt) goes through :func:`rowcheck.check_row`, the row-by-row check, which has the last word.
+
+Writing: one transaction per partition, one ``COPY`` straight into ``pgqueue_message`` and
+one ``NOTIFY``. Keys repeated inside the partition keep their first row, keys already in the
+archive or the dead letters of the queue are dropped first (one hashed ``= ANY`` probe per
+table), and when the ``COPY`` meets a live key (a retried task, another partition, another
+producer) it is rolled back and the partition goes in again through a temporary table and
+``INSERT ... ON CONFLICT DO NOTHING``: the rare path pays for dedup, the common one does not.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .rowcheck import check_row
+
+#: Rows whose payload is within this share of the cap are sized exactly, row by row.
+SIZE_HEADROOM = 0.9
+BAD_ROWS_SHOWN = 20
+_PRIORITY_TEXT = r"^-?[0-9]{1,3}$"
+
+
+@dataclass(frozen=True)
+class BulkJob:
+    dsn: str
+    queue: str
+    task: str
+    max_attempts: int
+    batch_id: str
+    default_priority: int
+    max_bytes: int
+    trusted_json: bool  # payload is Spark's to_json of the row: valid JSON unless flagged
+    wrapped: bool  # payload is {"v": value}: the message payload is the value
+    has_key_column: bool
+    check_history: bool
+    notify_channel: str | None
+    message_table: str
+    history_tables: tuple[str, ...]
+
+
+def output_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("part", pa.int32()),
+            ("row_no", pa.int64()),
+            ("error", pa.string()),
+            ("rows", pa.int64()),
+            ("bad", pa.int64()),
+            ("enqueued", pa.int64()),
+        ]
+    )
+
+
+def _certainly_valid(job: BulkJob, batch: Any) -> tuple[Any, Any]:
+    """(mask of rows valid without a row-by-row check, their priority as int64)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    if not job.trusted_json or job.wrapped:
+        return pa.array([False] * n), pa.nulls(n, pa.int64())
+
+    def null_or(column: Any, condition: Any) -> Any:
+        return pc.fill_null(pc.or_kleene(pc.is_null(column), condition), False)
+
+    def length_ok(column: Any, limit: int) -> Any:
+        length = pc.utf8_length(column)
+        return null_or(column, pc.and_(pc.greater_equal(length, 1), pc.less_equal(length, limit)))
+
+    payload = batch.column("payload")
+    ok = pc.and_(pc.is_null(batch.column("corrupt")), pc.is_valid(payload))
+    ok = pc.and_(ok, pc.less_equal(pc.binary_length(payload), int(job.max_bytes * SIZE_HEADROOM)))
+    # jsonb cannot store U+0000; to_json writes NaN/Infinity unquoted, which is not JSON.
+    suspicious = pc.match_substring_regex(payload, r"\\u0000|\x00|NaN|Infinity")
+    ok = pc.and_(ok, pc.invert(suspicious))
+    ok = pc.and_(ok, length_ok(batch.column("dedup_key"), 255))
+    ok = pc.and_(ok, length_ok(batch.column("tenant"), 255))
+    text = batch.column("prio")
+    plain = pc.fill_null(pc.match_substring_regex(text, _PRIORITY_TEXT), False)
+    priority = pc.cast(pc.if_else(plain, text, pa.scalar(None, pa.string())), pa.int64())
+    in_range = pc.and_(pc.greater_equal(priority, -100), pc.less_equal(priority, 100))
+    ok = pc.and_(ok, null_or(text, pc.fill_null(in_range, False)))
+    return pc.fill_null(ok, False), priority
+
+
+def validate_batch(
+    job: BulkJob, batch: Any, part: int, first_row: int
+) -> tuple[Any, list[tuple[int, str]]]:
+    """(good rows as an Arrow table, [(row_no, reason)] of the bad ones) of one batch."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    row_no = pa.array(np.arange(first_row, first_row + n, dtype=np.int64))
+    ok, priority = _certainly_valid(job, batch)
+    generated = pc.binary_join_element_wise(
+        f"{job.batch_id}:{part}:", pc.cast(row_no, pa.string()), ""
+    )
+    payload = batch.column("payload")
+    key = pc.coalesce(batch.column("dedup_key"), generated)
+    tenant = batch.column("tenant")
+    priority = pc.fill_null(priority, job.default_priority)
+    bad: list[tuple[int, str]] = []
+    doubtful = np.flatnonzero(~ok.to_numpy(zero_copy_only=False))
+    keep = np.ones(n, dtype=bool)
+    if len(doubtful):
+        payloads, keys = payload.to_pylist(), key.to_pylist()
+        priorities, tenants = priority.to_pylist(), tenant.to_pylist()
+        raw = [batch.column(c).to_pylist() for c in ("dedup_key", "prio", "corrupt")]
+        for i in doubtful.tolist():
+            checked = check_row(
+                payloads[i],
+                raw[0][i],
+                raw[1][i],
+                tenants[i],
+                raw[2][i],
+                key_prefix=f"{job.batch_id}:{part}:",
+                row_no=first_row + i,
+                wrapped=job.wrapped,
+                default_priority=job.default_priority,
+                max_bytes=job.max_bytes,
+            )
+            if checked[4] is not None:
+                bad.append((first_row + i, checked[4]))
+                keep[i] = False
+            else:
+                payloads[i], keys[i], priorities[i], tenants[i] = checked[:4]
+        payload, key = pa.array(payloads, pa.string()), pa.array(keys, pa.string())
+        priority, tenant = pa.array(priorities, pa.int64()), pa.array(tenants, pa.string())
+    good = pa.table(
+        {
+            "row_no": row_no,
+            "payload": payload,
+            "dedup_key": key,
+            "priority": pc.cast(priority, pa.int16()),
+            "tenant": tenant,
+        }
+    )
+    if not keep.all():
+        good = good.filter(pa.array(keep))
+    return good, bad
+
+
+def _first_of_each_key(table: Any, seen: set[str]) -> Any:
+    """Rows whose key was not seen before in this partition (the first one wins)."""
+    import pyarrow as pa
+
+    keep = []
+    for key in table.column("dedup_key").to_pylist():
+        keep.append(key not in seen)
+        seen.add(key)
+    return table if all(keep) else table.filter(pa.array(keep))
+
+
+def _drop_finished(job: BulkJob, conn: Any, table: Any) -> Any:
+    """Rows whose key already finished (archive) or died on this queue are not enqueued."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = table.column("dedup_key").to_pylist()
+    finished: list[str] = []
+    for history in job.history_tables:
+        # A constant array: PostgreSQL hashes "= ANY", one pass over the queue's rows.
+        rows = conn.execute(
+            f"SELECT dedup_key FROM {history} WHERE queue = %s AND dedup_key = ANY(%s)",
+            [job.queue, keys],
+        ).fetchall()
+        finished += [row[0] for row in rows]
+    conn.commit()
+    if not finished:
+        return table
+    return table.filter(pc.invert(pc.is_in(table.column("dedup_key"), pa.array(finished))))
+
+
+def _csv(table: Any) -> bytes:
+    import pyarrow.csv as pacsv
+
+    sink = io.BytesIO()
+    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
+    return sink.getvalue()
+
+
+def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
+    """The partition's rows into the live table: one transaction, one NOTIFY; rows written."""
+    import psycopg
+    import pyarrow as pa
+
+    n = table.num_rows
+    rows = pa.table(
+        {
+            "queue": pa.array([job.queue] * n, pa.string()),
+            "task": pa.array([job.task] * n, pa.string()),
+            "payload": table.column("payload"),
+            "priority": table.column("priority"),
+            "tenant": table.column("tenant"),
+            "dedup_key": table.column("dedup_key"),
+            "max_attempts": pa.array([job.max_attempts] * n, pa.int32()),
+        }
+    )
+    data = _csv(rows)
+    columns = "queue, task, payload, priority, tenant, dedup_key, max_attempts"
+    try:
+        with conn.transaction():
+            with conn.cursor().copy(
+                f"COPY {job.message_table} ({columns}) FROM STDIN (FORMAT csv)"
+            ) as copy:
+                copy.write(data)
+            written = n
+            if written and job.notify_channel:
+                conn.execute("SELECT pg_notify(%s, %s)", [job.notify_channel, job.queue])
+        return written
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+        pass  # some keys are live already: insert the others, skipping those
+    with conn.transaction():
+        conn.execute(
+            "CREATE TEMP TABLE pgq_bulk_rows (queue text, task text, payload text, "
+            "priority smallint, tenant text, dedup_key text, max_attempts int) ON COMMIT DROP"
+        )
+        with conn.cursor().copy("COPY pgq_bulk_rows FROM STDIN (FORMAT csv)") as copy:
+            copy.write(data)
+        cursor = conn.execute(
+            f"INSERT INTO {job.message_table} ({columns}) "
+            "SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts "
+            "FROM pgq_bulk_rows "
+            "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+        )
+        written = max(cursor.rowcount, 0)
+        if written and job.notify_channel:
+            conn.execute("SELECT pg_notify(%s, %s)", [job.notify_channel, job.queue])
+    return written
+
+
+def run_partition(job: BulkJob, batches: Iterable[Any], *, write: bool) -> Iterator[Any]:
+    """mapInArrow body: the first bad rows (with reasons), then the partition's summary row
+    (``row_no`` -1: rows read, bad rows, rows enqueued). ``write=False`` only validates."""
+    import psycopg
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    part = context.partitionId() if context is not None else 0
+    schema = output_schema()
+    row = 0
+    bad: list[tuple[int, str]] = []
+    good = []
+    for batch in batches:
+        table, batch_bad = validate_batch(job, batch, part, row)
+        row += batch.num_rows
+        bad += batch_bad
+        if write:
+            good.append(table)
+    enqueued = 0
+    if write and good:
+        rows = pa.concat_tables(good)
+        if job.has_key_column:
+            rows = _first_of_each_key(rows, set())
+        if rows.num_rows:
+            with psycopg.connect(job.dsn) as conn:
+                if job.check_history:
+                    rows = _drop_finished(job, conn, rows)
+                if rows.num_rows:
+                    enqueued = write_partition(job, conn, rows)
+    shown = bad[:BAD_ROWS_SHOWN]  # the driver reports the first ones of the whole input
+    yield pa.RecordBatch.from_pydict(
+        {
+            "part": [part] * (len(shown) + 1),
+            "row_no": [r for r, _ in shown] + [-1],
+            "error": [e for _, e in shown] + [None],
+            "rows": [0] * len(shown) + [row],
+            "bad": [0] * len(shown) + [len(bad)],
+            "enqueued": [0] * len(shown) + [enqueued],
+        },
+        schema=schema,
+    )
