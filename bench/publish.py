@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .context import REPO_DIR
 
@@ -68,21 +71,21 @@ repetitions is shown and small cases can still be inflated.
 
 | scenario | how |
 |---|---|
-| enqueue | Single-row paths (`enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`) against a raw psycopg `INSERT` + commit per row, in 10 alternating slices. Bulk: `enqueue_many()` against raw `COPY`, same rows per call. Peers: their single and batch APIs, each slice alternating with the raw reference. |
-| drain | A backlog is loaded first (50,000 messages in the full run; 5,000 for one-per-transaction and slow consumers), then drained in 10 alternating slices per consumer: raw `DELETE ... SKIP LOCKED RETURNING` at batch 1/10/100; raw lease-then-archive (lease: CTE `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE ... RETURNING`; archive: `WITH moved AS (DELETE ... RETURNING) INSERT INTO archive`), with synchronous and asynchronous commit; `Message.objects.lease()` + `core.transitions.complete()` in batches of 100. |
-| `pgq_worker` | A real `manage.py pgq_worker` process (persistent connections), idle and listening; a slice of the backlog lands in one transaction with its NOTIFY, and is timed from just before that COMMIT until the live table is empty. Slices alternate with raw lease-then-archive slices. Several `--concurrency` / `--batch-size` settings, and one with `SYNCHRONOUS_ACKS = True`. |
-| peers' workers | Each peer's own worker (PgQueuer `QueueManager` in drain mode; Procrastinate `run_worker_async(wait=False)`; django-tasks-db's `db_worker` loop in batch mode, in-process; Celery prefork worker, consumer switched on once the backlog is in Redis), timed inside the adapter, alternating with raw lease-then-archive slices. |
+| enqueue | Single-row paths ({enqueue_n} messages each, in 10 alternating slices): `enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`; against a raw psycopg `INSERT` + commit per row. Bulk: `enqueue_many()` against raw `COPY`, {bulk_n} rows in 5 slices, the same rows per call. Peers: their single and batch APIs, each slice alternating with the raw reference. |
+| drain | Each consumer's backlog is loaded first ({drain_n} messages; {drain_mid_n} for raw batch 10, {drain_slow_n} for batch 1), then drained in 10 alternating slices per consumer: raw `DELETE ... SKIP LOCKED RETURNING` at batch 1/10/100; raw lease-then-archive (lease: CTE `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE ... RETURNING`; archive: `WITH moved AS (DELETE ... RETURNING) INSERT INTO archive`), with synchronous and asynchronous commit; `Message.objects.lease()` + `core.transitions.complete()` in batches of 100. |
+| `pgq_worker` | A real `manage.py pgq_worker` process (persistent connections), idle and listening; a slice of {slice_n} messages lands in one transaction with its NOTIFY and is timed from just before that COMMIT until the live table is empty; 5 slices per setting. Slices alternate with raw lease-then-archive slices. Several `--concurrency` / `--batch-size` settings, and one with `SYNCHRONOUS_ACKS = True`. |
+| peers' workers | {drain_n} messages for PgQueuer at batch 100, {peer_slow_n} for the others (they run a few hundred jobs/s here), in 5 slices. Each peer's own worker (PgQueuer `QueueManager` in drain mode; Procrastinate `run_worker_async(wait=False)`; django-tasks-db's `db_worker` loop in batch mode, in-process; Celery prefork worker, consumer switched on once the backlog is in Redis), timed inside the adapter, alternating with raw lease-then-archive slices. |
 | claim vs backlog | `lease()` + `complete()` in batches of 100 with 1,000 ready messages (drained completely, reloaded, repeated) and with {claim_big} ready messages (first {claim_measured} claimed). The tables are `ANALYZE`d after loading. |
 | producers | {producers} producer processes, each a persistent connection doing single-row writes flat out: raw INSERT, raw INSERT + `pg_notify`, `enqueue()` with NOTIFY off and on; alternating rounds. |
-| latency | An idle `pgq_worker` and an idle raw LISTEN/NOTIFY + `DELETE ... SKIP LOCKED` loop side by side; the producer alternates between them, 50 messages/s each; the handler reports `time.time()` at its start minus the time stamped just before the enqueue call (same host clock), over UDP. Peers: the same with their own idle worker. |
+| latency | An idle `pgq_worker` and an idle raw LISTEN/NOTIFY + `DELETE ... SKIP LOCKED` loop side by side; the producer alternates between them, 50 messages/s each ({latency_n} each); the handler reports `time.time()` at its start minus the time stamped just before the enqueue call (same host clock), over UDP. Peers: the same with their own idle worker. |
 | steady state | 2 producer processes at a fixed total rate and one `pgq_worker --concurrency 4` together for {steady}s; lag = age of the oldest ready message, sampled every 0.25 s; end-to-end latency as above. |
 | memory | Peak RSS (`VmHWM`) of each worker process in the drain runs; one worker through {rss_n} messages (topped up 20,000 at a time), RSS sampled every 0.5 s; slope fitted after the first 10%. |
 
 ## Reproduce
 
 ```bash
-bash bench/run.sh            # full run (~45 minutes on 2 cores)
-bash bench/run.sh --quick    # shorter backlogs, 10 s steady state (~15 minutes)
+bash bench/run.sh            # full run (~25 minutes on 2 busy cores)
+bash bench/run.sh --quick    # smaller backlogs, 10 s steady state (~10 minutes)
 bash bench/run.sh --quick --only enqueue,drain --reps 1 --no-peers
 ```
 
@@ -93,9 +96,77 @@ created and dropped). Options: `--reps N` (default 3), `--only` (scenarios: enqu
 claim, producers, latency, steady, memory), `--peers` / `--no-peers`, `--keep-db`, `--out`.
 Results land in `bench/results/<timestamp>-<mode>/`: `results.jsonl` (every case of every
 repetition), `report.md` (the tables above), `facts.json` (machine and settings), the plots
-and each helper process's log. `python -m bench.publish <that folder>` regenerates this page.
+and each helper process's log. `python -m bench.publish <that folder> --notes bench/notes.md`
+regenerates this page (the notes quote the run's own figures).
 The harness itself is checked by `tests/bench/` (a tiny run: `--mode smoke`).
 """
+
+
+def _summary(values: list[float], unit: str = "\u00d7", digits: int = 2) -> str:
+    if not values:
+        return "not measured"
+    med = statistics.median(values)
+    return f"{med:.{digits}f}{unit} ({min(values):.{digits}f}\u2013{max(values):.{digits}f})"
+
+
+def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
+    """The figures the hand-written notes quote, taken from the run itself."""
+    from .report import TARGETS, paired_ratio
+
+    reps = sorted({r["rep"] for r in results})
+    by_name = {t.name: t for t in TARGETS}
+
+    def target(prefix: str, unit: str = "\u00d7", digits: int = 2) -> str:
+        t = next(t for name, t in by_name.items() if name.startswith(prefix))
+        return _summary(
+            [v for rep in reps if (v := t.per_rep(results, rep)) is not None], unit, digits
+        )
+
+    def ratio(key: str) -> str:
+        return _summary(
+            [x for r in results if r["key"] == key if (x := paired_ratio(results, r)) is not None]
+        )
+
+    def extra(key: str, name: str, unit: str = " ms", digits: int = 1) -> str:
+        return _summary(
+            [r["extra"][name] for r in results if r["key"] == key and name in r["extra"]],
+            unit,
+            digits,
+        )
+
+    rss = next((r for r in results if r["key"] == "pgq.worker.rss_long"), None)
+    steady = [r for r in results if r["key"] == "pgq.steady"]
+    values = {
+        "worker_best": target("`pgq_worker` (best setting) / raw"),
+        "worker_b10": ratio("pgq.worker.c4.b10"),
+        "worker_sync": target("\u21b3 the same with `SYNCHRONOUS_ACKS = True` (like for like)"),
+        "vs_peer": target("`pgq_worker` (best setting) / best peer"),
+        "lease_complete": target("lease + complete"),
+        "enqueue": target("single `enqueue()`"),
+        "enqueue_many": target("`enqueue_many()`"),
+        "notify": target("8 producers"),
+        "raw_notify": ratio("raw.producers_notify"),
+        "lat_p50": target("idle latency enqueue \u2192 handler start, p50", " ms", 1),
+        "lat_p99": target("idle latency enqueue \u2192 handler start, p99", " ms", 1),
+        "raw_p50": extra("raw.latency", "p50_ms"),
+        "raw_p99": extra("raw.latency", "p99_ms"),
+        "claim": target("claim rate"),
+        "rss": (
+            f"{rss['extra']['rss_warm_mib']:.1f} \u2192 {rss['extra']['rss_end_mib']:.1f} MiB, "
+            f"{rss['extra']['slope_kib_per_100k']:.0f} KiB per 100,000 messages"
+            if rss
+            else "not measured"
+        ),
+        "steady": (
+            f"{statistics.median(r['extra']['offered_rate'] for r in steady):,.0f} messages/s "
+            f"offered and {statistics.median(r['rate'] for r in steady):,.0f}/s processed; "
+            f"lag p99 {statistics.median(r['extra']['lag_p99_ms'] for r in steady):.1f} ms, "
+            f"end-to-end p99 {statistics.median(r['extra']['p99_ms'] for r in steady):.1f} ms"
+            if steady
+            else "not measured"
+        ),
+    }
+    return values
 
 
 def main() -> None:
@@ -105,8 +176,14 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.folder)
     facts = json.loads((folder / "facts.json").read_text())
-    report = (folder / "report.md").read_text()
+    from .report import full_report
+
+    results = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines() if x]
+    report = full_report(results)
+    reps_done = len({r["rep"] for r in results if r["scenario"] == "drain"})
     notes = Path(args.notes).read_text() if args.notes else ""
+    if notes:
+        notes = notes.format(**notes_values(results))
     pg = facts["postgres"]
     pg_settings = ", ".join(f"{k}={v}" for k, v in sorted(pg.items()) if k != "server_version")
     failures = ""
@@ -122,11 +199,13 @@ def main() -> None:
     page = PAGE.format(
         payload=facts["payload_bytes"],
         load=", ".join(f"{x:.1f}" for x in facts["loadavg_start"]),
-        reps=facts["reps"],
+        reps=reps_done,
         notes=notes,
         mode=facts["mode"],
         minutes=round(facts["seconds"] / 60),
-        date=folder.name.split("-")[0],
+        date=datetime.fromtimestamp((folder / "results.jsonl").stat().st_mtime, UTC).strftime(
+            "%Y-%m-%d %H:%M UTC (end)"
+        ),
         report=report,
         failures=failures,
         nproc=facts["nproc"],
@@ -144,6 +223,14 @@ def main() -> None:
         producers=sizes.producers,
         steady=f"{sizes.steady_seconds:g} ",
         rss_n=f"{sizes.rss_n:,}",
+        enqueue_n=f"{sizes.enqueue_n:,}",
+        bulk_n=f"{sizes.bulk_n:,}",
+        drain_n=f"{sizes.drain_n:,}",
+        drain_mid_n=f"{sizes.drain_mid_n:,}",
+        drain_slow_n=f"{sizes.drain_slow_n:,}",
+        slice_n=f"{sizes.drain_n // 5:,}",
+        peer_slow_n=f"{sizes.peer_slow_n:,}",
+        latency_n=f"{sizes.latency_n:,}",
     )
     docs = REPO_DIR / "docs"
     (docs / "img").mkdir(exist_ok=True)

@@ -267,7 +267,7 @@ TARGETS = [
         0.7,
     ),
     Target(
-        "  the same with SYNCHRONOUS_ACKS = True (like for like)",
+        "\u21b3 the same with `SYNCHRONOUS_ACKS = True` (like for like)",
         _ratio(_rate("pgq.lease_complete.b100.sync"), _rate("raw.lease_archive.b100")),
         ">=",
         0.7,
@@ -279,7 +279,7 @@ TARGETS = [
         0.5,
     ),
     Target(
-        "  the same with SYNCHRONOUS_ACKS = True (like for like)",
+        "\u21b3 the same with `SYNCHRONOUS_ACKS = True` (like for like)",
         lambda res, rep: _best_sync(res, rep),
         ">=",
         0.5,
