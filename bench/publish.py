@@ -118,8 +118,16 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
 
     def target(prefix: str, unit: str = "\u00d7", digits: int = 2) -> str:
         t = next(t for name, t in by_name.items() if name.startswith(prefix))
-        return _summary(
-            [v for rep in reps if (v := t.per_rep(results, rep)) is not None], unit, digits
+        values = [v for rep in reps if (v := t.per_rep(results, rep)) is not None]
+        if not values:
+            return "not measured"
+        med = statistics.median(values)
+        met = med >= t.threshold if t.op == ">=" else med <= t.threshold
+        op = "\u2265" if t.op == ">=" else "\u2264"
+        verdict = "met" if met else "**missed**"
+        return (
+            f"{med:.{digits}f}{unit} ({min(values):.{digits}f}\u2013{max(values):.{digits}f}; "
+            f"target {op} {t.threshold:g}: {verdict})"
         )
 
     def ratio(key: str) -> str:
