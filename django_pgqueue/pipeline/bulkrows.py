@@ -24,12 +24,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.validation import DEDUP_KEY_MAX_LENGTH, MAX_PRIORITY, MIN_PRIORITY, TENANT_MAX_LENGTH
 from .rowcheck import check_row
 
 #: Rows whose payload is within this share of the cap are sized exactly, row by row.
 SIZE_HEADROOM = 0.9
 BAD_ROWS_SHOWN = 20
-_PRIORITY_TEXT = r"^-?[0-9]{1,3}$"
+PRIORITY_TEXT = r"^-?[0-9]{1,3}$"
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,14 @@ def _certainly_valid(job: BulkJob, batch: Any) -> tuple[Any, Any]:
     # jsonb cannot store U+0000; to_json writes NaN/Infinity unquoted, which is not JSON.
     suspicious = pc.match_substring_regex(payload, r"\\u0000|\x00|NaN|Infinity")
     ok = pc.and_(ok, pc.invert(suspicious))
-    ok = pc.and_(ok, length_ok(batch.column("dedup_key"), 255))
-    ok = pc.and_(ok, length_ok(batch.column("tenant"), 255))
+    ok = pc.and_(ok, length_ok(batch.column("dedup_key"), DEDUP_KEY_MAX_LENGTH))
+    ok = pc.and_(ok, length_ok(batch.column("tenant"), TENANT_MAX_LENGTH))
     text = batch.column("prio")
-    plain = pc.fill_null(pc.match_substring_regex(text, _PRIORITY_TEXT), False)
+    plain = pc.fill_null(pc.match_substring_regex(text, PRIORITY_TEXT), False)
     priority = pc.cast(pc.if_else(plain, text, pa.scalar(None, pa.string())), pa.int64())
-    in_range = pc.and_(pc.greater_equal(priority, -100), pc.less_equal(priority, 100))
+    in_range = pc.and_(
+        pc.greater_equal(priority, MIN_PRIORITY), pc.less_equal(priority, MAX_PRIORITY)
+    )
     ok = pc.and_(ok, null_or(text, pc.fill_null(in_range, False)))
     return pc.fill_null(ok, False), priority
 
@@ -245,9 +248,12 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
     return written
 
 
-def run_partition(job: BulkJob, batches: Iterable[Any], *, write: bool) -> Iterator[Any]:
+def run_partition(
+    job: BulkJob, batches: Iterable[Any], *, write: bool, all_or_nothing: bool = False
+) -> Iterator[Any]:
     """mapInArrow body: the first bad rows (with reasons), then the partition's summary row
-    (``row_no`` -1: rows read, bad rows, rows enqueued). ``write=False`` only validates."""
+    (``row_no`` -1: rows read, bad rows, rows enqueued). ``write=False`` only validates;
+    ``all_or_nothing`` writes nothing from a partition holding a bad row."""
     import psycopg
     import pyarrow as pa
     from pyspark import TaskContext
@@ -265,7 +271,7 @@ def run_partition(job: BulkJob, batches: Iterable[Any], *, write: bool) -> Itera
         if write:
             good.append(table)
     enqueued = 0
-    if write and good:
+    if write and good and not (all_or_nothing and bad):
         rows = pa.concat_tables(good)
         if job.has_key_column:
             rows = _first_of_each_key(rows, set())

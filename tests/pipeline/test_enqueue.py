@@ -174,3 +174,41 @@ def test_bad_arguments_are_refused_before_any_work(spark: Any, tmp_path: Path) -
     with pytest.raises(PipelineError, match="Cannot read"):
         enqueue_frame(spark, str(tmp_path / "nowhere.parquet"), task="t", queue="q")
     assert not Message.objects.exists()
+
+
+def test_rows_in_doubt_get_the_row_by_row_check(spark: Any) -> None:
+    # The vectorized check passes only rows it is sure of; the others (NaN, text that looks
+    # like NaN, odd priority spellings, a too-long tenant) are decided by check_row. Spark's
+    # to_json writes a NaN double as the string "NaN", which is valid JSON.
+    frame = spark.createDataFrame(
+        [
+            (1, 0.5, "plain", " 7", "t1"),
+            (2, float("nan"), "nan score", "1", "t1"),
+            (3, 1.0, "NaN and Infinity are fine in text", "+5", None),
+            (4, 2.0, "long tenant", "0", "t" * 256),
+            (5, 3.0, "priority 101", "101", None),
+        ],
+        ["n", "score", "note", "prio", "tenant"],
+    )
+
+    result = enqueue_frame(
+        spark,
+        frame,
+        task="t",
+        queue="doubt",
+        priority_column="prio",
+        tenant_column="tenant",
+        skip_bad=True,
+    )
+
+    assert (result.rows, result.enqueued, result.bad_count) == (5, 3, 2)
+    assert [n for n, _ in result.bad_rows] == [4, 5]
+    assert "tenant" in result.bad_rows[0][1] and "priority" in result.bad_rows[1][1]
+    assert sorted(
+        (m.payload["n"], m.payload["score"], m.priority, m.tenant, m.payload["note"])
+        for m in Message.objects.filter(queue="doubt")
+    ) == [
+        (1, 0.5, 7, "t1", "plain"),
+        (2, "NaN", 1, "t1", "nan score"),
+        (3, 1.0, 5, None, "NaN and Infinity are fine in text"),
+    ]
