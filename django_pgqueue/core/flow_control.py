@@ -26,16 +26,16 @@ import hashlib
 import json
 import logging
 import re
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from django.db import ProgrammingError, connections, transaction
+from django.db import connections, transaction
 
 from ..conf import get_settings
 from . import sql
+from .prepared import can_prepare, execute_all, run_prepared
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -208,41 +208,6 @@ def prepared_claim(keyed: bool) -> tuple[str, str]:
     return name, f"PREPARE {name} ({types}) AS {body}"
 
 
-# Prepared statement names per database connection (a new connection prepares again), and
-# the connections that cannot keep prepared statements.
-_prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-_unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def lease_queues_with_flow_control(
-    manager: MessageManager,
-    queues: list[str],
-    worker_id: str,
-    batch_size: int,
-    vt: float,
-    alias: str,
-) -> list[Message]:
-    """``lease(hold=False)`` over queues of which some are flow-controlled.
-
-    Each queue is claimed in a transaction of its own: a flow-controlled one in a single
-    implicit transaction (see :func:`lease_with_flow_control`), a plain one as usual.
-    """
-    leased: list[Message] = []
-    for queue in queues:
-        wanted = batch_size - len(leased)
-        if wanted <= 0:
-            break
-        config = flow_config(queue)
-        if config is None:
-            with transaction.atomic(using=alias):
-                leased.extend(manager._lease_one_queue(queue, worker_id, wanted, vt, alias, False))
-        else:
-            leased.extend(
-                lease_with_flow_control(manager, config, queue, worker_id, wanted, vt, alias)
-            )
-    return leased
-
-
 def lease_with_flow_control(
     manager: MessageManager,
     config: FlowConfig,
@@ -266,101 +231,37 @@ def lease_with_flow_control(
     params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]
     with connection.cursor() as cursor:
-        raw = connection.connection
-        one_shot = not connection.in_atomic_block and isinstance(
-            cursor.cursor, psycopg.ClientCursor
-        )
-        if not one_shot:
+        if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
-                _execute_all(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
+                _execute_each(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
                 rows = cursor.fetchall()
-            return _messages(manager, rows, alias)
+            return manager._messages_from_rows(rows, alias)
         prefix = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
         if not get_settings().SYNCHRONOUS_ACKS:
             # Like the plain claim: may commit without waiting for the WAL flush (a crash
             # forgets the lease and its slot together).
             prefix += "SET LOCAL synchronous_commit = off;\n"
         prefix += sql.FLOW_LOCK
-        rows = None
-        if raw not in _unpreparable:
-            rows = _run_prepared(cursor, raw, config.keyed, prefix, params)
-        if rows is None:
-            _execute_all(cursor, prefix + claim_statement(config.keyed), params)
-            rows = cursor.fetchall()
-    return _messages(manager, rows, alias)
-
-
-def _run_prepared(
-    cursor: Any, raw: Any, keyed: bool, prefix: str, params: dict[str, Any]
-) -> list[Any] | None:
-    """The claim through a session-level prepared statement; ``None`` when the session cannot
-    keep one (PgBouncer transaction pooling, ``DISCARD ALL``): then this connection falls back
-    to sending the statement itself, planned on every claim."""
-    name, prepare = prepared_claim(keyed)
-    done = _prepared.setdefault(raw, set())
-    try:
-        if name not in done:
-            try:
-                cursor.execute(prepare)
-            except ProgrammingError as exc:
-                if not isinstance(exc.__cause__, psycopg.errors.DuplicatePreparedStatement):
-                    raise
-            done.add(name)
-        arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
-        _execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params)
-        return list(cursor.fetchall())
-    except ProgrammingError as exc:
-        if not isinstance(exc.__cause__, psycopg.errors.InvalidSqlStatementName):
-            raise
-        # The whole query string was one implicit transaction: nothing was claimed.
-        _unpreparable.add(raw)
-        logger.warning(
-            "Flow-control claims on this connection re-plan every time: its prepared "
-            "statement vanished (a pooler in transaction mode?)."
+        name, prepare = prepared_claim(config.keyed)
+        rows = run_prepared(
+            cursor,
+            connection,
+            name=name,
+            prepare=prepare,
+            prefix=prefix,
+            arguments=", ".join(f"%({p})s" for p, _ in _PARAM_TYPES),
+            params=params,
         )
-        return None
+        if rows is None:
+            execute_all(cursor, prefix + claim_statement(config.keyed), params)
+            rows = cursor.fetchall()
+    return manager._messages_from_rows(rows, alias)
 
 
-def _execute_all(cursor: Any, statements: str, params: dict[str, Any]) -> None:
+def _execute_each(cursor: Any, statements: str, params: dict[str, Any]) -> None:
     """Run ``;``-separated statements, leaving the cursor on the last one's result."""
     if isinstance(cursor.cursor, psycopg.ClientCursor):
-        cursor.execute(statements, params)  # one round trip
-        for _ in range(statements.count(";")):
-            cursor.nextset()
+        execute_all(cursor, statements, params)
         return
-    parts = [part for part in statements.split(";") if part.strip()]
-    for part in parts:
+    for part in (part for part in statements.split(";") if part.strip()):
         cursor.execute(part, params)
-
-
-def _messages(manager: MessageManager, rows: list[Any], alias: str) -> list[Message]:
-    """Messages from LEASE's rows (``claimed`` / ``buried``), logging as the plain claim does."""
-    attempts_at = sql.LEASED_COLUMNS.index("attempts")
-    worker_at = sql.LEASED_COLUMNS.index("leased_by")
-    leased: list[Message] = []
-    for outcome, *values in rows:
-        if outcome == "buried":
-            logger.warning(
-                "Message %s (%s on %s) dead-lettered: lease_expired after %s attempts "
-                "(last worker %s).",
-                values[0],
-                values[2],
-                values[1],
-                values[attempts_at],
-                values[worker_at],
-            )
-            continue
-        *columns, redelivered = values
-        message = manager._from_row(columns, alias)
-        message.redelivered = redelivered
-        if redelivered:
-            logger.warning(
-                "Message %s (%s on %s) redelivered: its previous lease expired (attempt %s of %s).",
-                message.id,
-                message.task,
-                message.queue,
-                message.attempts,
-                message.max_attempts,
-            )
-        leased.append(message)
-    return leased

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,8 @@ from ..conf import get_settings
 from ..exceptions import LeaseError
 from . import sql
 from .execution import ASYNC_COMMIT, ORDERED_PLAN, execute
-from .flow_control import flow_config, lease_queues_with_flow_control, lease_with_flow_control
+from .flow_control import flow_config, lease_with_flow_control
+from .prepared import can_prepare, run_prepared
 from .validation import validate_queue_name
 
 if TYPE_CHECKING:
@@ -65,9 +68,10 @@ class MessageManager(models.Manager["Message"]):
         given order until the batch is full; within a queue, higher priority first, then the
         oldest available, then the lowest id.
 
-        ``hold=False`` (default): one short transaction of its own, committed before this
-        returns; calling it inside ``atomic()`` raises :class:`LeaseError`, since the lease
-        would otherwise stay uncommitted and invisible to other workers' fencing.
+        ``hold=False`` (default): each queue's claim is one short transaction of its own,
+        committed before this returns; calling it inside ``atomic()`` raises
+        :class:`LeaseError`, since the lease would otherwise stay uncommitted and invisible to
+        other workers' fencing.
 
         ``hold=True`` (hold-the-lock): runs inside the caller's transaction, which must be
         open; the rows stay locked until it ends and a rollback returns the whole batch
@@ -90,13 +94,8 @@ class MessageManager(models.Manager["Message"]):
                 "lease() commits its own short transaction; inside transaction.atomic() use "
                 "lease(hold=True) so the caller's transaction owns the lease."
             )
-        if any(flow_config(queue) is not None for queue in queue_list):
-            # Opt-in flow control claims each queue in a transaction of its own.
-            return lease_queues_with_flow_control(
-                self, queue_list, worker_id, batch_size, vt, alias
-            )
-        with transaction.atomic(using=alias):
-            return self._lease_queues(queue_list, worker_id, batch_size, vt, alias, hold=False)
+        # Each queue's claim is one short transaction of its own.
+        return self._lease_queues(queue_list, worker_id, batch_size, vt, alias, hold=False)
 
     @staticmethod
     def _visibility_timeout(queues: list[str], requested: float | None) -> float:
@@ -127,8 +126,20 @@ class MessageManager(models.Manager["Message"]):
             return lease_with_flow_control(self, flow, queue, worker_id, limit, vt, alias, hold)
         statement, candidate_params = self._lease_statement(alias, queue, limit)
         params = [queue, *candidate_params, worker_id, vt]
-        with connections[alias].cursor() as cursor:
-            rows = _execute_claim(connections[alias], cursor, statement, params, restore=hold)
+        connection = connections[alias]
+        with connection.cursor() as cursor:
+            rows = None
+            if can_prepare(connection, cursor):
+                rows = _run_prepared_claim(cursor, connection, statement, params)
+            if rows is None:
+                with transaction.atomic(using=alias):
+                    rows = _execute_claim(cursor, statement, params, restore=hold)
+        return self._messages_from_rows(rows, alias)
+
+    def _messages_from_rows(self, rows: Sequence[Sequence[Any]], alias: str) -> list[Message]:
+        """Messages from a claim's rows (``claimed`` / ``buried``), logging the warnings."""
+        attempts_at = sql.LEASED_COLUMNS.index("attempts")
+        worker_at = sql.LEASED_COLUMNS.index("leased_by")
         leased: list[Message] = []
         for outcome, *values in rows:
             if outcome == "buried":
@@ -138,11 +149,11 @@ class MessageManager(models.Manager["Message"]):
                     values[0],
                     values[2],
                     values[1],
-                    values[9],
-                    values[12],
+                    values[attempts_at],
+                    values[worker_at],
                 )
                 continue
-            *columns, redelivered = values
+            *columns, redelivered, _position = values
             message = self._from_row(columns, alias)
             message.redelivered = redelivered
             if redelivered:
@@ -169,7 +180,9 @@ class MessageManager(models.Manager["Message"]):
                 .select_for_update(skip_locked=True)
                 .values("id", "lease_token")[:limit]
             )
-            candidates_sql, candidates_params = candidates.query.sql_with_params()
+            # select_for_update() compiles only inside a transaction; nothing is sent here.
+            with transaction.atomic(using=alias):
+                candidates_sql, candidates_params = candidates.query.sql_with_params()
             statement = sql.LEASE.format(
                 candidates=candidates_sql,
                 reap_limit=REAP_LIMIT,
@@ -195,9 +208,7 @@ class MessageManager(models.Manager["Message"]):
         return message
 
 
-def _execute_claim(
-    connection: Any, cursor: Any, statement: str, params: list[Any], *, restore: bool
-) -> list[Any]:
+def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: bool) -> list[Any]:
     """Run the claim with an ordered plan (see ``execution.ORDERED_PLAN``).
 
     In our own short transaction the ``SET LOCAL`` ends with it, and the commit may be
@@ -223,3 +234,37 @@ def _execute_claim(
 
 def _async_commit_unless_synchronous() -> dict[str, str]:
     return {} if get_settings().SYNCHRONOUS_ACKS else ASYNC_COMMIT
+
+
+def _sql_type(value: Any) -> str:
+    """The parameter type of a claim argument (Django may pass ``psycopg`` int wrappers)."""
+    for python_type, sql_type in ((bool, "boolean"), (int, "bigint"), (float, "float8")):
+        if isinstance(value, python_type):
+            return sql_type
+    if isinstance(value, str):
+        return "text"
+    raise TypeError(f"unexpected claim parameter {value!r}")
+
+
+def _run_prepared_claim(
+    cursor: Any, connection: Any, statement: str, params: list[Any]
+) -> list[Any] | None:
+    """The claim as a session-level prepared statement, outside any transaction block: the
+    settings and the ``EXECUTE`` go as one query string, one implicit transaction (see
+    ``prepared.py``). ``None`` when this session cannot keep prepared statements."""
+    position = iter(range(1, len(params) + 1))
+    body = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(position)}", statement)
+    types = ", ".join(_sql_type(p) for p in params)
+    digest = hashlib.sha1(f"{types}|{body}".encode(), usedforsecurity=False).hexdigest()[:16]
+    name = f"pgq_claim_{digest}"
+    settings = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
+    settings.update(_async_commit_unless_synchronous())
+    return run_prepared(
+        cursor,
+        connection,
+        name=name,
+        prepare=f"PREPARE {name} ({types}) AS {body}",
+        prefix="".join(f"SET LOCAL {n} = {v};\n" for n, v in settings.items()),
+        arguments=", ".join(["%s"] * len(params)),
+        params=params,
+    )

@@ -111,6 +111,9 @@ WITH exhausted AS (
     RETURNING message_id, queue, task, attempts, worker_id
 ), candidates AS (
     {candidates}
+), numbered AS (
+    -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
+    SELECT id, lease_token, row_number() OVER () AS position FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
     SET attempts = m.attempts + 1,
@@ -118,15 +121,19 @@ WITH exhausted AS (
         leased_by = %s,
         leased_at = now(),
         available_at = now() + make_interval(secs => %s)
-    FROM candidates c
-    WHERE m.id = c.id
-    RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered
+    FROM numbered c
+    -- Re-checked on the row version this statement locked: a lease committed by another
+    -- worker meanwhile is never taken over, whatever plan found the candidate.
+    WHERE m.id = c.id AND m.available_at <= statement_timestamp()
+      AND m.attempts < m.max_attempts
+    RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL
+       NULL, worker_id, NULL, NULL, 0
 FROM buried
+ORDER BY position
 """
 
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).

@@ -1,0 +1,81 @@
+"""Session-level prepared statements for the claims, with a fallback for poolers.
+
+Planning a claim costs more than running it, so each connection prepares a claim once
+(``PREPARE name AS ...``) and then sends ``SET LOCAL ...; EXECUTE name(...)`` as one query
+string: one round trip, run by the server as one implicit transaction. A session that cannot
+keep prepared statements (PgBouncer in transaction mode, ``DISCARD ALL``) is remembered and
+gets the plain statement from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from django.db import ProgrammingError
+
+logger = logging.getLogger("django_pgqueue")
+
+# Prepared statement names per database connection (a new connection prepares again), and
+# the connections that cannot keep prepared statements.
+_prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def can_prepare(connection: Any, cursor: Any) -> bool:
+    """Outside a transaction, with client-side binding (several statements in one string)."""
+    return (
+        not connection.in_atomic_block
+        and isinstance(cursor.cursor, psycopg.ClientCursor)
+        and connection.connection not in _unpreparable
+    )
+
+
+def execute_all(cursor: Any, statements: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
+    """Run ``;``-separated statements in one round trip, leaving the cursor on the last
+    one's result (client-side binding only)."""
+    cursor.execute(statements, params)
+    for _ in range(statements.count(";")):
+        cursor.nextset()
+
+
+def run_prepared(
+    cursor: Any,
+    connection: Any,
+    *,
+    name: str,
+    prepare: str,
+    prefix: str,
+    arguments: str,
+    params: Sequence[Any] | Mapping[str, Any],
+) -> list[Any] | None:
+    """``prefix`` then ``EXECUTE name(arguments)``, preparing ``name`` first if needed.
+
+    Returns the rows, or ``None`` when the session lost its prepared statement: the whole
+    query string was one implicit transaction, so nothing happened, and the caller sends the
+    plain statement instead.
+    """
+    raw = connection.connection
+    done = _prepared.setdefault(raw, set())
+    try:
+        if name not in done:
+            try:
+                cursor.execute(prepare)
+            except ProgrammingError as exc:
+                if not isinstance(exc.__cause__, psycopg.errors.DuplicatePreparedStatement):
+                    raise
+            done.add(name)
+        execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params)
+        return list(cursor.fetchall())
+    except ProgrammingError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.InvalidSqlStatementName):
+            raise
+        _unpreparable.add(raw)
+        logger.warning(
+            "Claims on this connection are planned every time: its prepared statement "
+            "vanished (a pooler in transaction mode?)."
+        )
+        return None
