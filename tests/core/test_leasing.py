@@ -196,3 +196,22 @@ def test_claim_is_an_index_lookup_on_a_large_backlog(admin_conn):
     assert "Sort" not in plan, plan
     # And the real thing leases from the head of the queue.
     assert len(lease(batch_size=100)) == 100
+
+
+def test_claims_survive_a_session_that_drops_prepared_statements(caplog):
+    """Behind a pooler in transaction mode the session's prepared claim may vanish: the claim
+    then falls back to sending the statement itself, and nothing is claimed twice or lost."""
+    from django_pgqueue.core import prepared
+
+    for n in range(4):
+        django_pgqueue.enqueue("t", {"n": n})
+    assert len(lease()) == 1  # prepares the claim on this connection
+    assert prepared._prepared.get(connection.connection), "the claim was prepared"
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        assert len(lease()) == 1
+    assert "prepared statement vanished" in caplog.text
+    assert connection.connection in prepared._unpreparable
+    assert len(lease(batch_size=5)) == 2
+    assert Message.objects.filter(lease_token__isnull=True).count() == 0
