@@ -8,11 +8,17 @@ Self-contained (it does not use the rest of bench/). Run from the repository roo
 It creates (and drops afterwards) the database ``pgq_pipeline_bench``, fills the archive with
 ``--rows`` rows (queue x day spread, ~190-byte JSON payloads), then measures in one run:
 
-- export: ``pgq_pipeline export`` (Spark JDBC read per id range -> Parquet partitioned by
-  queue/day, plus its read-back verification) vs one process doing psycopg ``COPY`` -> pyarrow
-  -> partitioned Parquet (no verification);
-- bulk enqueue: ``enqueue_frame`` of a cached DataFrame (validation, staging, dedup, NOTIFY)
-  vs one psycopg ``COPY`` of the same prepared rows into ``pgqueue_message``.
+- export: ``pgq_pipeline export`` to a local directory (one Spark task per id range: psycopg
+  ``COPY`` -> pyarrow -> Parquet partitioned by queue/day, PostgreSQL checksum in the read's
+  snapshot, ids read back) vs one process doing psycopg ``COPY`` -> pyarrow -> partitioned
+  Parquet (no verification);
+- bulk enqueue: ``enqueue_frame`` of a cached DataFrame (validating pass, then per partition
+  dedup, history check, ``COPY`` and NOTIFY) vs one psycopg ``COPY`` of the same prepared rows
+  into ``pgqueue_message``.
+
+``--repeat`` repetitions run interleaved (the side that goes first alternates); the table
+gives the median rate and the median (min-max) of the per-repetition ratios. Python workers
+are started and have imported pyarrow and psycopg before timing, as the reference process has.
 
 Peak memory is the sampled RSS sum of this process and its children (the JVM, Python
 workers). Spark start-up is reported apart and excluded from the rates.
