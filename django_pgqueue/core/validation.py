@@ -104,19 +104,23 @@ def validate_delay(run_after: datetime | timedelta | None) -> tuple[datetime | N
     )
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as JSON text, or :class:`PayloadError`: no ``str()`` fallback, no NaN."""
     try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"Payload is not JSON-serializable: {exc}") from exc
-    size = len(text.encode("utf-8"))
-    if size > max_bytes:
+    # A UTF-8 character is at most 4 bytes: short texts need no encoding to be measured.
+    if len(text) * 4 > max_bytes and (size := len(text.encode("utf-8"))) > max_bytes:
         raise PayloadError(
             f"Payload is {size} bytes, over the {max_bytes}-byte cap "
             "(PGQUEUE['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
         )
-    if "\x00" in text or _NUL_ESCAPE_RE.search(text):
+    # json escapes U+0000 as \u0000; the regex (slower) tells it from an escaped backslash.
+    if "\\u0000" in text and _NUL_ESCAPE_RE.search(text):
         # PostgreSQL's jsonb cannot store U+0000.
         raise PayloadError("Payload contains a NUL character (\\u0000), which jsonb cannot store.")
     return text
