@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,6 +14,7 @@ from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
 from .notify import notify_queues
+from .prepared import can_prepare, run_prepared
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
@@ -105,9 +107,17 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
         params += [conf.NOTIFY_CHANNEL, message.queue]
     else:
         statement = sql.ENQUEUE
-    with connections[using or conf.DATABASE_ALIAS].cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
+    connection = connections[using or conf.DATABASE_ALIAS]
+    with connection.cursor() as cursor:
+        rows = None
+        if can_prepare(connection, cursor):
+            # Autocommit only: a vanished prepared statement (a pooler) then costs nothing,
+            # where inside the caller's transaction it would abort their transaction.
+            rows = _run_prepared_enqueue(cursor, connection, statement, params)
+        if rows is None:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        row = rows[0] if rows else None
         deduplicated = row is None
         if row is None:
             cursor.execute(sql.FIND_BY_DEDUP_KEY, [message.queue, message.dedup_key])
@@ -121,6 +131,42 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
         enqueued_at=row[1],
         available_at=row[2],
         deduplicated=deduplicated,
+    )
+
+
+# Parameter types of ENQUEUE (then ENQUEUE_AND_NOTIFY's channel and queue).
+_ENQUEUE_TYPES = (
+    "text",
+    "text",
+    "text",
+    "int",
+    "text",
+    "text",
+    "int",
+    "timestamptz",
+    "float8",
+    "text",
+    "text",
+)
+
+
+def _run_prepared_enqueue(
+    cursor: Any, connection: Any, statement: str, params: list[Any]
+) -> list[Any] | None:
+    """The INSERT as a session-level prepared statement: parsed and planned once per
+    connection instead of on every call (see ``prepared.py``)."""
+    count = len(params)
+    position = iter(range(1, count + 1))
+    body = re.sub(r"%s", lambda _: f"${next(position)}", statement)
+    name = f"pgq_enqueue_{'notify' if count == len(_ENQUEUE_TYPES) else 'plain'}"
+    return run_prepared(
+        cursor,
+        connection,
+        name=name,
+        prepare=f"PREPARE {name} ({', '.join(_ENQUEUE_TYPES[:count])}) AS {body}",
+        prefix="",
+        arguments=", ".join(["%s"] * count),
+        params=params,
     )
 
 

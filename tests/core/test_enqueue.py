@@ -243,3 +243,19 @@ def test_handlers_modules_are_imported_at_startup():
     # example_project/demo/handlers.py, found without anything importing it explicitly.
     handler = registry.get("demo.send-welcome")
     assert handler is not None and handler.queue == "emails"
+
+
+def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
+    from django_pgqueue.core import prepared
+
+    django_pgqueue.enqueue("t", {"n": 1})
+    assert any(n.startswith("pgq_enqueue") for n in prepared._prepared[connection.connection])
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    second = django_pgqueue.enqueue("t", {"n": 2})
+    third = django_pgqueue.enqueue("t", {"n": 3}, dedup_key="k")
+    assert django_pgqueue.enqueue("t", {"n": 4}, dedup_key="k").id == third.id
+    assert sorted(Message.objects.values_list("payload__n", flat=True)) == [1, 2, 3]
+    assert second.id in set(Message.objects.values_list("id", flat=True))
+    # One wake-up per committed enqueue; none for the deduplicated one.
+    assert drain(listener) == [("django_pgqueue", "default")] * 3
