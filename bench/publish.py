@@ -177,10 +177,33 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
     return values
 
 
+def addendum(folder: Path, title: str, note: str = "") -> str:
+    """A later partial run, with its own targets and rates (its ratios are its own)."""
+    from .report import rates_table, targets_table
+
+    results = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines() if x]
+    facts = json.loads((folder / "facts.json").read_text())
+    reps = len({r["rep"] for r in results})
+    targets, _ = targets_table(results)
+    measured = [line for line in targets.splitlines()[2:] if "not measured" not in line]
+    return (
+        f"\n## {title}\n\n"
+        f"Mode `{facts['mode']}`, {reps} repetitions, scenarios: "
+        f"{', '.join(sorted({r['scenario'] for r in results}))}. {note}\n\n"
+        + "\n".join(targets.splitlines()[:2] + measured)
+        + "\n\n"
+        + rates_table(results)
+        + "\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("folder")
     parser.add_argument("--notes", default="")
+    parser.add_argument("--addendum", default="", help="a later, smaller run to append")
+    parser.add_argument("--addendum-title", default="Addendum")
+    parser.add_argument("--addendum-note", default="")
     args = parser.parse_args()
     folder = Path(args.folder)
     facts = json.loads((folder / "facts.json").read_text())
@@ -244,6 +267,8 @@ def main() -> None:
     (docs / "img").mkdir(exist_ok=True)
     for png in sorted(folder.glob("bench-*.png")):
         shutil.copy(png, docs / "img" / png.name)
+    if args.addendum:
+        page += addendum(Path(args.addendum), args.addendum_title, args.addendum_note)
     (docs / "benchmarks.md").write_text(page)
     print(f"wrote {docs / 'benchmarks.md'}")
 
