@@ -9,6 +9,7 @@ For development and tests only: production points ``DATABASE_URL`` at a managed 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ def embedded_database(
 ) -> dict[str, Any]:
     """A ``DATABASES`` entry for an embedded server keeping its data in ``data_dir``."""
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI): harmless.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            import pgserver
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImproperlyConfigured(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
@@ -31,7 +35,9 @@ def embedded_database(
     path.mkdir(parents=True, exist_ok=True)
     # cleanup_mode=None: leave the server running for the next process (fast restarts); a
     # stale server in the folder is reused.
-    server = pgserver.get_server(str(path), cleanup_mode=None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        server = pgserver.get_server(str(path), cleanup_mode=None)
     socket_dir = _socket_dir(server.get_uri())
     return {
         "ENGINE": "django.db.backends.postgresql",
