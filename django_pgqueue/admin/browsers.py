@@ -6,6 +6,7 @@ Rows never change through forms: every change is an action that runs one stateme
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
@@ -19,6 +20,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..core import operations
+from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, Message, WorkerHeartbeat
 from .actions import CappedPaginator, bounded_selection, report
 from .display import errors_html, json_html, json_preview, traceback_html
@@ -88,6 +90,36 @@ class ReadOnlyAdmin(BaseModelAdmin):
             if any(f.name == "message_id" for f in self.opts.fields):
                 condition |= Q(message_id=int(term))
         return queryset.filter(condition), False
+
+    def _run_and_report(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        operation: Callable[[list[int]], Outcome],
+        *,
+        id_attribute: str = "id",
+        verb: str,
+        noun: str,
+        why_skipped: str,
+        log_message: str,
+    ) -> set[int]:
+        """Run ``operation`` on the selected rows' ids (read from ``id_attribute``), report
+        what was done and skipped, and return the ids done."""
+        rows, truncated = bounded_selection(queryset)
+        outcome = operation([getattr(row, id_attribute) for row in rows])
+        done = set(outcome.done)
+        report(
+            self,
+            request,
+            done=[row for row in rows if getattr(row, id_attribute) in done],
+            skipped=len(outcome.stale),
+            verb=verb,
+            noun=noun,
+            why_skipped=why_skipped,
+            log_message=log_message,
+            truncated=truncated,
+        )
+        return done
 
     @admin.display(description="payload")
     def payload_preview(self, obj: Any) -> str:
@@ -185,54 +217,39 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.action(permissions=["retry_now"], description="Run now", location=BOTH)
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        rows, truncated = bounded_selection(queryset)
-        outcome = operations.retry_now([m.id for m in rows])
-        done = set(outcome.done)
-        report(
-            self,
+        self._run_and_report(
             request,
-            done=[m for m in rows if m.id in done],
-            skipped=len(outcome.stale),
+            queryset,
+            operations.retry_now,
             verb="Made available now:",
             noun="live message",
             why_skipped="leased by a worker, already available, or no longer live",
             log_message="Made available now (run now).",
-            truncated=truncated,
         )
 
     @admin.action(permissions=["release"], description="Release lease", location=BOTH)
     def release_leases(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        rows, truncated = bounded_selection(queryset)
-        outcome = operations.release_leases([m.id for m in rows])
-        done = set(outcome.done)
-        report(
-            self,
+        self._run_and_report(
             request,
-            done=[m for m in rows if m.id in done],
-            skipped=len(outcome.stale),
+            queryset,
+            operations.release_leases,
             verb="Released the leases of",
             noun="live message",
             why_skipped="not leased, or no longer live (finished or moved meanwhile)",
             log_message="Released its lease; the holder's late completion is fenced off.",
-            truncated=truncated,
         )
 
     @admin.action(permissions=["discard"], description="Discard to the dead letters", location=BOTH)
     def discard(self, request: HttpRequest, queryset: QuerySet[Message]) -> HttpResponse | None:
-        rows, truncated = bounded_selection(queryset)
         note = f"discarded by {request.user.get_username()} in the admin"
-        outcome = operations.discard([m.id for m in rows], note=note)
-        done = set(outcome.done)
-        report(
-            self,
+        self._run_and_report(
             request,
-            done=[m for m in rows if m.id in done],
-            skipped=len(outcome.stale),
+            queryset,
+            lambda message_ids: operations.discard(message_ids, note=note),
             verb="Discarded",
             noun="live message",
             why_skipped="no longer live (finished, discarded or buried meanwhile)",
             log_message="Discarded to the dead letters (reason: discarded).",
-            truncated=truncated,
         )
         if _ran_from_change_form(request):
             # The row has left the live table: show the list instead of a missing page.
@@ -325,21 +342,17 @@ class DeadMessageAdmin(ReadOnlyAdmin):
     def retry_dead(
         self, request: HttpRequest, queryset: QuerySet[DeadMessage]
     ) -> HttpResponse | None:
-        rows, truncated = bounded_selection(queryset)
-        outcome = operations.retry_dead([d.message_id for d in rows])
-        done = set(outcome.done)
-        report(
-            self,
+        done = self._run_and_report(
             request,
-            done=[d for d in rows if d.message_id in done],
-            skipped=len(outcome.stale),
+            queryset,
+            operations.retry_dead,
+            id_attribute="message_id",
             verb="Retried",
             noun="dead message",
             why_skipped=(
                 "already retried by someone else, or a live message holds the same dedup key"
             ),
             log_message="Retried: live again under the same message id, attempts reset.",
-            truncated=truncated,
         )
         if _ran_from_change_form(request):
             if len(done) == 1:
