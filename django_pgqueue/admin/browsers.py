@@ -48,15 +48,8 @@ def _ran_from_change_form(request: HttpRequest) -> bool:
     return f"{ActionLocation.CHANGE_FORM.value}-action" in request.POST
 
 
-class ReadOnlyAdmin(BaseModelAdmin):
-    """Browse only: no add, change or delete through forms; view permission is enough."""
-
-    show_full_result_count = False
-    paginator = CappedPaginator
-    list_per_page = 50
-    ordering = ("-id",)
-    search_fields = ("=id",)  # shows the search box; get_search_results does the work
-    search_help_text = "A message id, or an exact task name, dedup key or tenant."
+class _ViewOnlyAdmin(BaseModelAdmin):
+    """No add, change or delete through forms; view permission is enough."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -66,6 +59,17 @@ class ReadOnlyAdmin(BaseModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(_ViewOnlyAdmin):
+    """Browse only: no add, change or delete through forms; view permission is enough."""
+
+    show_full_result_count = False
+    paginator = CappedPaginator
+    list_per_page = 50
+    ordering = ("-id",)
+    search_fields = ("=id",)  # shows the search box; get_search_results does the work
+    search_help_text = "A message id, or an exact task name, dedup key or tenant."
 
     def _admin_url(self, name: str, *args: Any) -> str:
         # Works on any AdminSite instance, not only the default one.
@@ -466,7 +470,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
 
 
 @admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(BaseModelAdmin):
+class WorkerHeartbeatAdmin(_ViewOnlyAdmin):
     list_display = ("worker_id", "hostname", "pid", "queues", "concurrency", "last_seen_at")
     ordering = ("-last_seen_at",)
     fields = readonly_fields = (
@@ -479,15 +483,6 @@ class WorkerHeartbeatAdmin(BaseModelAdmin):
         "last_seen_at",
         "stats_pretty",
     )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="stats")
     def stats_pretty(self, obj: WorkerHeartbeat) -> SafeString:

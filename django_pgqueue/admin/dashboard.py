@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -18,12 +18,8 @@ from ..core.validation import validate_queue_name
 from ..exceptions import QueueNameError
 from ..models import QueueState
 from .actions import acting_user_id
+from .browsers import _ViewOnlyAdmin
 from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
-
-if TYPE_CHECKING:
-    BaseModelAdmin = admin.ModelAdmin[Any]
-else:  # ModelAdmin is generic only in the type stubs
-    BaseModelAdmin = admin.ModelAdmin
 
 __all__ = ["QueueStateAdmin", "pipeline_stats_view"]
 
@@ -54,17 +50,8 @@ def _refresh_seconds(request: HttpRequest) -> int | None:
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(BaseModelAdmin):
+class QueueStateAdmin(_ViewOnlyAdmin):
     """Its change list is the dashboard: every queue at a glance, with pause and purge."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def _admin_url(self, name: str) -> str:
         # Works on any AdminSite instance, not only the default one.
