@@ -149,19 +149,18 @@ class Executor:
 
     def take_queued(self) -> list[Job]:
         """Mark every job that has not started as released and return them (shutdown)."""
-        with self.lock:
-            taken = [j for j in self.jobs.values() if j.state == QUEUED]
-            for job in taken:
-                job.state = RELEASED
-                del self.jobs[job.message.id]
-        return taken
+        return self._take_jobs_in(QUEUED, marking=RELEASED)
 
     def abandon_running(self) -> list[Job]:
         """Mark every running job abandoned and return them (forced shutdown)."""
+        return self._take_jobs_in(RUNNING, marking=ABANDONED)
+
+    def _take_jobs_in(self, state: int, *, marking: int) -> list[Job]:
+        """Remove every job in ``state``, set each to ``marking`` and return them."""
         with self.lock:
-            taken = [j for j in self.jobs.values() if j.state == RUNNING]
+            taken = [j for j in self.jobs.values() if j.state == state]
             for job in taken:
-                job.state = ABANDONED
+                job.state = marking
                 del self.jobs[job.message.id]
         return taken
 
