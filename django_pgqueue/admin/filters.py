@@ -15,7 +15,17 @@ from .overview import known_queues
 __all__ = ["LiveStateFilter", "QueueFilter", "TaskFilter"]
 
 
-class QueueFilter(admin.SimpleListFilter):
+class _ExactValueFilter(admin.SimpleListFilter):
+    """Keeps the rows whose column named ``parameter_name`` equals the chosen value."""
+
+    parameter_name: str
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(**{self.parameter_name: value}) if value else queryset
+
+
+class QueueFilter(_ExactValueFilter):
     """Queues found by a skip scan over the indexes (one probe per queue)."""
 
     title = "queue"
@@ -24,12 +34,8 @@ class QueueFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(name, f"{name} (paused)" if paused else name) for name, paused in known_queues()]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(queue=value) if value else queryset
 
-
-class TaskFilter(admin.SimpleListFilter):
+class TaskFilter(_ExactValueFilter):
     """Tasks with a registered handler; any other task name still works from the URL."""
 
     title = "task"
@@ -41,10 +47,6 @@ class TaskFilter(admin.SimpleListFilter):
         if value and value not in names:
             names = sorted([*names, value])
         return [(name, name) for name in names]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(task=value) if value else queryset
 
 
 class LiveStateFilter(admin.SimpleListFilter):
