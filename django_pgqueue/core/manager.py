@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
+from ..worker.registry import notify_dead
 from . import sql
 from .execution import ASYNC_COMMIT, ORDERED_PLAN, execute
 from .flow_control import flow_config, lease_with_flow_control
@@ -143,6 +144,7 @@ class MessageManager(models.Manager["Message"]):
         leased: list[Message] = []
         for outcome, *values in rows:
             if outcome == "buried":
+                notify_dead(values[2], values[0], "lease_expired")
                 logger.warning(
                     "Message %s (%s on %s) dead-lettered: lease_expired after %s attempts "
                     "(last worker %s).",

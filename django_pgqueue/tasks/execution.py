@@ -71,9 +71,26 @@ def register_task(task: PgQueueTask[Any, Any]) -> None:
             visibility_timeout=options["visibility_timeout"],
             backoff_base=options["backoff"],
             backoff_max=options["backoff_max"],
+            on_dead=_finished_outside_the_function(task),
         )
     )
     _tasks[name] = task
+
+
+def _finished_outside_the_function(task: Task) -> Callable[[int, str], None]:
+    """``task_finished`` for a final failure the task function did not raise itself.
+
+    A raise on the last attempt (reason ``error``) already sent it from the runner; a last
+    attempt that timed out or whose worker died (``timeout``, ``lease_expired``) ends here.
+    """
+
+    def on_dead(message_id: int, reason: str) -> None:
+        if reason == "error":
+            return
+        backend = task_backends[task.backend]
+        _send(task_finished, type(backend), backend.get_result(str(message_id)))
+
+    return on_dead
 
 
 def _options(task: PgQueueTask[Any, Any]) -> dict[str, Any]:

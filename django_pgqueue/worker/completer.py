@@ -20,6 +20,7 @@ from django.db import connections
 from ..core import sql, transitions
 from .db import Stopped, retrying
 from .heartbeat import Stats
+from .registry import notify_dead
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -166,6 +167,7 @@ class Completer:
         for attempt, message in failed:
             error = attempt.error
             if message.id in buried:
+                notify_dead(message.task, message.id, str(attempt.final_reason))
                 logger.warning(
                     "Message %s (%s on %s) dead-lettered: %s after %s of %s attempts: %s: %s",
                     message.id,

@@ -4,6 +4,7 @@ read from a row is looked up here and never imported as a dotted path."""
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -11,6 +12,8 @@ from typing import Any, TypeVar
 from ..core.validation import validate_max_attempts, validate_queue_name, validate_task_name
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("django_pgqueue.worker")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class Handler:
     visibility_timeout: float | None = None
     backoff_base: float | None = None
     backoff_max: float | None = None
+    #: Called with (message id, dead reason) after a worker buried one of this handler's
+    #: messages: its last attempt timed out, raised, or its lease expired. Must not raise.
+    on_dead: Callable[[int, str], None] | None = None
 
 
 class HandlerRegistry:
@@ -102,3 +108,14 @@ def handler(
         return func
 
     return decorate
+
+
+def notify_dead(task: str, message_id: int, reason: str) -> None:
+    """Tell ``task``'s handler, if it asked, that one of its messages was dead-lettered."""
+    handler = registry.get(task)
+    if handler is None or handler.on_dead is None:
+        return
+    try:
+        handler.on_dead(message_id, reason)
+    except Exception:
+        logger.exception("on_dead hook of %s failed for message %s", task, message_id)

@@ -178,6 +178,13 @@ def test_results_retries_errors_async_and_signals(signal_log: Path) -> None:
         ("finished", "SUCCESSFUL", 3),
     ]
     assert by_id[async_retry.id][-1] == ("finished", "SUCCESSFUL", 2)
+    # A last attempt that timed out never raised in the task function: the worker's
+    # dead-letter hook sends task_finished for it.
+    assert by_id[slow.id] == [
+        ("enqueued", "READY", 0),
+        ("started", "RUNNING", 1),
+        ("finished", "FAILED", 1),
+    ]
 
 
 def test_priority_order_and_run_after(signal_log: Path) -> None:
