@@ -23,14 +23,22 @@ ORDERED_PLAN = {"enable_bitmapscan": "off", "enable_sort": "off", "jit": "off"}
 ASYNC_COMMIT = {"synchronous_commit": "off"}
 
 
+def async_commit() -> dict[str, str]:
+    """``ASYNC_COMMIT`` unless ``SYNCHRONOUS_ACKS``: for a transaction of our own only."""
+    return {} if get_settings().SYNCHRONOUS_ACKS else ASYNC_COMMIT
+
+
 def ack_settings(connection: BaseDatabaseWrapper) -> dict[str, str]:
-    """``ASYNC_COMMIT`` when it applies: our own transaction and ``SYNCHRONOUS_ACKS`` off.
+    """:func:`async_commit` when the ack runs in its own transaction.
 
     Never inside the caller's transaction: it would make *their* commit asynchronous too.
     """
-    if get_settings().SYNCHRONOUS_ACKS or connection.in_atomic_block:
-        return {}
-    return ASYNC_COMMIT
+    return {} if connection.in_atomic_block else async_commit()
+
+
+def set_local(local_settings: Mapping[str, str]) -> str:
+    """``SET LOCAL name = value;`` for each setting, as one string to put before a statement."""
+    return "".join(f"SET LOCAL {name} = {value};\n" for name, value in local_settings.items())
 
 
 def execute(
@@ -46,7 +54,7 @@ def execute(
     if not local_settings:
         cursor.execute(statement, params)
         return
-    prefix = "".join(f"SET LOCAL {name} = {value}; " for name, value in local_settings.items())
+    prefix = set_local(local_settings)
     if isinstance(cursor.cursor, psycopg.ClientCursor):
         cursor.execute(prefix + statement, params)
         for _ in local_settings:

@@ -35,6 +35,7 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from . import sql
+from .execution import async_commit, set_local
 from .prepared import can_prepare, execute_all, run_prepared
 
 if TYPE_CHECKING:
@@ -236,11 +237,9 @@ def lease_with_flow_control(
                 _execute_each(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
                 rows = cursor.fetchall()
             return manager._messages_from_rows(rows, alias)
-        prefix = "SET LOCAL plan_cache_mode = force_generic_plan;\n"
-        if not get_settings().SYNCHRONOUS_ACKS:
-            # Like the plain claim: may commit without waiting for the WAL flush (a crash
-            # forgets the lease and its slot together).
-            prefix += "SET LOCAL synchronous_commit = off;\n"
+        # Like the plain claim: may commit without waiting for the WAL flush (a crash
+        # forgets the lease and its slot together).
+        prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
         prefix += sql.FLOW_LOCK
         name, prepare = prepared_claim(config.keyed)
         rows = run_prepared(

@@ -18,7 +18,7 @@ from ..conf import get_settings
 from ..exceptions import LeaseError
 from ..worker.registry import notify_dead
 from . import sql
-from .execution import ASYNC_COMMIT, ORDERED_PLAN, execute
+from .execution import ORDERED_PLAN, async_commit, execute, set_local
 from .flow_control import flow_config, lease_with_flow_control
 from .prepared import can_prepare, run_prepared
 from .validation import validate_queue_name
@@ -214,7 +214,7 @@ def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: b
     """Run the claim with an ordered plan (see ``execution.ORDERED_PLAN``).
 
     In our own short transaction the ``SET LOCAL`` ends with it, and the commit may be
-    asynchronous (``execution.ack_settings``). In the caller's transaction (hold mode) the
+    asynchronous (``execution.async_commit``). In the caller's transaction (hold mode) the
     previous plan settings are put back afterwards and the commit is theirs.
     """
     names = list(ORDERED_PLAN)
@@ -224,7 +224,7 @@ def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: b
         previous = cursor.fetchone()
         local_settings = dict(ORDERED_PLAN)
     else:
-        local_settings = {**ORDERED_PLAN, **_async_commit_unless_synchronous()}
+        local_settings = {**ORDERED_PLAN, **async_commit()}
     execute(cursor, statement, params, local_settings)
     rows: list[Any] = cursor.fetchall()
     if previous is not None:
@@ -232,10 +232,6 @@ def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: b
             "SELECT " + ", ".join(f"set_config('{n}', %s, true)" for n in names), list(previous)
         )
     return rows
-
-
-def _async_commit_unless_synchronous() -> dict[str, str]:
-    return {} if get_settings().SYNCHRONOUS_ACKS else ASYNC_COMMIT
 
 
 def _sql_type(value: Any) -> str:
@@ -260,13 +256,13 @@ def _run_prepared_claim(
     digest = hashlib.sha1(f"{types}|{body}".encode(), usedforsecurity=False).hexdigest()[:16]
     name = f"pgq_claim_{digest}"
     settings = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
-    settings.update(_async_commit_unless_synchronous())
+    settings.update(async_commit())
     return run_prepared(
         cursor,
         connection,
         name=name,
         prepare=f"PREPARE {name} ({types}) AS {body}",
-        prefix="".join(f"SET LOCAL {n} = {v};\n" for n, v in settings.items()),
+        prefix=set_local(settings),
         arguments=", ".join(["%s"] * len(params)),
         params=params,
     )
