@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,7 +13,7 @@ from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
 from .notify import notify_queues
-from .prepared import can_prepare, run_prepared
+from .prepared import can_prepare, prepared_form, run_prepared
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
@@ -156,14 +155,12 @@ def _run_prepared_enqueue(
     """The INSERT as a session-level prepared statement: parsed and planned once per
     connection instead of on every call (see ``prepared.py``)."""
     count = len(params)
-    position = iter(range(1, count + 1))
-    body = re.sub(r"%s", lambda _: f"${next(position)}", statement)
-    name = f"pgq_enqueue_{'notify' if count == len(_ENQUEUE_TYPES) else 'plain'}"
+    name, prepare = prepared_form("enqueue", statement, _ENQUEUE_TYPES[:count])
     return run_prepared(
         cursor,
         connection,
         name=name,
-        prepare=f"PREPARE {name} ({', '.join(_ENQUEUE_TYPES[:count])}) AS {body}",
+        prepare=prepare,
         prefix="",
         arguments=", ".join(["%s"] * count),
         params=params,

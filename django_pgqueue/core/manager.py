@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +18,7 @@ from ..worker.registry import notify_dead
 from . import sql
 from .execution import ORDERED_PLAN, async_commit, execute, set_local
 from .flow_control import flow_config, lease_with_flow_control
-from .prepared import can_prepare, run_prepared
+from .prepared import can_prepare, prepared_form, run_prepared
 from .validation import validate_queue_name
 
 if TYPE_CHECKING:
@@ -250,18 +248,14 @@ def _run_prepared_claim(
     """The claim as a session-level prepared statement, outside any transaction block: the
     settings and the ``EXECUTE`` go as one query string, one implicit transaction (see
     ``prepared.py``). ``None`` when this session cannot keep prepared statements."""
-    position = iter(range(1, len(params) + 1))
-    body = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(position)}", statement)
-    types = ", ".join(_sql_type(p) for p in params)
-    digest = hashlib.sha1(f"{types}|{body}".encode(), usedforsecurity=False).hexdigest()[:16]
-    name = f"pgq_claim_{digest}"
+    name, prepare = prepared_form("claim", statement, tuple(_sql_type(p) for p in params))
     settings = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
     settings.update(async_commit())
     return run_prepared(
         cursor,
         connection,
         name=name,
-        prepare=f"PREPARE {name} ({types}) AS {body}",
+        prepare=prepare,
         prefix=set_local(settings),
         arguments=", ".join(["%s"] * len(params)),
         params=params,

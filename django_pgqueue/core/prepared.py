@@ -9,7 +9,10 @@ gets the plain statement from then on.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
+import re
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +26,17 @@ logger = logging.getLogger("django_pgqueue")
 # the connections that cannot keep prepared statements.
 _prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 _unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@functools.lru_cache(maxsize=1024)
+def prepared_form(kind: str, statement: str, types: tuple[str, ...]) -> tuple[str, str]:
+    """``(name, PREPARE ...)`` for a ``%s``-style statement: its placeholders become ``$n``,
+    ``%%`` becomes ``%``. Cached: the claim's statement is the same object every time."""
+    position = iter(range(1, len(types) + 1))
+    body = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(position)}", statement)
+    digest = hashlib.sha1(f"{types}|{body}".encode(), usedforsecurity=False).hexdigest()[:16]
+    name = f"pgq_{kind}_{digest}"
+    return name, f"PREPARE {name} ({', '.join(types)}) AS {body}"
 
 
 def can_prepare(connection: Any, cursor: Any) -> bool:
