@@ -18,6 +18,11 @@ from ..conf import get_settings
 # cross ``jit_above_cost`` and spend most of a second compiling a millisecond's query.
 ORDERED_PLAN = {"enable_bitmapscan": "off", "enable_sort": "off", "jit": "off"}
 
+# Acks find a batch of leases by id. With stale statistics (or a small table) the planner
+# may hash-join the batch against a sequential scan of the whole live table, O(backlog) for
+# every ack; allowing only nested loops keeps each ack O(batch) through the primary key.
+BY_ID_PLAN = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
+
 # Leases and acks may be lost in a database crash without breaking at-least-once delivery
 # (the message runs again once its lease expires), so they need not wait for the WAL flush.
 ASYNC_COMMIT = {"synchronous_commit": "off"}

@@ -142,7 +142,7 @@ def claim_statement(keyed: bool) -> str:
         candidates=sql.FLOW_CANDIDATES,
         reap_limit=REAP_LIMIT,
         shared=sql.SHARED_COLUMNS,
-        leased_columns=", ".join(f"m.{c}" for c in sql.LEASED_COLUMNS),
+        leased_columns=sql.leased_returning(),
     ).strip()
     # LEASE's positional parameters are, in order: queue (reaper), worker id, visibility.
     names = iter(("%(queue)s", "%(worker_id)s", "%(visibility_timeout)s"))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import zoneinfo
 from collections.abc import Sequence
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import connections, models, transaction
 from django.db.models import Exists, F
 from django.db.models.base import ModelState
@@ -187,7 +191,7 @@ class MessageManager(models.Manager["Message"]):
                 candidates=candidates_sql,
                 reap_limit=REAP_LIMIT,
                 shared=sql.SHARED_COLUMNS,
-                leased_columns=", ".join(f"m.{c}" for c in sql.LEASED_COLUMNS),
+                leased_columns=sql.leased_returning(),
             )
             if len(self._statements) >= _STATEMENT_CACHE_SIZE:
                 self._statements.clear()
@@ -197,15 +201,44 @@ class MessageManager(models.Manager["Message"]):
     def _from_row(self, values: Sequence[Any], alias: str) -> Message:
         # Model.__init__ costs ~25 us a row; a leased batch is plain column data, so fill the
         # instance the way Model.from_db would, without per-field descriptors.
+        columns = list(values)
+        payload = columns[_PAYLOAD_AT]
+        if isinstance(payload, str):
+            columns[_PAYLOAD_AT] = json.loads(payload)
+        naive_in = None if settings.USE_TZ else _zone(connections[alias].timezone_name)
+        for position in _TIMESTAMPS_AT:
+            micros = columns[position]
+            if micros is not None:
+                columns[position] = _datetime_from_micros(micros, naive_in)
         message = self.model.__new__(self.model)
-        attributes = dict(zip(sql.LEASED_COLUMNS, values, strict=True))
-        if isinstance(attributes["payload"], str):
-            attributes["payload"] = json.loads(attributes["payload"])
-        message.__dict__.update(attributes)
-        message._state = ModelState()
-        message._state.adding = False
-        message._state.db = alias
+        message.__dict__.update(zip(sql.LEASED_COLUMNS, columns, strict=True))
+        state = message._state = ModelState()
+        state.adding = False
+        state.db = alias
         return message
+
+
+_PAYLOAD_AT = sql.LEASED_COLUMNS.index("payload")
+_TIMESTAMPS_AT = tuple(sql.LEASED_COLUMNS.index(name) for name in sql.LEASED_TIMESTAMPS)
+
+
+@functools.lru_cache(maxsize=16)
+def _zone(name: str) -> tzinfo:
+    return zoneinfo.ZoneInfo(name)
+
+
+def _datetime_from_micros(micros: int, naive_in: tzinfo | None) -> datetime:
+    """A claim's timestamp (microseconds since the epoch) as Django would have loaded it:
+    aware in UTC, or naive in the connection's time zone when ``USE_TZ = False``.
+
+    ``fromtimestamp`` rounds to the nearest microsecond, and ``micros / 1e6`` is within
+    0.2 us of the exact value until the year 2200, so the result is exact (and twice as
+    fast as adding a timedelta to the epoch).
+    """
+    moment = datetime.fromtimestamp(micros / 1e6, UTC)
+    if naive_in is None:
+        return moment
+    return moment.astimezone(naive_in).replace(tzinfo=None)
 
 
 def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: bool) -> list[Any]:

@@ -40,9 +40,11 @@ def prepared_form(kind: str, statement: str, types: tuple[str, ...]) -> tuple[st
 
 
 def can_prepare(connection: Any, cursor: Any) -> bool:
-    """Outside a transaction, with client-side binding (several statements in one string)."""
+    """In autocommit outside a transaction, with client-side binding (several statements in
+    one string)."""
     return (
-        not connection.in_atomic_block
+        connection.get_autocommit()
+        and not connection.in_atomic_block
         and isinstance(cursor.cursor, psycopg.ClientCursor)
         and connection.connection not in _unpreparable
     )

@@ -20,7 +20,8 @@ from django.db import connections
 from ..conf import get_settings
 from ..models import DeadReason
 from . import sql
-from .execution import ack_settings, execute
+from .execution import BY_ID_PLAN, ack_settings, execute, set_local
+from .prepared import can_prepare, prepared_form, run_prepared
 
 __all__ = [
     "FailedAttempt",
@@ -69,6 +70,41 @@ def _alias(using: str | None) -> str:
     return using or get_settings().DATABASE_ALIAS
 
 
+def _array(values: Sequence[int | uuid.UUID | None]) -> str:
+    """Ids or lease tokens as one array literal: quoting them one by one costs the client
+    more than the statement costs the server."""
+    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+
+
+def _run(
+    connection: Any,
+    kind: str,
+    statement: str,
+    params: list[Any],
+    types: tuple[str, ...],
+    local_settings: dict[str, str],
+) -> list[Any]:
+    """Run a batch transition, as a session-prepared statement with a nested-loop plan when
+    it is a transaction of its own (``prepared.py``, ``execution.BY_ID_PLAN``)."""
+    with connection.cursor() as cursor:
+        if can_prepare(connection, cursor):
+            name, prepare = prepared_form(kind, statement, types)
+            plan = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN, **local_settings}
+            rows = run_prepared(
+                cursor,
+                connection,
+                name=name,
+                prepare=prepare,
+                prefix=set_local(plan),
+                arguments=", ".join(["%s"] * len(params)),
+                params=params,
+            )
+            if rows is not None:
+                return rows
+        execute(cursor, statement, params, local_settings)
+        return list(cursor.fetchall())
+
+
 def _stale(ids: Sequence[int], done: Iterable[int]) -> list[int]:
     finished = set(done)
     return [i for i in ids if i not in finished]
@@ -84,17 +120,25 @@ def complete(
     ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
-    if results is None:
-        encoded: list[str | None] = [None] * len(ids)
-    else:
+    encoded: list[str | None] | None = None  # NULL: unnest() pads the results with NULLs
+    if results is not None:
         if len(results) != len(ids):
             raise ValueError("complete(): one result per lease")
-        encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
+        if any(r is not None for r in results):
+            encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
     connection = connections[_alias(using)]
-    with connection.cursor() as cursor:
-        execute(cursor, sql.COMPLETE, [ids, tokens, encoded], ack_settings(connection))
-        done = [row[0] for row in cursor.fetchall()]
+    params = [_array(ids), _array(tokens), encoded]
+    rows = _run(
+        connection, "complete", sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
+    )
+    done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
+
+
+_COMPLETE_TYPES = ("bigint[]", "uuid[]", "text[]")
+_FAIL_TYPES = ("bigint[]", "uuid[]", "text[]", "text[]", "float8[]")
+_EXTEND_TYPES = ("float8", "bigint[]", "uuid[]")
+_RELEASE_TYPES = ("boolean", "bigint[]", "uuid[]")
 
 
 def backoff_delay(
@@ -171,9 +215,8 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     reasons = [str(a.final_reason) for a in attempts]
     delays = [a.retry_in for a in attempts]
     connection = connections[_alias(using)]
-    with connection.cursor() as cursor:
-        execute(cursor, sql.FAIL, [ids, tokens, errors, reasons, delays], ack_settings(connection))
-        rows = cursor.fetchall()
+    params = [_array(ids), _array(tokens), errors, reasons, delays]
+    rows = _run(connection, "fail", sql.FAIL, params, _FAIL_TYPES, ack_settings(connection))
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
     return Outcome(
@@ -191,10 +234,9 @@ def extend(
     if not ids:
         return Outcome()
     connection = connections[_alias(using)]
-    with connection.cursor() as cursor:
-        params = [float(visibility_timeout), ids, tokens]
-        execute(cursor, sql.EXTEND, params, ack_settings(connection))
-        done = [row[0] for row in cursor.fetchall()]
+    params = [float(visibility_timeout), _array(ids), _array(tokens)]
+    rows = _run(connection, "extend", sql.EXTEND, params, _EXTEND_TYPES, ack_settings(connection))
+    done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
 
 
@@ -209,7 +251,7 @@ def release(
     ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
-    with connections[_alias(using)].cursor() as cursor:
-        cursor.execute(sql.RELEASE, [reset_attempt, ids, tokens])
-        done = [row[0] for row in cursor.fetchall()]
+    params = [reset_attempt, _array(ids), _array(tokens)]
+    rows = _run(connections[_alias(using)], "release", sql.RELEASE, params, _RELEASE_TYPES, {})
+    done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))

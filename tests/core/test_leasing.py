@@ -11,7 +11,7 @@ import django_pgqueue
 from django_pgqueue.core import transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.exceptions import LeaseError
-from django_pgqueue.models import DeadMessage, Message
+from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from tests.factories import MessageFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,6 +43,22 @@ def test_lease_sets_token_counts_attempt_and_hides_for_the_visibility_timeout():
     assert message.leased_by == "w1" and message.payload == {"k": "v"}
     assert dt.timedelta(seconds=120) <= message.available_at - before < dt.timedelta(seconds=125)
     assert lease(worker_id="w2") == []
+
+
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_leased_fields_equal_the_stored_row_to_the_microsecond(settings, use_tz):
+    # Claims send timestamps as epoch microseconds (manager.py): they must come back exactly
+    # as Django itself loads the row, aware in UTC or naive in TIME_ZONE.
+    settings.TIME_ZONE = "America/New_York"
+    settings.USE_TZ = use_tz
+    django_pgqueue.enqueue("t", {"k": [1, 2]}, priority=3, tenant="acme", dedup_key="d1")
+    [leased] = lease()
+    stored = Message.objects.get(pk=leased.pk)
+    for field in Message._meta.concrete_fields:
+        if field.attname not in ("errors", "last_error"):
+            assert getattr(leased, field.attname) == getattr(stored, field.attname), field
+    assert (leased.enqueued_at.tzinfo is None) is (not use_tz)
+    assert leased.leased_at.microsecond == stored.leased_at.microsecond
 
 
 def test_scheduled_message_waits_until_due():
@@ -215,3 +231,26 @@ def test_claims_survive_a_session_that_drops_prepared_statements(caplog):
     assert connection.connection in prepared._unpreparable
     assert len(lease(batch_size=5)) == 2
     assert Message.objects.filter(lease_token__isnull=True).count() == 0
+
+
+def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
+    """complete / extend / release are session-prepared too, with the same fallback."""
+    from django_pgqueue.core import prepared
+
+    for n in range(4):
+        django_pgqueue.enqueue("t", {"n": n})
+    first, second, third, fourth = lease(batch_size=4)
+    assert transitions.complete([first]).done == [first.id]  # prepares the ack
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        assert transitions.complete([second], results=[{"ok": True}]).done == [second.id]
+    assert connection.connection in prepared._unpreparable
+    assert transitions.extend([third], 60).done == [third.id]
+    assert transitions.release([fourth]).done == [fourth.id]
+    archived = ArchivedMessage.objects.order_by("message_id")
+    assert [(a.message_id, a.result) for a in archived] == [
+        (first.id, None),
+        (second.id, {"ok": True}),
+    ]
+    assert Message.objects.filter(lease_token__isnull=True).count() == 1
