@@ -213,10 +213,15 @@ ENQUEUE_JOB = "pgq_pipeline enqueue (validated, deduplicated, NOTIFY per partiti
 
 
 def _warm_worker(value: int) -> int:
+    import numpy as np
     import psycopg  # noqa: F401
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv
-    import pyarrow.dataset  # noqa: F401
+    import pyarrow.dataset
 
+    # pyarrow.compute builds its function registry on first use: do it here, not timed.
+    pc.sum(pa.array(np.arange(3)))
     return value
 
 

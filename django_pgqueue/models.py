@@ -251,4 +251,9 @@ class WorkerHeartbeat(models.Model):
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
 # pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
 from .core.flow_models import FlowKeyBucket, FlowSlot, FlowState  # noqa: E402, F401
-from .pipeline.models import ExportRange, ExportRun, QueueStatsHourly  # noqa: E402, F401
+from .pipeline.models import (  # noqa: E402, F401
+    BulkEnqueueVote,
+    ExportRange,
+    ExportRun,
+    QueueStatsHourly,
+)

@@ -49,6 +49,14 @@ class BulkJob:
     notify_channel: str | None
     message_table: str
     history_tables: tuple[str, ...]
+    # One-pass all-or-nothing (a barrier stage): where partitions vote, and this call's id.
+    vote_table: str = ""
+    run_id: str = ""
+
+
+#: How often a partition that has voted looks at the others' votes, and for how long.
+VOTE_POLL_SECONDS = 0.005
+VOTE_TIMEOUT_SECONDS = 600.0
 
 
 def output_schema() -> Any:
@@ -248,12 +256,57 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
     return written
 
 
+def _input_is_valid(job: BulkJob, part: int, bad: int, voters: int) -> bool:
+    """Vote, then wait for every partition's vote: whether none found a bad row.
+
+    Through the database rather than ``BarrierTaskContext.allGather``, whose wait polls once
+    a second (a second per call is most of the time of a 100,000-row input). The partitions
+    of a barrier stage run at once, so the wait ends; a stage that dies is retried as a
+    whole and its partitions vote again (the same verdicts: they read the same input).
+    """
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + VOTE_TIMEOUT_SECONDS
+    with psycopg.connect(job.dsn, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {job.vote_table} (run_id, part, bad_rows) VALUES (%s, %s, %s) "
+            "ON CONFLICT (run_id, part) DO UPDATE SET bad_rows = EXCLUDED.bad_rows",
+            [job.run_id, part, bad],
+        )
+        while True:
+            row = conn.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE bad_rows > 0) FROM {job.vote_table} "
+                "WHERE run_id = %s",
+                [job.run_id],
+            ).fetchone()
+            voted, with_bad = row if row is not None else (0, 0)
+            if with_bad:
+                return False
+            if voted >= voters:
+                return True
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{voted} of {voters} partitions voted in "
+                    f"{VOTE_TIMEOUT_SECONDS:.0f}s; the stage is retried"
+                )
+            time.sleep(VOTE_POLL_SECONDS)
+
+
 def run_partition(
-    job: BulkJob, batches: Iterable[Any], *, write: bool, all_or_nothing: bool = False
+    job: BulkJob,
+    batches: Iterable[Any],
+    *,
+    write: bool,
+    all_or_nothing: bool = False,
+    barrier: bool = False,
 ) -> Iterator[Any]:
     """mapInArrow body: the first bad rows (with reasons), then the partition's summary row
     (``row_no`` -1: rows read, bad rows, rows enqueued). ``write=False`` only validates;
-    ``all_or_nothing`` writes nothing from a partition holding a bad row."""
+    ``all_or_nothing`` writes nothing from a partition holding a bad row. ``barrier`` (a
+    barrier stage: every partition runs at once) writes nothing unless no partition of the
+    whole input holds a bad row: all-or-nothing in one pass."""
     import psycopg
     import pyarrow as pa
     from pyspark import TaskContext
@@ -270,6 +323,14 @@ def run_partition(
         bad += batch_bad
         if write:
             good.append(table)
+    if barrier:
+        from pyspark import BarrierTaskContext
+
+        # The stage's tasks as run (adaptive execution may have merged partitions).
+        voters = len(BarrierTaskContext.get().getTaskInfos())
+        # Every partition votes, a bad one too: the others are waiting for its verdict.
+        input_valid = _input_is_valid(job, part, len(bad), voters)
+        write = write and input_valid
     enqueued = 0
     if write and good and not (all_or_nothing and bad):
         rows = pa.concat_tables(good)

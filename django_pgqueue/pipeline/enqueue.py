@@ -40,6 +40,7 @@ from ..core.validation import (
 from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
 from .bulkrows import BAD_ROWS_SHOWN, BulkJob, run_partition
 from .errors import BadInput, PipelineError
+from .models import BULK_VOTE_TABLE, BulkEnqueueVote
 from .progress import Progress
 from .session import psycopg_dsn
 
@@ -171,25 +172,33 @@ def enqueue_frame(
     )
     if check_history and not _history_holds_keys(queue, alias):
         job = replace(job, check_history=False)  # nothing to probe: skip it per partition
-    # All-or-nothing needs every row checked before any is written: a validating pass,
-    # then the writing pass reads the input again (not cached here: cache an input that is
-    # expensive to compute). The same checks as a Spark SQL filter measured slower.
-    if not skip_bad:
+    one_pass = not skip_bad and _fits_one_barrier_stage(spark, prepared)
+    if one_pass:
+        # All-or-nothing in one pass: the partitions run at once (a barrier stage), validate,
+        # vote through the database, and write only if no partition found a bad row.
+        job = replace(job, vote_table=BULK_VOTE_TABLE, run_id=uuid.uuid4().hex)
+        try:
+            _tally(result, _run(prepared, job, write=True, all_or_nothing=True, barrier=True))
+        finally:
+            BulkEnqueueVote.objects.using(alias).filter(run_id=job.run_id).delete()
+        if result.bad_count:
+            raise _bad_input(result)
+        progress.advance(0, note="validated in the same pass, no bad row")
+        progress.advance(result.enqueued, note=f"{result.partitions} partitions written")
+    # Otherwise all-or-nothing needs every row checked before any is written: a validating
+    # pass, then the writing pass reads the input again (not cached here: cache an input
+    # that is expensive to compute). The same checks as a Spark SQL filter measured slower.
+    elif not skip_bad:
         _tally(result, _run(prepared, job, write=False))
         if result.bad_count:
-            shown = "; ".join(f"row {n}: {e}" for n, e in result.bad_rows)
-            raise BadInput(
-                f"{result.bad_count} of {result.rows} input rows are invalid; nothing was "
-                f"enqueued (pass skip_bad / --skip-bad to enqueue the valid rows). {shown}",
-                result.bad_rows,
-                result.bad_count,
-            )
+            raise _bad_input(result)
         progress.advance(0, note="validated, no bad row")
-    _tally(result, _run(prepared, job, write=True, all_or_nothing=not skip_bad))
-    progress.advance(
-        result.enqueued,
-        note=f"{result.partitions} partitions written, {result.bad_count} bad rows",
-    )
+    if not one_pass:
+        _tally(result, _run(prepared, job, write=True, all_or_nothing=not skip_bad))
+        progress.advance(
+            result.enqueued,
+            note=f"{result.partitions} partitions written, {result.bad_count} bad rows",
+        )
     if result.bad_count and not skip_bad:
         # Only a non-deterministic input gets here: rows valid in the checking pass were
         # not when read again. Partitions holding a bad row wrote nothing; say what happened.
@@ -206,6 +215,26 @@ def enqueue_frame(
     return result
 
 
+def _bad_input(result: EnqueueResult) -> BadInput:
+    shown = "; ".join(f"row {n}: {e}" for n, e in result.bad_rows)
+    return BadInput(
+        f"{result.bad_count} of {result.rows} input rows are invalid; nothing was "
+        f"enqueued (pass skip_bad / --skip-bad to enqueue the valid rows). {shown}",
+        result.bad_rows,
+        result.bad_count,
+    )
+
+
+def _fits_one_barrier_stage(spark: SparkSession, frame: DataFrame) -> bool:
+    """Whether every partition can run at once (a barrier stage): no more partitions than
+    task slots, and no dynamic allocation (barrier stages refuse it). Larger inputs take two
+    passes rather than being squeezed into fewer, larger partitions held in memory."""
+    conf = spark.sparkContext.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return False
+    return frame.rdd.getNumPartitions() <= spark.sparkContext.defaultParallelism
+
+
 def _history_holds_keys(queue: str, alias: str) -> bool:
     """Whether the archive or the dead letters hold any dedup key of ``queue``."""
     with connections[alias].cursor() as cursor:
@@ -220,7 +249,12 @@ def _history_holds_keys(queue: str, alias: str) -> bool:
 
 
 def _run(
-    prepared: DataFrame, job: BulkJob, *, write: bool, all_or_nothing: bool = False
+    prepared: DataFrame,
+    job: BulkJob,
+    *,
+    write: bool,
+    all_or_nothing: bool = False,
+    barrier: bool = False,
 ) -> list[Any]:
     """One Spark job over the prepared rows; returns the (small) per-partition output."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -235,8 +269,8 @@ def _run(
             StructField("enqueued", LongType()),
         ]
     )
-    body = partial(run_partition, job, write=write, all_or_nothing=all_or_nothing)
-    return prepared.mapInArrow(body, schema).collect()
+    body = partial(run_partition, job, write=write, all_or_nothing=all_or_nothing, barrier=barrier)
+    return prepared.mapInArrow(body, schema, barrier=barrier).collect()
 
 
 def _tally(result: EnqueueResult, output: list[Any]) -> None:

@@ -173,3 +173,33 @@ class QueueStatsHourly(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.task} @ {self.hour:%Y-%m-%d %H:00}"
+
+
+BULK_VOTE_TABLE = "pgqueue_bulk_vote"
+
+
+class BulkEnqueueVote(models.Model):
+    """One partition's verdict in a one-pass all-or-nothing bulk enqueue (``bulkrows.py``).
+
+    The partitions of a barrier stage run at once; each records how many bad rows it found
+    and writes only once every partition has voted and none found any. Rows live for the
+    length of one ``enqueue_frame`` call (the driver deletes them). A retried stage votes
+    again over its earlier votes: the input is read again, so the verdicts are the same.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    run_id = models.CharField(max_length=32, help_text="One enqueue_frame call.")
+    part = models.IntegerField()
+    bad_rows = models.BigIntegerField()
+    voted_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        app_label = "django_pgqueue"
+        db_table = BULK_VOTE_TABLE
+        verbose_name = "bulk enqueue vote"
+        constraints = [
+            models.UniqueConstraint(fields=["run_id", "part"], name="pgq_bulk_vote_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} part {self.part}: {self.bad_rows} bad"

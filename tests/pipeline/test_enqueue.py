@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from django_pgqueue.models import ArchivedMessage, Message
+from django_pgqueue.models import ArchivedMessage, BulkEnqueueVote, Message
 from django_pgqueue.pipeline.enqueue import enqueue_frame
 from django_pgqueue.pipeline.errors import BadInput, PipelineError
 from tests.conftest import drain
@@ -212,3 +212,30 @@ def test_rows_in_doubt_get_the_row_by_row_check(spark: Any) -> None:
         (2, "NaN", 1, "t1", "nan score"),
         (3, 1.0, 5, None, "NaN and Infinity are fine in text"),
     ]
+
+
+@pytest.mark.parametrize("partitions", [2, 5])
+def test_one_bad_row_in_any_partition_stops_every_partition(spark: Any, partitions: int) -> None:
+    """All-or-nothing across partitions: in one barrier pass when the partitions fit the
+    task slots at once (local[2]: 2), in a validating pass then a writing pass when not."""
+    from django_pgqueue.pipeline.enqueue import _fits_one_barrier_stage
+
+    rows = [(n, 5) for n in range(1, 100)] + [(100, 500)]  # the last row's priority is bad
+    frame = spark.createDataFrame(rows, "n long, prio long").repartition(partitions, "n")
+    assert _fits_one_barrier_stage(spark, frame) is (partitions <= 2)
+
+    with pytest.raises(BadInput) as caught:
+        enqueue_frame(spark, frame, task="tests.echo", queue="parts", priority_column="prio")
+    assert caught.value.bad_count == 1 and "priority" in caught.value.bad_rows[0][1]
+    assert not Message.objects.exists()
+
+    good = frame.where("n < 100")
+    result = enqueue_frame(spark, good, task="tests.echo", queue="parts", priority_column="prio")
+    assert (result.enqueued, result.rows, result.bad_count) == (99, 99, 0)
+    assert Message.objects.filter(queue="parts").count() == 99
+    again = enqueue_frame(
+        spark, good, task="tests.echo", queue="parts", priority_column="prio",
+        batch_id=result.batch_id,
+    )  # fmt: skip
+    assert (again.enqueued, again.duplicates) == (0, 99)
+    assert not BulkEnqueueVote.objects.exists()  # each call removes its partitions' votes
