@@ -13,7 +13,7 @@ from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
 from .notify import notify_queues
-from .prepared import can_prepare, prepared_form, run_prepared
+from .prepared import can_prepare, execute_prepared
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
@@ -154,15 +154,12 @@ def _run_prepared_enqueue(
 ) -> list[Any] | None:
     """The INSERT as a session-level prepared statement: parsed and planned once per
     connection instead of on every call (see ``prepared.py``)."""
-    count = len(params)
-    name, prepare = prepared_form("enqueue", statement, _ENQUEUE_TYPES[:count])
-    return run_prepared(
+    return execute_prepared(
         cursor,
         connection,
-        name=name,
-        prepare=prepare,
-        prefix="",
-        arguments=", ".join(["%s"] * count),
+        kind="enqueue",
+        statement=statement,
+        types=_ENQUEUE_TYPES[: len(params)],
         params=params,
     )
 

@@ -22,7 +22,7 @@ from ..worker.registry import notify_dead
 from . import sql
 from .execution import ORDERED_PLAN, async_commit, execute, set_local
 from .flow_control import flow_config, lease_with_flow_control
-from .prepared import can_prepare, prepared_form, run_prepared
+from .prepared import can_prepare, execute_prepared
 from .validation import validate_queue_name
 
 if TYPE_CHECKING:
@@ -291,15 +291,13 @@ def _run_prepared_claim(
     """The claim as a session-level prepared statement, outside any transaction block: the
     settings and the ``EXECUTE`` go as one query string, one implicit transaction (see
     ``prepared.py``). ``None`` when this session cannot keep prepared statements."""
-    name, prepare = prepared_form("claim", statement, tuple(_sql_type(p) for p in params))
-    settings = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
-    settings.update(async_commit())
-    return run_prepared(
+    plan = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN, **async_commit()}
+    return execute_prepared(
         cursor,
         connection,
-        name=name,
-        prepare=prepare,
-        prefix=set_local(settings),
-        arguments=", ".join(["%s"] * len(params)),
+        kind="claim",
+        statement=statement,
+        types=tuple(_sql_type(p) for p in params),
         params=params,
+        prefix=set_local(plan),
     )

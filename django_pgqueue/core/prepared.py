@@ -58,6 +58,30 @@ def execute_all(cursor: Any, statements: str, params: Sequence[Any] | Mapping[st
         cursor.nextset()
 
 
+def execute_prepared(
+    cursor: Any,
+    connection: Any,
+    *,
+    kind: str,
+    statement: str,
+    types: tuple[str, ...],
+    params: Sequence[Any],
+    prefix: str = "",
+) -> list[Any] | None:
+    """:func:`run_prepared` for a ``%s``-style ``statement`` with positional ``params`` of
+    the given ``types``: its name and ``PREPARE`` come from :func:`prepared_form`."""
+    name, prepare = prepared_form(kind, statement, types)
+    return run_prepared(
+        cursor,
+        connection,
+        name=name,
+        prepare=prepare,
+        prefix=prefix,
+        arguments=", ".join(["%s"] * len(params)),
+        params=params,
+    )
+
+
 def run_prepared(
     cursor: Any,
     connection: Any,

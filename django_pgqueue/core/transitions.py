@@ -21,7 +21,7 @@ from ..conf import get_settings
 from ..models import DeadReason
 from . import sql
 from .execution import BY_ID_PLAN, ack_settings, execute, set_local
-from .prepared import can_prepare, prepared_form, run_prepared
+from .prepared import can_prepare, execute_prepared
 
 __all__ = [
     "FailedAttempt",
@@ -88,16 +88,15 @@ def _run(
     it is a transaction of its own (``prepared.py``, ``execution.BY_ID_PLAN``)."""
     with connection.cursor() as cursor:
         if can_prepare(connection, cursor):
-            name, prepare = prepared_form(kind, statement, types)
             plan = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN, **local_settings}
-            rows = run_prepared(
+            rows = execute_prepared(
                 cursor,
                 connection,
-                name=name,
-                prepare=prepare,
-                prefix=set_local(plan),
-                arguments=", ".join(["%s"] * len(params)),
+                kind=kind,
+                statement=statement,
+                types=types,
                 params=params,
+                prefix=set_local(plan),
             )
             if rows is not None:
                 return rows
