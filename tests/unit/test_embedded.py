@@ -1,5 +1,8 @@
 """The zero-setup path: no DATABASE_URL -> a real embedded PostgreSQL; set -> that server."""
 
+import os
+import signal
+
 import psycopg
 import pytest
 
@@ -8,15 +11,21 @@ from django_pgqueue.embedded import database_from_environment, embedded_database
 
 @pytest.mark.slow
 def test_embedded_server_starts_and_answers(tmp_path):
-    config = embedded_database(tmp_path / "pgdata")
-    assert config["ENGINE"] == "django.db.backends.postgresql"
-    with psycopg.connect(
-        dbname=config["NAME"], user=config["USER"], host=config["HOST"], autocommit=True
-    ) as conn:
-        assert conn.execute("SELECT 1 + 1").fetchone() == (2,)
-        assert conn.info.server_version >= 130000
-    # A second call reuses the running server in the same folder.
-    assert embedded_database(tmp_path / "pgdata")["HOST"] == config["HOST"]
+    pgdata = tmp_path / "pgdata"
+    config = embedded_database(pgdata)
+    try:
+        assert config["ENGINE"] == "django.db.backends.postgresql"
+        with psycopg.connect(
+            dbname=config["NAME"], user=config["USER"], host=config["HOST"], autocommit=True
+        ) as conn:
+            assert conn.execute("SELECT 1 + 1").fetchone() == (2,)
+            assert conn.info.server_version >= 130000
+        # A second call reuses the running server in the same folder.
+        assert embedded_database(pgdata)["HOST"] == config["HOST"]
+    finally:
+        # The server outlives its process by design (fast restarts): stop this test's one.
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGTERM)
 
 
 def test_database_url_wins_over_the_embedded_server(monkeypatch, tmp_path):
