@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,7 +14,8 @@ from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
 from .notify import notify_queues
-from .prepared import can_prepare, execute_prepared
+from .prepared import driver_path, run_on_driver
+from .timestamps import TimestampLoader
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
@@ -101,35 +103,49 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
         message.run_at,
         message.delay or 0.0,
     ]
+    dedup = message.dedup_key is not None
     if conf.NOTIFY:
-        statement = sql.ENQUEUE_AND_NOTIFY
+        statement = sql.ENQUEUE_DEDUP_AND_NOTIFY if dedup else sql.ENQUEUE_AND_NOTIFY
         params += [conf.NOTIFY_CHANNEL, message.queue]
     else:
-        statement = sql.ENQUEUE
+        statement = sql.ENQUEUE_DEDUP if dedup else sql.ENQUEUE
     connection = connections[using or conf.DATABASE_ALIAS]
-    with connection.cursor() as cursor:
-        rows = None
-        if can_prepare(connection, cursor):
-            # Autocommit only: a vanished prepared statement (a pooler) then costs nothing,
-            # where inside the caller's transaction it would abort their transaction.
-            rows = _run_prepared_enqueue(cursor, connection, statement, params)
-        if rows is None:
-            cursor.execute(statement, params)
-            rows = cursor.fetchall()
-        row = rows[0] if rows else None
-        deduplicated = row is None
-        if row is None:
-            cursor.execute(sql.FIND_BY_DEDUP_KEY, [message.queue, message.dedup_key])
-            row = cursor.fetchone()
-        if row is None:  # the holder finished between the two statements: enqueue anew
-            return _write(message, using)
+    row = _insert_on_driver(connection, statement, params)
+    if row is None:
+        row = _insert(connection, statement, params, dedup)
+    if row is None:  # the holder finished between the two statements: enqueue anew
+        return _write(message, using)
     return EnqueuedMessage(
         id=row[0],
         queue=message.queue,
         task=message.task,
         enqueued_at=row[1],
         available_at=row[2],
-        deduplicated=deduplicated,
+        deduplicated=row[3],
+    )
+
+
+def _insert_on_driver(connection: Any, statement: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """The fast path of a new message in autocommit (see ``prepared.run_on_driver``):
+    ``(id, enqueued_at, available_at, False)``, or ``None`` to take :func:`_insert`."""
+    if not driver_path(connection):
+        return None
+    rows = run_on_driver(
+        connection,
+        kind="enqueue",
+        statement=statement,
+        types=_ENQUEUE_TYPES[: len(params)],
+        params=[None if p is None else _text(p) for p in params],
+    )
+    if not rows:  # fallen back, or a duplicate: _insert finds the holder
+        return None
+    message_id, enqueued_at, available_at = rows[0][:3]
+    load = TimestampLoader(connection.alias)
+    return (
+        _INT8.unpack(message_id)[0],
+        load(_INT8.unpack(enqueued_at)[0] + _PG_EPOCH_MICROS),
+        load(_INT8.unpack(available_at)[0] + _PG_EPOCH_MICROS),
+        False,
     )
 
 
@@ -147,21 +163,33 @@ _ENQUEUE_TYPES = (
     "text",
     "text",
 )
+_INT8 = struct.Struct("!q")
+# Binary timestamptz: microseconds since 2000-01-01 UTC.
+_PG_EPOCH_MICROS = 946_684_800_000_000
 
 
-def _run_prepared_enqueue(
-    cursor: Any, connection: Any, statement: str, params: list[Any]
-) -> list[Any] | None:
-    """The INSERT as a session-level prepared statement: parsed and planned once per
-    connection instead of on every call (see ``prepared.py``)."""
-    return execute_prepared(
-        cursor,
-        connection,
-        kind="enqueue",
-        statement=statement,
-        types=_ENQUEUE_TYPES[: len(params)],
-        params=params,
-    )
+def _text(value: Any) -> bytes:
+    """A parameter in Postgres text format (``float`` as ``repr``: exact)."""
+    if isinstance(value, datetime):
+        return value.isoformat().encode()
+    return str(value).encode()
+
+
+def _insert(
+    connection: Any, statement: str, params: list[Any], dedup: bool
+) -> tuple[Any, ...] | None:
+    """Insert through Django's cursor: ``(id, enqueued_at, available_at, deduplicated)``,
+    the live holder of the dedup key when there is one, or ``None`` when it just finished."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+        if rows:
+            return (*rows[0][:3], False)
+        if not dedup:
+            raise RuntimeError("enqueue: the INSERT returned no row")  # cannot happen
+        cursor.execute(sql.FIND_BY_DEDUP_KEY, [params[0], params[5]])
+        found = cursor.fetchone()
+    return None if found is None else (*found, True)
 
 
 def enqueue(
@@ -304,15 +332,45 @@ def _write_many(
 
 
 def _copy(raw_cursor: Any, template: _Prepared, payloads_json: list[str]) -> int:
-    """COPY rows straight into the live table; a delay is resolved against database time."""
+    """COPY rows straight into the live table; a delay is resolved against database time.
+
+    The rows differ only in their payload, so the COPY text is assembled here, a few
+    thousand rows per write, rather than row by row through ``write_row``: the shared columns
+    are formatted once, and a payload (``encode_payload``'s JSON, which escapes every control
+    character, so no tab or newline can occur in it) needs only its backslashes doubled.
+    """
     raw_cursor.execute(
         "SELECT COALESCE(%s::timestamptz, now() + make_interval(secs => %s))",
         [template.run_at, template.delay or 0.0],
     )
     available_at: datetime = raw_cursor.fetchone()[0]
-    fixed = (template.queue, template.task)
-    tail = (template.priority, template.tenant, template.max_attempts, available_at)
+    head = f"{_copy_text(template.queue)}\t{_copy_text(template.task)}\t"
+    tail = "\t".join(
+        (
+            "",
+            str(template.priority),
+            "\\N" if template.tenant is None else _copy_text(template.tenant),
+            str(template.max_attempts),
+            available_at.isoformat(),
+        )
+    )
+    separator = f"{tail}\n{head}"
     with raw_cursor.copy(sql.ENQUEUE_MANY_COPY) as copy:
-        for payload_json in payloads_json:
-            copy.write_row((*fixed, payload_json, *tail))
+        for start in range(0, len(payloads_json), _COPY_ROWS_PER_WRITE):
+            # Newlines cannot occur in the payloads: join on them, escape the chunk's
+            # backslashes in one pass, then put the shared columns in their place.
+            chunk = "\n".join(payloads_json[start : start + _COPY_ROWS_PER_WRITE])
+            body = chunk.replace("\\", "\\\\").replace("\n", separator)
+            copy.write(f"{head}{body}{tail}\n")
     return len(payloads_json)
+
+
+_COPY_ROWS_PER_WRITE = 2000
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str) -> str:
+    """``value`` as a field of COPY's text format."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value

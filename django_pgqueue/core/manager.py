@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import zoneinfo
 from collections.abc import Sequence
-from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.db import connections, models, transaction
 from django.db.models import Exists, F
 from django.db.models.base import ModelState
@@ -23,6 +19,7 @@ from . import sql
 from .execution import ORDERED_PLAN, async_commit, execute, set_local
 from .flow_control import flow_config, lease_with_flow_control
 from .prepared import can_prepare, execute_prepared
+from .timestamps import TimestampLoader
 from .validation import validate_queue_name
 
 if TYPE_CHECKING:
@@ -144,7 +141,7 @@ class MessageManager(models.Manager["Message"]):
         attempts_at = sql.LEASED_COLUMNS.index("attempts")
         worker_at = sql.LEASED_COLUMNS.index("leased_by")
         leased: list[Message] = []
-        load_time = _TimestampLoader(alias)
+        load_time = TimestampLoader(alias)
         for outcome, *values in rows:
             if outcome == "buried":
                 notify_dead(values[2], values[0], "lease_expired")
@@ -199,7 +196,7 @@ class MessageManager(models.Manager["Message"]):
             cached = self._statements[key] = (statement, tuple(candidates_params))
         return cached
 
-    def _from_row(self, values: Sequence[Any], alias: str, load_time: _TimestampLoader) -> Message:
+    def _from_row(self, values: Sequence[Any], alias: str, load_time: TimestampLoader) -> Message:
         # Model.__init__ costs ~25 us a row; a leased batch is plain column data, so fill the
         # instance the way Model.from_db would, without per-field descriptors.
         columns = list(values)
@@ -218,37 +215,6 @@ class MessageManager(models.Manager["Message"]):
 
 _PAYLOAD_AT = sql.LEASED_COLUMNS.index("payload")
 _TIMESTAMPS_AT = tuple(sql.LEASED_COLUMNS.index(name) for name in sql.LEASED_TIMESTAMPS)
-
-
-@functools.lru_cache(maxsize=16)
-def _zone(name: str) -> tzinfo:
-    return zoneinfo.ZoneInfo(name)
-
-
-class _TimestampLoader:
-    """A claim's timestamps (microseconds since the epoch) as Django would have loaded them:
-    aware in UTC, or naive in the connection's time zone when ``USE_TZ = False``.
-
-    One loader serves one batch: its leases share ``leased_at`` and ``available_at`` (and a
-    bulk enqueue's ``enqueued_at``), so each distinct value is converted once.
-    ``fromtimestamp`` rounds to the nearest microsecond and ``micros / 1e6`` is within 0.2 us
-    of the exact value until the year 2200, so the result is exact.
-    """
-
-    def __init__(self, alias: str) -> None:
-        self.naive_in = None if settings.USE_TZ else _zone(connections[alias].timezone_name)
-        self.seen: dict[int, datetime] = {}
-
-    def __call__(self, micros: int | None) -> datetime | None:
-        if micros is None:
-            return None
-        moment = self.seen.get(micros)
-        if moment is None:
-            moment = datetime.fromtimestamp(micros / 1e6, UTC)
-            if self.naive_in is not None:
-                moment = moment.astimezone(self.naive_in).replace(tzinfo=None)
-            self.seen[micros] = moment
-        return moment
 
 
 def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: bool) -> list[Any]:

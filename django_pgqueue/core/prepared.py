@@ -1,10 +1,13 @@
-"""Session-level prepared statements for the claims, with a fallback for poolers.
+"""Prepared statements for the hot path, with a fallback for poolers.
 
 Planning a claim costs more than running it, so each connection prepares a claim once
 (``PREPARE name AS ...``) and then sends ``SET LOCAL ...; EXECUTE name(...)`` as one query
 string: one round trip, run by the server as one implicit transaction. A session that cannot
 keep prepared statements (PgBouncer in transaction mode, ``DISCARD ALL``) is remembered and
 gets the plain statement from then on.
+
+A single ``enqueue()`` in autocommit is cheaper still as a protocol-level prepared
+statement sent on the driver connection itself: :func:`run_on_driver`.
 """
 
 from __future__ import annotations
@@ -119,3 +122,77 @@ def run_prepared(
             "vanished (a pooler in transaction mode?)."
         )
         return None
+
+
+def driver_path(connection: Any) -> bool:
+    """Whether a hot statement may skip Django's cursor for :func:`run_on_driver`: in
+    autocommit (a vanished statement would abort a transaction), when nothing observes
+    Django's cursors (``execute_wrappers``, the ``DEBUG`` query log), on a connection that
+    kept its prepared statements so far."""
+    if connection.execute_wrappers or connection.queries_logged:
+        return False
+    connection.close_if_health_check_failed()
+    return (
+        connection.get_autocommit()
+        and not connection.in_atomic_block
+        and connection.connection not in _unpreparable
+    )
+
+
+def run_on_driver(
+    connection: Any,
+    *,
+    kind: str,
+    statement: str,
+    types: tuple[str, ...],
+    params: Sequence[bytes | None],
+) -> list[tuple[Any, ...]] | None:
+    """Run a ``%s``-style ``statement`` as a protocol-level prepared statement on the driver
+    connection under Django's (check :func:`driver_path` first): one Bind/Execute round
+    trip, parameters in text format (already encoded), the row values in binary format.
+
+    Django's cursor wrapper and a client-side-bound ``EXECUTE`` cost more than a small
+    INSERT itself. psycopg's own statement cache is off on Django's connections
+    (``prepare_threshold=None``, kept for poolers), so the statement is prepared here, once
+    per session, with the same fallback as :func:`run_prepared`: ``None`` when the session
+    lost it (nothing ran), and the connection goes the plain way from then on. Database
+    errors come out as Django's exceptions, as through its cursor.
+    """
+    connection.validate_thread_sharing()
+    raw = connection.connection
+    name, prepare = prepared_form(kind, statement, types)
+    done = _prepared.setdefault(raw, set())
+    with connection.wrap_database_errors, raw.lock:
+        pgconn = raw.pgconn
+        if name not in done:
+            body = prepare.split(" AS ", 1)[1]
+            pgconn.send_prepare(name.encode(), body.encode(), [_OIDS[t] for t in types])
+            _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
+            done.add(name)
+        pgconn.send_query_prepared(name.encode(), params, result_format=psycopg.pq.Format.BINARY)
+        result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
+    if result is None:
+        _unpreparable.add(raw)
+        logger.warning(
+            "Enqueues on this connection are planned every time: its prepared statement "
+            "vanished (a pooler in transaction mode?)."
+        )
+        return None
+    columns = range(result.nfields)
+    return [tuple(result.get_value(row, c) for c in columns) for row in range(result.ntuples)]
+
+
+_OIDS = {"text": 25, "int": 23, "bigint": 20, "timestamptz": 1184, "float8": 701}
+
+
+def _check(raw: Any, results: list[Any], *, allow_duplicate: bool = False) -> Any:
+    """The last result, ``None`` for a vanished prepared statement, or the error raised."""
+    result = results[-1]
+    if result.status in (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK):
+        return result
+    error = psycopg.errors.error_from_result(result, encoding=raw.info.encoding)
+    if isinstance(error, psycopg.errors.InvalidSqlStatementName):
+        return None
+    if allow_duplicate and isinstance(error, psycopg.errors.DuplicatePreparedStatement):
+        return result
+    raise error

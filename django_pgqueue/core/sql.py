@@ -52,21 +52,36 @@ def leased_returning(alias: str = "m") -> str:
     )
 
 
-ENQUEUE = """
+# Made available at the same instant as ``enqueued_at`` (its default): ``now()`` is the
+# transaction's start, which comes before the statement's in an extended-protocol round trip.
+_ENQUEUE_INSERT = """
 INSERT INTO pgqueue_message
     (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
 VALUES
-    (%s, %s, %s::jsonb, %s, %s, %s, %s, COALESCE(%s::timestamptz, now() + make_interval(secs => %s)))
-ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-RETURNING id, enqueued_at, available_at
+    (%s, %s, %s::jsonb, %s, %s, %s, %s,
+     COALESCE(%s::timestamptz, statement_timestamp() + make_interval(secs => %s)))
 """
+_ENQUEUE_RETURNING = "RETURNING id, enqueued_at, available_at"
+_ON_DEDUP_KEY_CONFLICT = "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
 
-# The same insert with the wake-up folded in: Postgres delivers it only on commit and merges
-# identical notifications of one transaction, so N enqueues in one transaction send one.
-ENQUEUE_AND_NOTIFY = f"""
-WITH inserted AS ({ENQUEUE})
+# One insert. ON CONFLICT only when the message has a dedup key: with it Postgres inserts
+# speculatively (an extra WAL record and a recheck per row), even for rows the partial unique
+# index does not cover.
+ENQUEUE = f"{_ENQUEUE_INSERT}{_ENQUEUE_RETURNING}\n"
+ENQUEUE_DEDUP = f"{_ENQUEUE_INSERT}{_ON_DEDUP_KEY_CONFLICT}\n{_ENQUEUE_RETURNING}\n"
+
+
+def enqueue_and_notify(insert: str) -> str:
+    """``insert`` with the wake-up folded in: Postgres delivers it only on commit and merges
+    identical notifications of one transaction, so N enqueues in one transaction send one."""
+    return f"""
+WITH inserted AS ({insert})
 SELECT id, enqueued_at, available_at, pg_notify(%s, %s) FROM inserted
 """
+
+
+ENQUEUE_AND_NOTIFY = enqueue_and_notify(ENQUEUE)
+ENQUEUE_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_DEDUP)
 
 FIND_BY_DEDUP_KEY = """
 SELECT id, enqueued_at, available_at FROM pgqueue_message WHERE queue = %s AND dedup_key = %s

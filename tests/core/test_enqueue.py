@@ -259,3 +259,74 @@ def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
     assert second.id in set(Message.objects.values_list("id", flat=True))
     # One wake-up per committed enqueue; none for the deduplicated one.
     assert drain(listener) == [("django_pgqueue", "default")] * 3
+
+
+@pytest.mark.parametrize("use_tz", [True, False])
+@pytest.mark.parametrize("run_after", [None, dt.timedelta(minutes=5), "absolute"])
+def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after):
+    # In autocommit enqueue() skips Django's cursor (prepared.run_on_driver) and loads the
+    # binary timestamps itself: they must come back exactly as Django loads the row.
+    from django_pgqueue.core import prepared
+
+    settings.TIME_ZONE = "America/New_York"
+    settings.USE_TZ = use_tz
+    if run_after == "absolute":
+        run_after = dt.datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
+    sent = django_pgqueue.enqueue("t", {"k": "v"}, run_after=run_after, priority=-7)
+    assert any(n.startswith("pgq_enqueue") for n in prepared._prepared[connection.connection])
+    stored = Message.objects.get(pk=sent.id)
+    assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
+    assert (sent.available_at.tzinfo is None) is (not use_tz)
+    if run_after is None:
+        assert sent.available_at == sent.enqueued_at
+    elif isinstance(run_after, dt.timedelta):
+        assert sent.available_at - sent.enqueued_at == run_after
+    else:
+        assert stored.available_at.timestamp() == run_after.timestamp()
+
+
+def test_enqueue_goes_through_djangos_cursor_when_queries_are_observed():
+    from django.db import connection as conn
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(conn) as captured:
+        sent = django_pgqueue.enqueue("t", {"n": 1})
+    assert [q for q in captured.captured_queries if "INSERT INTO pgqueue_message" in q["sql"]]
+    assert Message.objects.get(pk=sent.id).payload == {"n": 1}
+
+
+def test_driver_path_raises_djangos_exceptions():
+    from django.db import DataError
+
+    from django_pgqueue.core import prepared
+
+    assert prepared.driver_path(connection)
+    with pytest.raises(DataError):
+        prepared.run_on_driver(
+            connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[b"0"]
+        )
+    # The session carries on: the error ended its implicit transaction.
+    rows = prepared.run_on_driver(
+        connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[b"1"]
+    )
+    assert rows == [((1).to_bytes(4, "big"),)]
+
+
+def test_enqueue_many_copies_awkward_payloads_and_keys_exactly():
+    # COPY's text is assembled by hand (enqueue._copy): backslashes, escapes and separators
+    # inside payloads and the shared columns must survive unchanged.
+    payloads = [
+        {"s": "a\\b\tc\nd\re", "q": '"quoted"', "u": "é \u2028 ✓"},
+        "\\\\N",
+        ["\\t", "\\n", None, 1.5],
+        {"nested": {"\\": "\\\\"}},
+    ] * 1500  # several COPY writes
+    written = django_pgqueue.enqueue_many(
+        "t\\ask", payloads, tenant="ten\\ant\tx", run_after=dt.timedelta(seconds=30), priority=4
+    )
+    assert written == len(payloads)
+    rows = list(Message.objects.order_by("id").values_list("payload", "task", "tenant", "priority"))
+    assert [r[0] for r in rows] == payloads
+    assert {r[1:] for r in rows} == {("t\\ask", "ten\\ant\tx", 4)}
+    first = Message.objects.order_by("id").first()
+    assert first.available_at - first.enqueued_at >= dt.timedelta(seconds=29)

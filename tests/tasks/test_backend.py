@@ -94,7 +94,9 @@ def test_run_after_timedelta_is_added_to_database_time() -> None:
     # Django documents a timedelta but its own validate_task crashes on one; we accept it.
     result = t.add.using(run_after=dt.timedelta(minutes=5)).enqueue(1, 2)  # type: ignore[arg-type]
     row = Message.objects.get(pk=int(result.id))
-    assert row.available_at == db_now() + dt.timedelta(minutes=5)
+    # Added to the database clock at the INSERT (statement time, like enqueued_at).
+    assert row.available_at == row.enqueued_at + dt.timedelta(minutes=5)
+    assert row.enqueued_at >= db_now()
     assert result.task.run_after == row.available_at
 
 

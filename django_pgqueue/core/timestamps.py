@@ -1,0 +1,45 @@
+"""Timestamps sent as microseconds since the epoch, loaded as Django would load them.
+
+Django's text loader for ``timestamptz`` costs ~5 us a value; the hot paths (a claim's rows,
+an enqueue's result) send integers instead and convert them here.
+"""
+
+from __future__ import annotations
+
+import functools
+import zoneinfo
+from datetime import UTC, datetime, tzinfo
+
+from django.conf import settings
+from django.db import connections
+
+
+@functools.lru_cache(maxsize=16)
+def _zone(name: str) -> tzinfo:
+    return zoneinfo.ZoneInfo(name)
+
+
+class TimestampLoader:
+    """Timestamps (microseconds since the epoch) as Django would have loaded them:
+    aware in UTC, or naive in the connection's time zone when ``USE_TZ = False``.
+
+    One loader serves one batch: its leases share ``leased_at`` and ``available_at`` (and a
+    bulk enqueue's ``enqueued_at``), so each distinct value is converted once.
+    ``fromtimestamp`` rounds to the nearest microsecond and ``micros / 1e6`` is within 0.2 us
+    of the exact value until the year 2200, so the result is exact.
+    """
+
+    def __init__(self, alias: str) -> None:
+        self.naive_in = None if settings.USE_TZ else _zone(connections[alias].timezone_name)
+        self.seen: dict[int, datetime] = {}
+
+    def __call__(self, micros: int | None) -> datetime | None:
+        if micros is None:
+            return None
+        moment = self.seen.get(micros)
+        if moment is None:
+            moment = datetime.fromtimestamp(micros / 1e6, UTC)
+            if self.naive_in is not None:
+                moment = moment.astimezone(self.naive_in).replace(tzinfo=None)
+            self.seen[micros] = moment
+        return moment
