@@ -250,6 +250,7 @@ def lease_with_flow_control(
             prefix=prefix,
             arguments=", ".join(f"%({p})s" for p, _ in _PARAM_TYPES),
             params=params,
+            reuse_text=True,
         )
         if rows is None:
             execute_all(cursor, prefix + claim_statement(config.keyed), params)

@@ -266,4 +266,6 @@ def _run_prepared_claim(
         types=tuple(_sql_type(p) for p in params),
         params=params,
         prefix=set_local(plan),
+        # A worker sends the same claim (queue, batch size, worker id) again and again.
+        reuse_text=True,
     )

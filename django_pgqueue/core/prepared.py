@@ -53,12 +53,44 @@ def can_prepare(connection: Any, cursor: Any) -> bool:
     )
 
 
-def execute_all(cursor: Any, statements: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
+def execute_all(
+    cursor: Any,
+    statements: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    *,
+    reuse_text: bool = False,
+) -> None:
     """Run ``;``-separated statements in one round trip, leaving the cursor on the last
-    one's result (client-side binding only)."""
-    cursor.execute(statements, params)
+    one's result (client-side binding only).
+
+    ``reuse_text``: the same statements with the same parameters run again and again (a
+    worker's claim): bind them once per connection and send the cached text afterwards.
+    """
+    if reuse_text:
+        cursor.execute(_bound_text(cursor, statements, params))
+    else:
+        cursor.execute(statements, params)
     for _ in range(statements.count(";")):
         cursor.nextset()
+
+
+# Bound query texts per driver connection (quoting may depend on the session's settings).
+_bound: weakref.WeakKeyDictionary[Any, dict[Any, str]] = weakref.WeakKeyDictionary()
+_BOUND_MAX = 256
+
+
+def _bound_text(cursor: Any, statements: str, params: Sequence[Any] | Mapping[str, Any]) -> str:
+    texts = _bound.setdefault(cursor.cursor.connection, {})
+    key = (
+        statements,
+        tuple(params.items()) if isinstance(params, Mapping) else tuple(params),
+    )
+    text = texts.get(key)
+    if text is None:
+        if len(texts) >= _BOUND_MAX:
+            texts.clear()
+        text = texts[key] = cursor.cursor.mogrify(statements, params)
+    return text
 
 
 def execute_prepared(
@@ -70,6 +102,7 @@ def execute_prepared(
     types: tuple[str, ...],
     params: Sequence[Any],
     prefix: str = "",
+    reuse_text: bool = False,
 ) -> list[Any] | None:
     """:func:`run_prepared` for a ``%s``-style ``statement`` with positional ``params`` of
     the given ``types``: its name and ``PREPARE`` come from :func:`prepared_form`."""
@@ -82,6 +115,7 @@ def execute_prepared(
         prefix=prefix,
         arguments=", ".join(["%s"] * len(params)),
         params=params,
+        reuse_text=reuse_text,
     )
 
 
@@ -94,8 +128,10 @@ def run_prepared(
     prefix: str,
     arguments: str,
     params: Sequence[Any] | Mapping[str, Any],
+    reuse_text: bool = False,
 ) -> list[Any] | None:
-    """``prefix`` then ``EXECUTE name(arguments)``, preparing ``name`` first if needed.
+    """``prefix`` then ``EXECUTE name(arguments)``, preparing ``name`` first if needed
+    (``reuse_text``: see :func:`execute_all`).
 
     Returns the rows, or ``None`` when the session lost its prepared statement: the whole
     query string was one implicit transaction, so nothing happened, and the caller sends the
@@ -111,7 +147,7 @@ def run_prepared(
                 if not isinstance(exc.__cause__, psycopg.errors.DuplicatePreparedStatement):
                     raise
             done.add(name)
-        execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params)
+        execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params, reuse_text=reuse_text)
         return list(cursor.fetchall())
     except ProgrammingError as exc:
         if not isinstance(exc.__cause__, psycopg.errors.InvalidSqlStatementName):

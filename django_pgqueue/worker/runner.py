@@ -13,6 +13,7 @@ Threads and the connection each one uses:
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -272,6 +273,8 @@ class Worker:
             # Handlers are known now; their own visibility timeouts may be shorter.
             self.heartbeat_interval = self._heartbeat_interval()
             self._start(handlers)
+            if threading.current_thread() is threading.main_thread():
+                _freeze_startup_objects()
             try:
                 self._loop()
             except Stopped:
@@ -748,6 +751,16 @@ class Worker:
             what,
             outcome.done[:20],
         )
+
+
+def _freeze_startup_objects() -> None:
+    """Move what exists after start-up (Django, the apps, the handlers: hundreds of thousands
+    of objects that live as long as the process) out of the cyclic garbage collector's sight,
+    so its collections scan only what the worker allocates since. ~10% more no-op throughput,
+    measured (``bench/``); nothing is lost: reference counting still frees what dies.
+    Only in a worker process of its own (main thread), never in a host that embeds it."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_worker(options: WorkerOptions | None = None, **kwargs: Any) -> int:

@@ -254,3 +254,17 @@ def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
         (second.id, {"ok": True}),
     ]
     assert Message.objects.filter(lease_token__isnull=True).count() == 1
+
+
+def test_repeated_claims_reuse_their_bound_text_safely():
+    # A worker's claim text is bound once per connection and sent again (prepared.execute_all
+    # reuse_text): quotes and semicolons in the worker id must stay data.
+    from django_pgqueue.core import prepared
+
+    worker = "w;'x\"; DROP TABLE pgqueue_message; --"
+    for n in range(3):
+        django_pgqueue.enqueue("t", {"n": n})
+        [message] = Message.objects.lease("default", worker_id=worker, batch_size=5)
+        assert message.leased_by == worker and message.payload == {"n": n}
+    texts = prepared._bound[connection.connection]
+    assert len([key for key in texts if worker in key[1]]) == 1
