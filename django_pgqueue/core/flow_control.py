@@ -28,7 +28,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from django.db import connections, transaction
@@ -37,10 +37,6 @@ from ..conf import get_settings
 from . import sql
 from .execution import async_commit, set_local
 from .prepared import can_prepare, execute_all, run_prepared
-
-if TYPE_CHECKING:
-    from ..models import Message
-    from .manager import MessageManager
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -209,8 +205,7 @@ def prepared_claim(keyed: bool) -> tuple[str, str]:
     return name, f"PREPARE {name} ({types}) AS {body}"
 
 
-def lease_with_flow_control(
-    manager: MessageManager,
+def claim_with_flow_control(
     config: FlowConfig,
     queue: str,
     worker_id: str,
@@ -218,8 +213,9 @@ def lease_with_flow_control(
     vt: float,
     alias: str,
     hold: bool = False,
-) -> list[Message]:
-    """Lease up to ``limit`` messages of ``queue`` within its fairness and limits.
+) -> list[Any]:
+    """Lease up to ``limit`` messages of ``queue`` within its fairness and limits: the
+    claim's rows, as the plain claim's (``MessageManager`` makes them messages).
 
     Outside a transaction (``lease()``'s default), the lock and the claim go to the server as
     one query string, which runs as one implicit transaction: the queue's lock is held only
@@ -236,7 +232,7 @@ def lease_with_flow_control(
             with transaction.atomic(using=alias, savepoint=False):
                 _execute_each(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
                 rows = cursor.fetchall()
-            return manager._messages_from_rows(rows, alias)
+            return list(rows)
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
         # forgets the lease and its slot together).
         prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
@@ -255,7 +251,7 @@ def lease_with_flow_control(
         if rows is None:
             execute_all(cursor, prefix + claim_statement(config.keyed), params)
             rows = cursor.fetchall()
-    return manager._messages_from_rows(rows, alias)
+    return list(rows)
 
 
 def _execute_each(cursor: Any, statements: str, params: dict[str, Any]) -> None:

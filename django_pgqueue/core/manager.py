@@ -17,7 +17,7 @@ from ..exceptions import LeaseError
 from ..worker.registry import notify_dead
 from . import sql
 from .execution import ORDERED_PLAN, async_commit, execute, set_local
-from .flow_control import flow_config, lease_with_flow_control
+from .flow_control import claim_with_flow_control, flow_config
 from .prepared import can_prepare, execute_prepared
 from .timestamps import TimestampLoader
 from .validation import validate_queue_name
@@ -59,6 +59,7 @@ class MessageManager(models.Manager["Message"]):
         visibility_timeout: float | None = None,
         hold: bool = False,
         using: str | None = None,
+        decode_payloads: bool = True,
     ) -> list[Message]:
         """Lease up to ``batch_size`` ready messages for ``worker_id``.
 
@@ -76,6 +77,9 @@ class MessageManager(models.Manager["Message"]):
         ``hold=True`` (hold-the-lock): runs inside the caller's transaction, which must be
         open; the rows stay locked until it ends and a rollback returns the whole batch
         untouched (attempts included).
+
+        ``decode_payloads=False`` leaves each ``payload`` as its JSON text, for a caller that
+        decodes it elsewhere (the worker does, in the handler's thread).
         """
         queue_list = [queues] if isinstance(queues, str) else list(queues)
         for queue in queue_list:
@@ -88,14 +92,18 @@ class MessageManager(models.Manager["Message"]):
         if hold:
             if not connection.in_atomic_block:
                 raise LeaseError("lease(hold=True) must run inside transaction.atomic().")
-            return self._lease_queues(queue_list, worker_id, batch_size, vt, alias, hold=True)
+            return self._lease_queues(
+                queue_list, worker_id, batch_size, vt, alias, hold=True, decode=decode_payloads
+            )
         if connection.in_atomic_block:
             raise LeaseError(
                 "lease() commits its own short transaction; inside transaction.atomic() use "
                 "lease(hold=True) so the caller's transaction owns the lease."
             )
         # Each queue's claim is one short transaction of its own.
-        return self._lease_queues(queue_list, worker_id, batch_size, vt, alias, hold=False)
+        return self._lease_queues(
+            queue_list, worker_id, batch_size, vt, alias, hold=False, decode=decode_payloads
+        )
 
     @staticmethod
     def _visibility_timeout(queues: list[str], requested: float | None) -> float:
@@ -107,23 +115,31 @@ class MessageManager(models.Manager["Message"]):
         return float(max(conf.for_queue(q, "VISIBILITY_TIMEOUT") for q in queues))
 
     def _lease_queues(
-        self, queues: list[str], worker_id: str, batch_size: int, vt: float, alias: str, hold: bool
+        self,
+        queues: list[str],
+        worker_id: str,
+        batch_size: int,
+        vt: float,
+        alias: str,
+        hold: bool,
+        decode: bool,
     ) -> list[Message]:
         leased: list[Message] = []
         for queue in queues:
             wanted = batch_size - len(leased)
             if wanted <= 0:
                 break
-            leased.extend(self._lease_one_queue(queue, worker_id, wanted, vt, alias, hold))
+            rows = self._claim_one_queue(queue, worker_id, wanted, vt, alias, hold)
+            leased.extend(self._messages_from_rows(rows, alias, decode))
         return leased
 
-    def _lease_one_queue(
+    def _claim_one_queue(
         self, queue: str, worker_id: str, limit: int, vt: float, alias: str, hold: bool
-    ) -> list[Message]:
+    ) -> list[Any]:
         flow = flow_config(queue)
         if flow is not None:
             # Opt-in per queue: fairness and limits take their own path (flow_control.py).
-            return lease_with_flow_control(self, flow, queue, worker_id, limit, vt, alias, hold)
+            return claim_with_flow_control(flow, queue, worker_id, limit, vt, alias, hold)
         statement, candidate_params = self._lease_statement(alias, queue, limit)
         params = [queue, *candidate_params, worker_id, vt]
         connection = connections[alias]
@@ -134,9 +150,11 @@ class MessageManager(models.Manager["Message"]):
             if rows is None:
                 with transaction.atomic(using=alias):
                     rows = _execute_claim(cursor, statement, params, restore=hold)
-        return self._messages_from_rows(rows, alias)
+        return rows
 
-    def _messages_from_rows(self, rows: Sequence[Sequence[Any]], alias: str) -> list[Message]:
+    def _messages_from_rows(
+        self, rows: Sequence[Sequence[Any]], alias: str, decode: bool
+    ) -> list[Message]:
         """Messages from a claim's rows (``claimed`` / ``buried``), logging the warnings."""
         attempts_at = sql.LEASED_COLUMNS.index("attempts")
         worker_at = sql.LEASED_COLUMNS.index("leased_by")
@@ -156,7 +174,7 @@ class MessageManager(models.Manager["Message"]):
                 )
                 continue
             *columns, redelivered, _position = values
-            message = self._from_row(columns, alias, load_time)
+            message = self._from_row(columns, alias, load_time, decode)
             message.redelivered = redelivered
             if redelivered:
                 logger.warning(
@@ -196,12 +214,14 @@ class MessageManager(models.Manager["Message"]):
             cached = self._statements[key] = (statement, tuple(candidates_params))
         return cached
 
-    def _from_row(self, values: Sequence[Any], alias: str, load_time: TimestampLoader) -> Message:
+    def _from_row(
+        self, values: Sequence[Any], alias: str, load_time: TimestampLoader, decode: bool
+    ) -> Message:
         # Model.__init__ costs ~25 us a row; a leased batch is plain column data, so fill the
         # instance the way Model.from_db would, without per-field descriptors.
         columns = list(values)
         payload = columns[_PAYLOAD_AT]
-        if isinstance(payload, str):
+        if decode and isinstance(payload, str):
             columns[_PAYLOAD_AT] = json.loads(payload)
         for position in _TIMESTAMPS_AT:
             columns[position] = load_time(columns[position])

@@ -119,14 +119,28 @@ def complete(
     ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
-    encoded: list[str | None] | None = None  # NULL: unnest() pads the results with NULLs
+    encoded: list[str | None] | None = None
     if results is not None:
         if len(results) != len(ids):
             raise ValueError("complete(): one result per lease")
-        if any(r is not None for r in results):
-            encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
+        encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
+    return complete_encoded(ids, tokens, encoded, using=using)
+
+
+def complete_encoded(
+    ids: list[int],
+    tokens: list[uuid.UUID | None],
+    results_json: Sequence[str | None] | None,
+    *,
+    using: str | None = None,
+) -> Outcome:
+    """:func:`complete` for results already encoded as JSON text (the worker's completer)."""
+    if not ids:
+        return Outcome()
+    if results_json is not None and all(r is None for r in results_json):
+        results_json = None  # NULL: unnest() pads the results with NULLs
     connection = connections[_alias(using)]
-    params = [_array(ids), _array(tokens), encoded]
+    params = [_array(ids), _array(tokens), results_json]
     rows = _run(
         connection, "complete", sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
     )

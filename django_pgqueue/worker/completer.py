@@ -15,9 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django.db import connections
-
-from ..core import sql, transitions
+from ..core import transitions
 from .db import Stopped, retrying
 from .heartbeat import Stats
 from .registry import notify_dead
@@ -135,9 +133,7 @@ class Completer:
         self, ids: list[int], tokens: list[uuid.UUID | None], results: list[str | None]
     ) -> None:
         def write() -> list[int]:
-            with connections[self.alias].cursor() as cursor:
-                cursor.execute(sql.COMPLETE, [ids, tokens, results])
-                return [row[0] for row in cursor.fetchall()]
+            return transitions.complete_encoded(ids, tokens, results, using=self.alias).done
 
         done = retrying("archiving completed messages", write, alias=self.alias, abort=self.abort)
         self.stats.add(processed=len(done))

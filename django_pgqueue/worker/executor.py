@@ -48,7 +48,16 @@ class HandlerTimeout(Exception):
 class Job:
     """One leased message inside this worker."""
 
-    __slots__ = ("deadline", "handler", "message", "started", "state", "timeout", "vt")
+    __slots__ = (
+        "deadline",
+        "encoded",
+        "handler",
+        "message",
+        "started",
+        "state",
+        "timeout",
+        "vt",
+    )
 
     def __init__(
         self, message: Message, handler: Handler, vt: float, timeout: float | None
@@ -60,6 +69,16 @@ class Job:
         self.state = QUEUED
         self.started = 0.0
         self.deadline: float | None = None
+        # Leased with decode_payloads=False: the JSON text is decoded by the handler's
+        # thread, off the main loop that claims the next batch.
+        self.encoded = isinstance(message.payload, str)
+
+    def payload(self) -> Any:
+        """The message's payload, decoded on first use."""
+        if self.encoded and isinstance(text := self.message.payload, str):
+            self.message.payload = json.loads(text)
+            self.encoded = False
+        return self.message.payload
 
 
 def encode_result(result: Any) -> str | None:
@@ -323,9 +342,9 @@ class Executor:
         try:
             if handler.takes_context:
                 ctx = self._context(job, lambda s: self._extend_now(job, s))
-                result = handler.func(ctx, job.message.payload)
+                result = handler.func(ctx, job.payload())
             else:
-                result = handler.func(job.message.payload)
+                result = handler.func(job.payload())
             encoded = encode_result(result)
         except BaseException as exc:  # SystemExit from a handler is a failure too
             # A handler's failed query may leave this thread's connection unusable.
@@ -348,10 +367,10 @@ class Executor:
                 async with asyncio.timeout(job.timeout) as scope:
                     if handler.takes_context:
                         result = await handler.func(
-                            self._context(job, self._async_extend(job)), job.message.payload
+                            self._context(job, self._async_extend(job)), job.payload()
                         )
                     else:
-                        result = await handler.func(job.message.payload)
+                        result = await handler.func(job.payload())
                 encoded = encode_result(result)
             except TimeoutError as exc:
                 timed_out = scope.expired()

@@ -488,6 +488,7 @@ class Worker:
                     batch_size=n,
                     visibility_timeout=self.options.visibility_timeout,
                     using=self.alias,
+                    decode_payloads=False,  # each handler's thread decodes its own
                 ),
                 alias=self.alias,
                 abort=self._stop,

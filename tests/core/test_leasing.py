@@ -268,3 +268,13 @@ def test_repeated_claims_reuse_their_bound_text_safely():
         assert message.leased_by == worker and message.payload == {"n": n}
     texts = prepared._bound[connection.connection]
     assert len([key for key in texts if worker in key[1]]) == 1
+
+
+def test_lease_can_leave_payloads_as_json_text():
+    import json
+
+    for payload in ("hello", {"k": [1, None]}, None):
+        django_pgqueue.enqueue("t", payload)
+    raw = Message.objects.lease("default", worker_id="w", batch_size=5, decode_payloads=False)
+    assert [json.loads(m.payload) for m in raw] == ["hello", {"k": [1, None]}, None]
+    assert all(isinstance(m.payload, str) for m in raw)

@@ -23,6 +23,11 @@ def echo(payload: Any) -> Any:
     return payload
 
 
+@django_pgqueue.handler("tests.async-echo-any")
+async def async_echo_any(payload: Any) -> Any:
+    return payload
+
+
 @django_pgqueue.handler("tests.effect")
 def effect(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Records one row per message id: a UNIQUE violation proves a double run."""

@@ -42,6 +42,19 @@ def test_burst_runs_every_ready_message_and_stores_results(start_worker: StartWo
     assert not Message.objects.exists()
 
 
+@pytest.mark.parametrize("task", ["tests.echo", "tests.async-echo-any"])
+def test_handlers_get_every_kind_of_json_payload_decoded(
+    start_worker: StartWorker, task: str
+) -> None:
+    # The worker leases payloads as JSON text and each handler's thread decodes its own: a
+    # JSON string must arrive as that string, not as its JSON text (nor decoded twice).
+    payloads = ["hello", '"quoted"', "[1]", 0, 2.5, None, True, [1, {"a": None}], {"é": "\\"}]
+    ids = [django_pgqueue.enqueue(task, p).id for p in payloads]
+    assert start_worker(burst=True, concurrency=3).join() == 0
+    results = {a.message_id: a.result for a in ArchivedMessage.objects.all()}
+    assert [results[i] for i in ids] == payloads
+
+
 def test_unknown_task_is_dead_as_rejected_without_running(start_worker: StartWorker) -> None:
     msg = django_pgqueue.enqueue("tests.nobody-handles-this", {"x": 1})
     start_worker(burst=True).join()
