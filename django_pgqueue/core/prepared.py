@@ -35,11 +35,17 @@ _unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
 def prepared_form(kind: str, statement: str, types: tuple[str, ...]) -> tuple[str, str]:
     """``(name, PREPARE ...)`` for a ``%s``-style statement: its placeholders become ``$n``,
     ``%%`` becomes ``%``. Cached: the claim's statement is the same object every time."""
+    name, body = _named_body(kind, statement, types)
+    return name, f"PREPARE {name} ({', '.join(types)}) AS {body}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_body(kind: str, statement: str, types: tuple[str, ...]) -> tuple[str, str]:
+    """The statement's name and its body with ``$n`` placeholders."""
     position = iter(range(1, len(types) + 1))
     body = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(position)}", statement)
     digest = hashlib.sha1(f"{types}|{body}".encode(), usedforsecurity=False).hexdigest()[:16]
-    name = f"pgq_{kind}_{digest}"
-    return name, f"PREPARE {name} ({', '.join(types)}) AS {body}"
+    return f"pgq_{kind}_{digest}", body
 
 
 def can_prepare(connection: Any, cursor: Any) -> bool:
@@ -196,12 +202,11 @@ def run_on_driver(
     """
     connection.validate_thread_sharing()
     raw = connection.connection
-    name, prepare = prepared_form(kind, statement, types)
+    name, body = _named_body(kind, statement, types)
     done = _prepared.setdefault(raw, set())
     with connection.wrap_database_errors, raw.lock:
         pgconn = raw.pgconn
         if name not in done:
-            body = prepare.split(" AS ", 1)[1]
             pgconn.send_prepare(name.encode(), body.encode(), [_OIDS[t] for t in types])
             _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
             done.add(name)
