@@ -232,7 +232,7 @@ def claim_with_flow_control(
             with transaction.atomic(using=alias, savepoint=False):
                 _execute_each(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
                 rows = cursor.fetchall()
-            return list(rows)
+            return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
         # forgets the lease and its slot together).
         prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
@@ -251,7 +251,7 @@ def claim_with_flow_control(
         if rows is None:
             execute_all(cursor, prefix + claim_statement(config.keyed), params)
             rows = cursor.fetchall()
-    return list(rows)
+    return rows
 
 
 def _execute_each(cursor: Any, statements: str, params: dict[str, Any]) -> None:

@@ -261,11 +261,10 @@ class Worker:
         if main.connection is not None and not main.in_atomic_block:
             # Reconnect so this connection carries the worker's label too.
             main.close()
+        # The main thread of its own process (pgq_worker), or a thread of a host (tests, embedding).
+        own_process = threading.current_thread() is threading.main_thread()
         previous: dict[int, Any] = {}
-        if (
-            self.options.install_signal_handlers
-            and threading.current_thread() is threading.main_thread()
-        ):
+        if self.options.install_signal_handlers and own_process:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
@@ -273,7 +272,7 @@ class Worker:
             # Handlers are known now; their own visibility timeouts may be shorter.
             self.heartbeat_interval = self._heartbeat_interval()
             self._start(handlers)
-            if threading.current_thread() is threading.main_thread():
+            if own_process:
                 _freeze_startup_objects()
             try:
                 self._loop()
@@ -284,9 +283,8 @@ class Worker:
             for number, previous_handler in previous.items():
                 signal.signal(number, previous_handler)
             connection_created.disconnect(receiver)
-            if threading.current_thread() is not threading.main_thread():
-                # Run on a thread of its own (tests, embedding): that thread's connection
-                # would outlive it otherwise.
+            if not own_process:
+                # That thread's connection would outlive it otherwise.
                 connections.close_all()
             self.stopped.set()
 
