@@ -135,7 +135,7 @@ def _insert_on_driver(connection: Any, statement: str, params: list[Any]) -> tup
         kind="enqueue",
         statement=statement,
         types=_ENQUEUE_TYPES[: len(params)],
-        params=[None if p is None else _text(p) for p in params],
+        params=params,
     )
     if not rows:  # fallen back, or a duplicate: _insert finds the holder
         return None
@@ -166,13 +166,6 @@ _ENQUEUE_TYPES = (
 _INT8 = struct.Struct("!q")
 # Binary timestamptz: microseconds since 2000-01-01 UTC.
 _PG_EPOCH_MICROS = 946_684_800_000_000
-
-
-def _text(value: Any) -> bytes:
-    """A parameter in Postgres text format (``float`` as ``repr``: exact)."""
-    if isinstance(value, datetime):
-        return value.isoformat().encode()
-    return str(value).encode()
 
 
 def _insert(

@@ -16,9 +16,9 @@ from ..conf import get_settings
 from ..exceptions import LeaseError
 from ..worker.registry import notify_dead
 from . import sql
-from .execution import ORDERED_PLAN, async_commit, execute, set_local
+from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
 from .flow_control import claim_with_flow_control, flow_config
-from .prepared import can_prepare, execute_prepared
+from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
 from .timestamps import TimestampLoader
 from .validation import validate_queue_name
 
@@ -143,6 +143,18 @@ class MessageManager(models.Manager["Message"]):
         statement, candidate_params = self._lease_statement(alias, queue, limit)
         params = [queue, *candidate_params, worker_id, vt]
         connection = connections[alias]
+        if not hold and is_claim_session(connection) and driver_path(connection):
+            # A worker's connection that runs under the claim's settings already.
+            rows = run_on_driver(
+                connection,
+                kind="claim",
+                statement=statement,
+                types=tuple(_sql_type(p) for p in params),
+                params=params,
+                typed_rows=True,
+            )
+            if rows is not None:
+                return rows
         with connection.cursor() as cursor:
             rows = None
             if can_prepare(connection, cursor):
@@ -277,7 +289,7 @@ def _run_prepared_claim(
     """The claim as a session-level prepared statement, outside any transaction block: the
     settings and the ``EXECUTE`` go as one query string, one implicit transaction (see
     ``prepared.py``). ``None`` when this session cannot keep prepared statements."""
-    plan = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN, **async_commit()}
+    plan = {**CLAIM_PLAN, **async_commit()}
     return execute_prepared(
         cursor,
         connection,

@@ -6,7 +6,8 @@ string: one round trip, run by the server as one implicit transaction. A session
 keep prepared statements (PgBouncer in transaction mode, ``DISCARD ALL``) is remembered and
 gets the plain statement from then on.
 
-A single ``enqueue()`` in autocommit is cheaper still as a protocol-level prepared
+A single ``enqueue()`` in autocommit, and a worker's claim on a connection dedicated to
+claims (:func:`dedicate_to_claims`), are cheaper still as a protocol-level prepared
 statement sent on the driver connection itself: :func:`run_on_driver`.
 """
 
@@ -18,6 +19,7 @@ import logging
 import re
 import weakref
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -187,11 +189,13 @@ def run_on_driver(
     kind: str,
     statement: str,
     types: tuple[str, ...],
-    params: Sequence[bytes | None],
+    params: Sequence[Any],
+    typed_rows: bool = False,
 ) -> list[tuple[Any, ...]] | None:
     """Run a ``%s``-style ``statement`` as a protocol-level prepared statement on the driver
     connection under Django's (check :func:`driver_path` first): one Bind/Execute round
-    trip, parameters in text format (already encoded), the row values in binary format.
+    trip, parameters sent in text format. Rows come as the raw binary values, or with
+    ``typed_rows`` loaded by the connection's own loaders, as through Django's cursor.
 
     Django's cursor wrapper and a client-side-bound ``EXECUTE`` cost more than a small
     INSERT itself. psycopg's own statement cache is off on Django's connections
@@ -210,20 +214,36 @@ def run_on_driver(
             pgconn.send_prepare(name.encode(), body.encode(), [_OIDS[t] for t in types])
             _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
             done.add(name)
-        pgconn.send_query_prepared(name.encode(), params, result_format=psycopg.pq.Format.BINARY)
+        pgconn.send_query_prepared(
+            name.encode(),
+            [None if p is None else _text(p) for p in params],
+            result_format=psycopg.pq.Format.TEXT if typed_rows else psycopg.pq.Format.BINARY,
+        )
         result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
     if result is None:
         _unpreparable.add(raw)
         logger.warning(
-            "Enqueues on this connection are planned every time: its prepared statement "
+            "Statements on this connection are planned every time: a prepared statement "
             "vanished (a pooler in transaction mode?)."
         )
         return None
+    if typed_rows:
+        loader = psycopg.adapt.Transformer(raw)
+        loader.set_pgresult(result)
+        return loader.load_rows(0, result.ntuples, tuple)
     columns = range(result.nfields)
     return [tuple(result.get_value(row, c) for c in columns) for row in range(result.ntuples)]
 
 
-_OIDS = {"text": 25, "int": 23, "bigint": 20, "timestamptz": 1184, "float8": 701}
+_OIDS = {"text": 25, "int": 23, "bigint": 20, "timestamptz": 1184, "float8": 701, "boolean": 16}
+
+
+def _text(value: Any) -> bytes:
+    """A parameter in Postgres text format (``float`` as ``repr``: exact; ``True`` and
+    ``False`` are valid boolean input)."""
+    if isinstance(value, datetime):
+        return value.isoformat().encode()
+    return str(value).encode()
 
 
 def _check(raw: Any, results: list[Any], *, allow_duplicate: bool = False) -> Any:

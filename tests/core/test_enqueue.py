@@ -303,11 +303,11 @@ def test_driver_path_raises_djangos_exceptions():
     assert prepared.driver_path(connection)
     with pytest.raises(DataError):
         prepared.run_on_driver(
-            connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[b"0"]
+            connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[0]
         )
     # The session carries on: the error ended its implicit transaction.
     rows = prepared.run_on_driver(
-        connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[b"1"]
+        connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[1]
     )
     assert rows == [((1).to_bytes(4, "big"),)]
 

@@ -233,6 +233,46 @@ def test_claims_survive_a_session_that_drops_prepared_statements(caplog):
     assert Message.objects.filter(lease_token__isnull=True).count() == 0
 
 
+def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch, caplog):
+    """A connection dedicated to claims (the worker's) keeps the claim's settings for the
+    session and claims with a bare Bind/Execute: same messages, same columns, same types as
+    the query-string path; a vanished statement falls back there."""
+    from django_pgqueue.core import execution, manager
+
+    ids = [django_pgqueue.enqueue("t", {"n": n}, tenant="ten").id for n in range(5)]
+    plain = lease(batch_size=1, decode_payloads=False)[0]
+    execution.dedicate_to_claims(connection)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+        assert cursor.fetchone() == ("off", "off")
+    sent: list[str] = []
+    real = manager.run_on_driver
+
+    def spy(*args, **kwargs):
+        sent.append(kwargs["kind"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manager, "run_on_driver", spy)
+    fast = lease(batch_size=1, decode_payloads=False)[0]
+    assert sent == ["claim"]
+    assert [plain.id, fast.id] == ids[:2]
+    row = Message.objects.get(id=fast.id)
+    for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by"):
+        assert getattr(fast, field) == getattr(row, field), field
+        assert type(getattr(fast, field)) is type(getattr(plain, field)), field
+    for field in ("enqueued_at", "available_at", "leased_at"):
+        assert getattr(fast, field) == getattr(row, field), field
+    assert fast.payload == '{"n": 1}' and plain.payload == '{"n": 0}'
+    assert lease(batch_size=1)[0].payload == {"n": 2}
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        assert lease(batch_size=1)[0].id == ids[3]
+    assert "prepared statement vanished" in caplog.text
+    assert [m.id for m in lease(batch_size=5)] == ids[4:]
+    assert Message.objects.filter(lease_token__isnull=True).count() == 0
+
+
 def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
     """complete / extend / release are session-prepared too, with the same fallback."""
     from django_pgqueue.core import prepared

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message, WorkerHeartbeat
+from django_pgqueue.worker.runner import Worker
 from tests.factories import QueueStateFactory
 
 from .conftest import WorkerThread, wait_for
@@ -121,6 +123,47 @@ def test_notify_wakes_an_idle_worker_at_once(start_worker: StartWorker) -> None:
     msg = django_pgqueue.enqueue("tests.echo", {"hi": 1})
     wait_for(lambda: archived(msg.id), timeout=2)
     assert time.monotonic() - sent < 1.0
+    assert runner.stop() == 0
+
+
+def test_an_idle_worker_claims_on_its_listen_connection(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The idle-latency path: the listener thread claims on the connection that received the
+    # NOTIFY and hands the message to a handler thread itself.
+    claimed_in: list[str] = []
+    original = Worker._lease_one_queue
+
+    def spy(self: Worker, queue: str, want: int) -> list[Message]:
+        batch = original(self, queue, want)
+        if batch:
+            claimed_in.append(threading.current_thread().name)
+        return batch
+
+    monkeypatch.setattr(Worker, "_lease_one_queue", spy)
+    runner = start_worker(poll_interval=30)
+    time.sleep(0.2)
+    msg = django_pgqueue.enqueue("tests.echo", {"hi": 1})
+    wait_for(lambda: archived(msg.id), timeout=2)
+    assert claimed_in == ["listener"]
+    assert runner.stop() == 0
+
+
+def test_a_delayed_message_notified_with_a_ready_one_runs_when_due(
+    start_worker: StartWorker,
+) -> None:
+    # One NOTIFY for both (same transaction): the listener claims the ready one and must
+    # still have the main loop wake up for the delayed one, not wait for the 30 s poll.
+    runner = start_worker(poll_interval=30)
+    time.sleep(0.2)
+    with transaction.atomic():
+        later = django_pgqueue.enqueue(
+            "tests.echo", {"later": True}, run_after=dt.timedelta(seconds=0.7)
+        )
+        ready = django_pgqueue.enqueue("tests.echo", {"now": True})
+    wait_for(lambda: archived(ready.id), timeout=2)
+    row = wait_for(lambda: archived(later.id), timeout=3)
+    assert row.finished_at >= row.enqueued_at + dt.timedelta(seconds=0.7)
     assert runner.stop() == 0
 
 
