@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import psycopg
@@ -32,6 +32,10 @@ PROBE_PREFIX = "~probe "
 
 # How long one wait for notifications lasts before the thread checks whether to stop.
 POLL_SLICE = 0.25
+# Deferred work (:meth:`Listener.defer`) runs once no notification came for this long, or
+# after DEFER_MAX at the latest.
+QUIET_SLICE = 0.005
+DEFER_MAX = 0.05
 
 #: What a lost LISTEN connection raises: the driver's errors while waiting for
 #: notifications, Django's while (re)connecting or claiming through ``on_notify``.
@@ -49,6 +53,9 @@ class Listener(threading.Thread):
     ``on_notify`` runs in this thread, outside the driver's wait for notifications, so it may
     query through ``connections[alias]``: in this thread, that is the LISTEN connection.
     """
+
+    _deferred: dict[Hashable, Callable[[], None]]
+    _deferred_since = 0.0
 
     def __init__(
         self,
@@ -70,6 +77,15 @@ class Listener(threading.Thread):
         self.ready = threading.Event()
         self._halt = threading.Event()
         self._reset = threading.Event()
+        self._deferred = {}
+
+    def defer(self, key: Hashable, work: Callable[[], None]) -> None:
+        """From ``on_notify`` (this thread only): run ``work`` once the connection is quiet,
+        so it does not compete with the handler that was just started. A second ``work``
+        under the same key replaces the first."""
+        if not self._deferred:
+            self._deferred_since = time.monotonic()
+        self._deferred[key] = work
 
     def stop(self) -> None:
         self._halt.set()
@@ -144,9 +160,16 @@ class Listener(threading.Thread):
             # ``on_notify`` may claim on it. ``stop_after=1`` returns as soon as a packet of
             # notifications arrives; any that come while the connection is busy are kept by
             # the driver for the next wait.
-            payloads = [n.payload for n in conn.notifies(timeout=POLL_SLICE, stop_after=1)]
+            wait = QUIET_SLICE if self._deferred else POLL_SLICE
+            payloads = [n.payload for n in conn.notifies(timeout=wait, stop_after=1)]
             for payload in dict.fromkeys(payloads):
                 if payload.startswith(PROBE_PREFIX):
                     self.on_probe(payload)
                 else:
                     self.on_notify(payload)
+            if self._deferred and (
+                not payloads or time.monotonic() - self._deferred_since >= DEFER_MAX
+            ):
+                deferred, self._deferred = self._deferred, {}
+                for work in deferred.values():
+                    work()

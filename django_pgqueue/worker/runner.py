@@ -268,14 +268,20 @@ class Worker:
         finally:
             self._fetch_lock.release()
         # Drained. A delayed message may have come with the ready ones: find when it falls
-        # due, here too, and wake the main loop only if one will.
+        # due, here too, once the handler runs (a query now would delay its start), and wake
+        # the main loop only if one will.
+        assert self.listener is not None
+        self.listener.defer(("due", queue), lambda: self._hint_next_due(queue))
+        return True
+
+    def _hint_next_due(self, queue: str) -> None:
+        """In the listener thread: tell the main loop when ``queue``'s next message is due."""
         seconds = self._seconds_to_next_due([queue])
         if seconds is not None:
             with self._notify_lock:
                 due = _due_at(seconds)
                 self._due_hint = due if self._due_hint is None else min(self._due_hint, due)
             self._wake.set()
-        return True
 
     def _stop_claiming_on_notify(self, exc: BaseException) -> None:
         self._claims_on_notify = False
