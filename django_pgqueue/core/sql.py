@@ -423,7 +423,7 @@ _SERVABLE = """(EXISTS (SELECT 1 FROM pgqueue_message
                WHERE queue = %(queue)s AND tenant = {tenant} AND attempts < max_attempts
                  AND available_at <= now())
        AND COALESCE((%(key_limits)s::jsonb ->> {tenant})::int, %(key_limit)s::int, 2147483647)
-           > COALESCE((SELECT n FROM in_flight WHERE key = {tenant}), 0))"""
+           > COALESCE(((SELECT held FROM in_flight_by_key) ->> {tenant})::int, 0))"""
 
 # Weighted round robin over tenants, as a walk of the tenant index (a skip scan: one probe
 # per tenant, never a scan of the backlog). The walk starts after the cursor (at it when the
@@ -440,6 +440,9 @@ _SERVABLE = """(EXISTS (SELECT 1 FROM pgqueue_message
 FLOW_KEYED_CTES = f"""
 in_flight AS (
     SELECT key, count(*) AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
+), in_flight_by_key AS (
+    -- One object, so that each tenant the walk visits is a lookup, not a scan of in_flight.
+    SELECT COALESCE(jsonb_object_agg(key, n), '{{}}') AS held FROM in_flight
 ), rr AS (
     SELECT COALESCE(s.rr_cursor, '') AS cur, s.rr_used AS used,
            s.rr_cursor IS NOT NULL
@@ -464,7 +467,7 @@ in_flight AS (
 } END) AS tenant,
                w.wrapped OR a.tenant IS NULL AS wrapped
         FROM (SELECT {_NEXT_TENANT.format(after=" AND tenant > w.tenant")} AS tenant OFFSET 0) a
-    ) nxt, LATERAL (SELECT {_SERVABLE.format(tenant="nxt.tenant")} AS servable) ok
+    ) nxt, LATERAL (SELECT {_SERVABLE.format(tenant="nxt.tenant")} AS servable OFFSET 0) ok
     WHERE w.pos < %(max_tenants)s AND w.served < (SELECT n FROM budget)
       AND nxt.tenant IS NOT NULL
       AND NOT (nxt.wrapped AND (nxt.tenant > (SELECT cur FROM rr)
