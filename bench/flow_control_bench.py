@@ -12,7 +12,10 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
    A raw-SQL reference (``DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``) runs
    in the same session. Each is run with no work per message (the claim's cost laid bare:
    claims of a flow-controlled queue are serialized) and with 1 ms of work per message.
-2. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
+2. The same end to end: ``pgq_worker --burst`` processes (no-op handler) drain the backlog of
+   the plain queue, then of the flow-controlled one. Here the claim overlaps with the handlers
+   and the acknowledgements, as in production.
+3. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
    producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
 
@@ -54,7 +57,7 @@ def setup_django() -> None:
         return
     params = conninfo_to_dict(SERVER_DSN)
     settings.configure(
-        INSTALLED_APPS=["django_pgqueue"],
+        INSTALLED_APPS=["django_pgqueue", "bench.benchapp"],
         DATABASES={
             "default": {
                 "ENGINE": "django.db.backends.postgresql",
@@ -68,6 +71,8 @@ def setup_django() -> None:
         },
         USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        # bench.benchapp's django.tasks task names its own queue: any queue is valid here.
+        TASKS={"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend", "QUEUES": []}},
         PGQUEUE={
             "NOTIFY": False,
             "QUEUES": {
@@ -169,6 +174,28 @@ def _drain(queue: str, batch: int, work_ms: float, stop_at: float, mode: str) ->
     return done
 
 
+def _work(queue: str, batch: int, concurrency: int) -> int:
+    """One ``pgq_worker --burst`` (polling only) in this process; returns what it leased."""
+    setup_django()
+    from django.db import connections
+
+    from django_pgqueue.worker.runner import Worker, WorkerOptions
+
+    connections.close_all()
+    worker = Worker(
+        WorkerOptions(
+            queues=[queue],
+            burst=True,
+            concurrency=concurrency,
+            batch_size=batch,
+            listen=False,
+            install_signal_handlers=False,
+        )
+    )
+    worker.run()
+    return worker.taken
+
+
 def _produce(queue: str, heavy_per_tick: int, tick: float, stop_at: float) -> int:
     """One light message every ``tick`` s; with it ``heavy_per_tick`` heavy ones."""
     setup_django()
@@ -218,6 +245,17 @@ def throughput(
     counts = run_pool([(_drain, (queue, batch, work_ms, start + 600, mode))] * procs)
     elapsed = time.monotonic() - start
     assert sum(counts) == total, (sum(counts), total)
+    return total / elapsed
+
+
+def worker_throughput(queue: str, total: int, workers: int, batch: int, concurrency: int) -> float:
+    reset_tables()
+    prefill(queue, total)
+    start = time.monotonic()
+    run_pool([(_work, (queue, batch, concurrency))] * workers)
+    elapsed = time.monotonic() - start
+    archived = execute("SELECT count(*) FROM pgqueue_archive WHERE queue = %s", [queue])[0][0]
+    assert archived == total, (archived, total)
     return total / elapsed
 
 
@@ -286,6 +324,24 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
         )
 
 
+def report_workers(totals: dict[int, int], reps: int, workers: int, concurrency: int) -> None:
+    """End to end through the worker: what a deployment sees with no-op handlers."""
+    print(
+        f"\n## Throughput through pgq_worker: {workers} worker processes x concurrency "
+        f"{concurrency}, --burst, no-op handler (msgs/s, median of {reps})\n"
+    )
+    print("| batch | plain | flow on | on / plain |")
+    print("|---:|---:|---:|---:|")
+    for batch, total in totals.items():
+        plain: list[float] = []
+        flow: list[float] = []
+        for _ in range(reps):
+            plain.append(worker_throughput("plain", total, workers, batch, concurrency))
+            flow.append(worker_throughput("flow", total, workers, batch, concurrency))
+        p, f = statistics.median(plain), statistics.median(flow)
+        print(f"| {batch} | {p:,.0f} | {f:,.0f} | {f / p:.2f} |")
+
+
 def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:
     work_ms = 1.0
     light_rate = 1 / LIGHT_TICK
@@ -327,7 +383,10 @@ def main() -> None:
     parser.add_argument(
         "--latency-batch", type=int, default=4, help="batch size in the latency runs"
     )
-    parser.add_argument("--only", choices=("throughput", "latency"), help="run one part only")
+    parser.add_argument("--workers", type=int, default=2, help="pgq_worker processes")
+    parser.add_argument(
+        "--only", choices=("throughput", "workers", "latency"), help="run one part only"
+    )
     args = parser.parse_args()
     # Messages drained per batch size: batch 1 costs a commit per message.
     totals = (
@@ -342,9 +401,11 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     try:
-        if args.only != "latency":
+        if args.only in (None, "throughput"):
             report_throughput(totals, reps, args.procs)
-        if args.only != "throughput":
+        if args.only in (None, "workers"):
+            report_workers(totals, reps, args.workers, concurrency=4)
+        if args.only in (None, "latency"):
             report_latency(seconds, reps, args.procs, args.latency_batch)
     finally:
         from django.db import connections
