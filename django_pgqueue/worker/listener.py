@@ -2,9 +2,8 @@
 the worker.
 
 NOTIFY is only a hint: the listener hands the queue name to ``on_notify``, which may claim
-on this very connection (an idle worker does: the backend that just delivered the
-notification is awake, so a claim sent to it answers about twice as fast as one sent to a
-connection that has been idle) or just wake the main loop. When the connection drops the
+on this very connection (an idle worker does, sparing the main loop's wake-up and one
+thread hand-off) or just wake the main loop. When the connection drops the
 thread reconnects with capped backoff, LISTENs again and asks for one catch-up fetch
 (notifications sent meanwhile are lost). A private probe payload, sent now and then by the
 worker on its query connection, proves the listener still hears; a probe that never arrives
@@ -172,4 +171,9 @@ class Listener(threading.Thread):
             ):
                 deferred, self._deferred = self._deferred, {}
                 for work in deferred.values():
-                    work()
+                    try:
+                        work()
+                    except LOST:
+                        raise
+                    except Exception:  # a bug in deferred work must not stop the listening
+                        logger.exception("Deferred work of the listener failed.")

@@ -238,9 +238,8 @@ class Worker:
         notification; False leaves it to the main loop (busy worker, nothing ready, more
         ready than one batch, or a claim already under way).
 
-        Why: the backend that has just delivered the NOTIFY is awake, and a claim sent to it
-        answers in about half the time of one sent to the main loop's idle connection, with
-        one thread hand-off less (measured, docs/benchmarks.md): this is the idle latency.
+        Why: this is the idle latency. Waking the main loop to claim costs one thread
+        hand-off more (~0.1-0.2 ms measured, see docs/benchmarks.md) than claiming here.
         """
         if self.executor.in_flight() or self.options.burst or self.options.max_messages:
             return False
@@ -256,6 +255,9 @@ class Worker:
             except DatabaseError as exc:
                 if is_connection_error(exc):
                     raise  # the listener reconnects and asks for a catch-up fetch
+                self._stop_claiming_on_notify(exc)
+                return False
+            except Exception as exc:  # a bug must not cost the worker its listener
                 self._stop_claiming_on_notify(exc)
                 return False
             finally:
@@ -290,6 +292,7 @@ class Worker:
             "everything from now on.",
             type(exc).__name__,
             exc,
+            exc_info=exc,
         )
 
     def _on_retried(self, queues: set[str]) -> None:

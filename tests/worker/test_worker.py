@@ -149,6 +149,29 @@ def test_an_idle_worker_claims_on_its_listen_connection(
     assert runner.stop() == 0
 
 
+def test_a_failing_claim_in_the_listener_falls_back_to_the_main_loop(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bug in the listener's claim must not cost the worker its listener or the message.
+    original = Worker._lease_one_queue
+
+    def broken_in_listener(self: Worker, queue: str, want: int) -> list[Message]:
+        if threading.current_thread().name == "listener":
+            raise RuntimeError("bug in the fast path")
+        return original(self, queue, want)
+
+    monkeypatch.setattr(Worker, "_lease_one_queue", broken_in_listener)
+    runner = start_worker(poll_interval=30)
+    time.sleep(0.2)
+    first = django_pgqueue.enqueue("tests.echo", {"n": 1})
+    wait_for(lambda: archived(first.id), timeout=2)
+    assert "Claiming on the LISTEN connection failed" in caplog.text
+    assert runner.worker.listener is not None and runner.worker.listener.is_alive()
+    second = django_pgqueue.enqueue("tests.echo", {"n": 2})
+    wait_for(lambda: archived(second.id), timeout=2)
+    assert runner.stop() == 0
+
+
 def test_a_delayed_message_notified_with_a_ready_one_runs_when_due(
     start_worker: StartWorker,
 ) -> None:
