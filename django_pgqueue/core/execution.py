@@ -74,6 +74,13 @@ def is_claim_session(connection: BaseDatabaseWrapper) -> bool:
     return connection.connection is not None and connection.connection in _claim_sessions
 
 
+def end_claim_session(connection: BaseDatabaseWrapper) -> None:
+    """Close a connection :func:`dedicate_to_claims` set up, so that whatever runs next on
+    this thread gets a connection with Django's settings, not the claim's."""
+    if is_claim_session(connection) and not connection.in_atomic_block:
+        connection.close()
+
+
 def set_local(local_settings: Mapping[str, str]) -> str:
     """``SET LOCAL name = value;`` for each setting, as one string to put before a statement."""
     return "".join(f"SET LOCAL {name} = {value};\n" for name, value in local_settings.items())

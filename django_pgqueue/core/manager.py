@@ -143,7 +143,8 @@ class MessageManager(models.Manager["Message"]):
         statement, candidate_params = self._lease_statement(alias, queue, limit)
         params = [queue, *candidate_params, worker_id, vt]
         connection = connections[alias]
-        if not hold and is_claim_session(connection) and driver_path(connection):
+        # driver_path first: its health check may replace the connection with a fresh one.
+        if not hold and driver_path(connection) and is_claim_session(connection):
             # A worker's connection that runs under the claim's settings already.
             rows = run_on_driver(
                 connection,

@@ -353,6 +353,7 @@ class Worker:
             for number, previous_handler in previous.items():
                 signal.signal(number, previous_handler)
             connection_created.disconnect(receiver)
+            execution.end_claim_session(connections[self.alias])
             if not own_process:
                 # That thread's connection would outlive it otherwise.
                 connections.close_all()

@@ -315,6 +315,18 @@ def test_call_command_runs_a_burst(capsys: pytest.CaptureFixture[str]) -> None:
     assert archived(msg.id) is not None
 
 
+def test_the_worker_leaves_the_callers_connection_with_djangos_settings() -> None:
+    # The worker's claim connection keeps the claim's settings for its session; the thread
+    # that ran the worker must not inherit them (synchronous_commit = off, enable_sort = off).
+    django_pgqueue.enqueue("tests.echo", {"via": "call_command"})
+    call_command("pgq_worker", burst=True, queues=["default"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_sort'), current_setting('synchronous_commit')"
+        )
+        assert cursor.fetchone() == ("on", "on")
+
+
 def test_lost_lease_result_is_fenced_off(start_worker: StartWorker) -> None:
     # The handler outlives its lease; another claim takes the message meanwhile: the first
     # run's completion must not archive it.
