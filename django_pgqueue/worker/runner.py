@@ -254,12 +254,10 @@ class Worker:
             batch: list[Message] = []
             try:
                 batch = self._lease_one_queue(queue, want)
-            except DatabaseError as exc:
-                if is_connection_error(exc):
+            except Exception as exc:
+                if isinstance(exc, DatabaseError) and is_connection_error(exc):
                     raise  # the listener reconnects and asks for a catch-up fetch
-                self._stop_claiming_on_notify(exc)
-                return False
-            except Exception as exc:  # a bug must not cost the worker its listener
+                # Anything else (a bug) must not cost the worker its listener.
                 self._stop_claiming_on_notify(exc)
                 return False
             finally:
