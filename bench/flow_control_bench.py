@@ -123,14 +123,19 @@ def reset_tables() -> None:
 
 
 def prefill(queue: str, total: int) -> None:
-    """Half the backlog for one heavy tenant, the rest over 99 light ones, interleaved."""
-    execute(
-        "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
-        "SELECT %s, 'bench.noop', '{}'::jsonb, "
-        "       CASE WHEN g %% 2 = 0 THEN 'heavy' ELSE 'light-' || (g %% 99) END "
-        "FROM generate_series(1, %s) g",
-        [queue, total],
-    )
+    """Half the backlog for one heavy tenant, the rest over 99 light ones, through
+    ``enqueue_many`` (one call per tenant), as an application would write it."""
+    import django_pgqueue
+
+    heavy = total // 2
+    django_pgqueue.enqueue_many("bench.noop", [{}] * heavy, queue=queue, tenant="heavy")
+    light = total - heavy
+    for n in range(99):
+        count = light // 99 + (1 if n < light % 99 else 0)
+        if count:
+            django_pgqueue.enqueue_many(
+                "bench.noop", [{}] * count, queue=queue, tenant=f"light-{n}"
+            )
     execute("ANALYZE pgqueue_message")
 
 

@@ -95,6 +95,15 @@ class Message(MessageFields):
     leased_by = models.CharField(max_length=255, null=True, blank=True)
     leased_at = models.DateTimeField(null=True, blank=True)
     last_error = models.JSONField(null=True, blank=True)
+    fair_order = models.FloatField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Fair queues only: the message's place in its queue's fair order (virtual time, "
+            "set at enqueue); -1 while it is outside that order (scheduled, leased, backing "
+            "off). NULL in queues without fairness."
+        ),
+    )
 
     objects = MessageManager()
 
@@ -122,17 +131,30 @@ class Message(MessageFields):
                 name="pgq_message_claim",
                 condition=Q(attempts__lt=F("max_attempts")),
             ),
-            # Serves flow-controlled claims (core/flow_control.py): the round robin walks the
-            # tenants of a queue, then takes each one's oldest ready messages. Rows without a
-            # tenant stay out of it, so queues that use no tenants pay nothing for it.
+            # Fair queues (core/flow_control.py): the fair order itself, which a claim reads
+            # from its head; each tenant's newest place in it, where its next message goes;
+            # and the messages outside it that are due again, to be given a place. Rows of
+            # queues without fairness (fair_order NULL) are in none of the three.
             models.Index(
                 F("queue"),
-                F("tenant"),
+                F("priority").desc(),
+                F("fair_order"),
+                F("id"),
+                name="pgq_message_fair",
+                condition=Q(fair_order__gte=0),
+            ),
+            models.Index(
+                fields=["queue", "tenant", "priority", "fair_order"],
+                name="pgq_message_fair_tenant",
+                condition=Q(fair_order__gte=0),
+            ),
+            models.Index(
+                F("queue"),
                 F("priority").desc(),
                 F("available_at"),
                 F("id"),
-                name="pgq_message_tenant",
-                condition=Q(attempts__lt=F("max_attempts")) & Q(tenant__isnull=False),
+                name="pgq_message_fair_due",
+                condition=Q(fair_order__lt=0) & Q(attempts__lt=F("max_attempts")),
             ),
             # Serves the reaper: leases that ran out on their last attempt.
             models.Index(

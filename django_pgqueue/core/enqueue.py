@@ -13,6 +13,7 @@ from django.db import connections, transaction
 from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
+from .flow_control import flow_config
 from .notify import notify_queues
 from .prepared import driver_path, run_on_driver
 from .timestamps import TimestampLoader
@@ -104,13 +105,24 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
         message.delay or 0.0,
     ]
     dedup = message.dedup_key is not None
-    if conf.NOTIFY:
+    types = _ENQUEUE_TYPES
+    flow = flow_config(message.queue)
+    if flow is not None and flow.keyed:  # a fair queue: the message takes its place in it
+        params.append(flow.fair_step(message.tenant))
+        types += ("float8",)
+        if conf.NOTIFY:
+            statement = sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY if dedup else sql.ENQUEUE_FAIR_AND_NOTIFY
+        else:
+            statement = sql.ENQUEUE_FAIR_DEDUP if dedup else sql.ENQUEUE_FAIR
+    elif conf.NOTIFY:
         statement = sql.ENQUEUE_DEDUP_AND_NOTIFY if dedup else sql.ENQUEUE_AND_NOTIFY
-        params += [conf.NOTIFY_CHANNEL, message.queue]
     else:
         statement = sql.ENQUEUE_DEDUP if dedup else sql.ENQUEUE
+    if conf.NOTIFY:
+        params += [conf.NOTIFY_CHANNEL, message.queue]
+        types += _NOTIFY_TYPES
     connection = connections[using or conf.DATABASE_ALIAS]
-    row = _insert_on_driver(connection, statement, params)
+    row = _insert_on_driver(connection, statement, params, types)
     if row is None:
         row = _insert(connection, statement, params, dedup)
     if row is None:  # the holder finished between the two statements: enqueue anew
@@ -125,7 +137,9 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
     )
 
 
-def _insert_on_driver(connection: Any, statement: str, params: list[Any]) -> tuple[Any, ...] | None:
+def _insert_on_driver(
+    connection: Any, statement: str, params: list[Any], types: tuple[str, ...]
+) -> tuple[Any, ...] | None:
     """The fast path of a new message in autocommit (see ``prepared.run_on_driver``):
     ``(id, enqueued_at, available_at, False)``, or ``None`` to take :func:`_insert`."""
     if not driver_path(connection):
@@ -134,7 +148,7 @@ def _insert_on_driver(connection: Any, statement: str, params: list[Any]) -> tup
         connection,
         kind="enqueue",
         statement=statement,
-        types=_ENQUEUE_TYPES[: len(params)],
+        types=types,
         params=params,
     )
     if not rows:  # fallen back, or a duplicate: _insert finds the holder
@@ -149,8 +163,8 @@ def _insert_on_driver(connection: Any, statement: str, params: list[Any]) -> tup
     )
 
 
-# Parameter types of ENQUEUE (then ENQUEUE_AND_NOTIFY's channel and queue).
-_ENQUEUE_TYPES = (
+# Parameter types of ENQUEUE; then ENQUEUE_FAIR's step; then the wake-up's channel and queue.
+_ENQUEUE_TYPES: tuple[str, ...] = (
     "text",
     "text",
     "text",
@@ -160,9 +174,8 @@ _ENQUEUE_TYPES = (
     "int",
     "timestamptz",
     "float8",
-    "text",
-    "text",
 )
+_NOTIFY_TYPES = ("text", "text")
 _INT8 = struct.Struct("!q")
 # Binary timestamptz: microseconds since 2000-01-01 UTC.
 _PG_EPOCH_MICROS = 946_684_800_000_000
@@ -300,9 +313,29 @@ def _write_many(
     if not payloads_json:
         return 0
     alias = using or get_settings().DATABASE_ALIAS
+    flow = flow_config(template.queue)
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        count = len(payloads_json)
+        places: list[float] | None = None
+        available_at: datetime | None = None
+        if flow is not None and flow.keyed:
+            # A fair queue: the first message's place in the fair order, the others a step
+            # behind each other (-1 for all when they are scheduled).
+            step = flow.fair_step(template.tenant)
+            cursor.execute(
+                sql.FAIR_ORDER_OF_BULK,
+                {
+                    "queue": template.queue,
+                    "priority": template.priority,
+                    "tenant": template.tenant,
+                    "step": step,
+                    "run_at": template.run_at,
+                    "delay": template.delay or 0.0,
+                },
+            )
+            available_at, first = cursor.fetchone()
+            places = [-1.0] * count if first < 0 else [first + n * step for n in range(count)]
         if dedup_keys is not None and any(k is not None for k in dedup_keys):
-            count = len(payloads_json)
             cursor.execute(
                 sql.ENQUEUE_MANY_UNNEST,
                 [
@@ -315,28 +348,38 @@ def _write_many(
                     [template.max_attempts] * count,
                     [template.run_at] * count,
                     [template.delay] * count,
+                    places or [None] * count,
                 ],
             )
             written = cursor.rowcount
         else:
-            written = _copy(cursor.cursor, template, payloads_json)
+            written = _copy(cursor.cursor, template, payloads_json, available_at, places)
         notify_queues([template.queue], using=alias)
     return written
 
 
-def _copy(raw_cursor: Any, template: _Prepared, payloads_json: list[str]) -> int:
-    """COPY rows straight into the live table; a delay is resolved against database time.
+def _copy(
+    raw_cursor: Any,
+    template: _Prepared,
+    payloads_json: list[str],
+    available_at: datetime | None,
+    places: list[float] | None,
+) -> int:
+    """COPY rows straight into the live table; a delay is resolved against database time
+    (unless the caller did: ``available_at``). ``places``: each row's place in a fair queue.
 
     The rows differ only in their payload, so the COPY text is assembled here, a few
     thousand rows per write, rather than row by row through ``write_row``: the shared columns
     are formatted once, and a payload (``encode_payload``'s JSON, which escapes every control
     character, so no tab or newline can occur in it) needs only its backslashes doubled.
     """
-    raw_cursor.execute(
-        "SELECT COALESCE(%s::timestamptz, now() + make_interval(secs => %s))",
-        [template.run_at, template.delay or 0.0],
-    )
-    available_at: datetime = raw_cursor.fetchone()[0]
+    if available_at is None:
+        raw_cursor.execute(
+            "SELECT COALESCE(%s::timestamptz, now() + make_interval(secs => %s))",
+            [template.run_at, template.delay or 0.0],
+        )
+        available_at = raw_cursor.fetchone()[0]
+    assert available_at is not None
     head = f"{_copy_text(template.queue)}\t{_copy_text(template.task)}\t"
     tail = "\t".join(
         (
@@ -347,6 +390,11 @@ def _copy(raw_cursor: Any, template: _Prepared, payloads_json: list[str]) -> int
             available_at.isoformat(),
         )
     )
+    if places is not None:  # one place per row: written row by row
+        with raw_cursor.copy(sql.ENQUEUE_MANY_COPY_FAIR) as copy:
+            for payload, place in zip(payloads_json, places, strict=True):
+                copy.write(f"{head}{payload.replace('\\', '\\\\')}{tail}\t{place!r}\n")
+        return len(payloads_json)
     separator = f"{tail}\n{head}"
     with raw_cursor.copy(sql.ENQUEUE_MANY_COPY) as copy:
         for start in range(0, len(payloads_json), _COPY_ROWS_PER_WRITE):

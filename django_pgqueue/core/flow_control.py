@@ -53,16 +53,20 @@ FLOW_KEYS = frozenset(
     }
 )
 
-#: Tenants one claim walks beyond the batch size (tenants at their limit or with nothing ready
-#: cost a probe each); the cursor moves on, so the next claim continues where this one stopped.
-WALK_SLACK = 32
-WALK_MAX = 1000
+#: Messages of the fair order a claim reads beyond its batch (plus one per held slot): room
+#: for tenants that are at their key limit or out of tokens, whose messages it passes over.
+WINDOW_SLACK = 32
+
+#: Messages due again (scheduled, retried, redelivered) one claim places in the fair order
+#: at most, beyond its batch size.
+PLACE_SLACK = 32
 
 #: Exhausted leases one claim buries at most (as the plain claim).
 REAP_LIMIT = 100
 
-#: Messages without a tenant in a keyed queue are found among this many oldest ready messages.
-UNTENANTED_WINDOW = 32
+#: Rows written without a place (``fair_order`` NULL: raw SQL, or from before fairness was
+#: switched on) are looked for among this many oldest ready messages of the queue.
+UNPLACED_WINDOW = 32
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ class FlowConfig:
             or self.key_concurrency_limits
             or self.key_rate_limit
         )
+
+    def fair_step(self, tenant: str | None) -> float:
+        """How far a tenant's next message goes behind its previous one in the fair order."""
+        return 1.0 / int(self.tenant_weights.get(tenant, 1)) if tenant is not None else 1.0
 
     @property
     def tracks_slots(self) -> bool:
@@ -139,6 +147,7 @@ def claim_statement(keyed: bool) -> str:
         reap_limit=REAP_LIMIT,
         shared=sql.SHARED_COLUMNS,
         leased_columns=sql.leased_returning(),
+        leased_order=sql.LEASED_OUT_OF_ORDER if keyed else sql.LEASED_ORDER,
     ).strip()
     # LEASE's positional parameters are, in order: queue (reaper), worker id, visibility.
     names = iter(("%(queue)s", "%(worker_id)s", "%(visibility_timeout)s"))
@@ -147,7 +156,8 @@ def claim_statement(keyed: bool) -> str:
         raise RuntimeError("sql.LEASE changed shape; update core/flow_control.claim_statement")
     ctes = sql.FLOW_COMMON_CTES + ", " + (sql.FLOW_KEYED_CTES if keyed else sql.FLOW_QUEUE_CTES)
     lease = "WITH RECURSIVE " + ctes + ",\n" + lease.removeprefix("WITH ")
-    return lease.replace(_RESULT_ANCHOR, "," + sql.FLOW_SAVE_CTES + _RESULT_ANCHOR)
+    save = sql.FLOW_SAVE_CTES + ("," + sql.FLOW_KEYED_SAVE_CTES if keyed else "")
+    return lease.replace(_RESULT_ANCHOR, "," + save + _RESULT_ANCHOR)
 
 
 def claim_params(
@@ -165,8 +175,9 @@ def claim_params(
         "key_limit": config.key_concurrency_limit,
         "key_rate": config.key_rate_limit,
         "key_burst": config.key_rate_burst,
-        "max_tenants": min(limit + WALK_SLACK, WALK_MAX),
-        "untenanted_window": UNTENANTED_WINDOW,
+        "window": limit + WINDOW_SLACK,
+        "place_limit": limit + PLACE_SLACK,
+        "unplaced_window": UNPLACED_WINDOW,
         "track_slots": config.tracks_slots,
         "worker_id": worker_id,
         "visibility_timeout": vt,
@@ -185,8 +196,9 @@ _PARAM_TYPES = (
     ("key_limit", "int"),
     ("key_rate", "float8"),
     ("key_burst", "float8"),
-    ("max_tenants", "int"),
-    ("untenanted_window", "int"),
+    ("window", "int"),
+    ("place_limit", "int"),
+    ("unplaced_window", "int"),
     ("track_slots", "bool"),
     ("worker_id", "text"),
     ("visibility_timeout", "float8"),

@@ -1,5 +1,4 @@
-"""Flow-control state: the round-robin cursor and rate buckets per queue, per-key rate
-buckets, and the in-flight slot ledger (see ``core/flow_control.py``).
+"""Flow-control state: the rate bucket per queue, per-key rate buckets, and the in-flight slot ledger (see ``core/flow_control.py``).
 
 All three are small and only touched by claims of queues that opt into flow control.
 """
@@ -19,15 +18,6 @@ class FlowState(models.Model):
     """One row per flow-controlled queue; claims lock it, which serializes them per queue."""
 
     queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH, primary_key=True)
-    rr_cursor = models.CharField(
-        max_length=TENANT_MAX_LENGTH,
-        null=True,
-        blank=True,
-        help_text="Tenant served last by the round robin (NULL: start of the rotation).",
-    )
-    rr_used = models.IntegerField(
-        default=0, db_default=0, help_text="Messages the cursor tenant got in its current turn."
-    )
     tokens = models.FloatField(
         null=True, blank=True, help_text="Queue rate-limit bucket (NULL: full)."
     )

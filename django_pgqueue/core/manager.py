@@ -221,6 +221,7 @@ class MessageManager(models.Manager["Message"]):
                 reap_limit=REAP_LIMIT,
                 shared=sql.SHARED_COLUMNS,
                 leased_columns=sql.leased_returning(),
+                leased_order=sql.LEASED_ORDER,
             )
             if len(self._statements) >= _STATEMENT_CACHE_SIZE:
                 self._statements.clear()

@@ -83,18 +83,67 @@ SELECT id, enqueued_at, available_at, pg_notify(%s, %s) FROM inserted
 ENQUEUE_AND_NOTIFY = enqueue_and_notify(ENQUEUE)
 ENQUEUE_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_DEDUP)
 
+
+# A message's place when it enters its queue's fair order (fair queues; see FLOW_KEYED_CTES):
+# max(the head of the order, the tenant's newest place + its step). Three index probes; the
+# third only for messages without a tenant (a one-time filter skips it otherwise).
+FAIR_ORDER_ENTRY = """GREATEST(
+    COALESCE((SELECT h.fair_order FROM pgqueue_message h
+              WHERE h.queue = {queue} AND h.priority = {priority} AND h.fair_order >= 0
+              ORDER BY h.fair_order LIMIT 1), 0),
+    (SELECT t.fair_order + {step} FROM pgqueue_message t
+     WHERE t.queue = {queue} AND t.tenant = {tenant} AND t.priority = {priority}
+       AND t.fair_order >= 0
+     ORDER BY t.fair_order DESC LIMIT 1),
+    (SELECT t.fair_order + {step} FROM pgqueue_message t
+     WHERE {tenant} IS NULL AND t.queue = {queue} AND t.tenant IS NULL
+       AND t.priority = {priority} AND t.fair_order >= 0
+     ORDER BY t.fair_order DESC LIMIT 1))"""
+
+
+# Enqueue into a fair queue: the message takes its place in the fair order at once when it is
+# ready, -1 (outside the order until it falls due) when scheduled. Parameters as ENQUEUE's,
+# then the tenant's step (1 / weight).
+_ENTRY_OF_V = FAIR_ORDER_ENTRY.format(
+    queue="v.queue", priority="v.priority", tenant="v.tenant", step="v.step"
+)
+
+
+def enqueue_fair(insert_suffix: str) -> str:
+    return f"""
+INSERT INTO pgqueue_message
+    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order)
+SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key, v.max_attempts,
+       v.available_at,
+       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+FROM (SELECT %s::text AS queue, %s::text AS task, %s::text AS payload,
+             %s::smallint AS priority, %s::text AS tenant, %s::text AS dedup_key,
+             %s::int AS max_attempts,
+             COALESCE(%s::timestamptz, statement_timestamp() + make_interval(secs => %s::float8))
+                 AS available_at,
+             %s::float8 AS step) v
+{insert_suffix}"""
+
+
+ENQUEUE_FAIR = enqueue_fair(_ENQUEUE_RETURNING)
+
+ENQUEUE_FAIR_DEDUP = enqueue_fair(f"{_ON_DEDUP_KEY_CONFLICT}\n{_ENQUEUE_RETURNING}")
+ENQUEUE_FAIR_AND_NOTIFY = enqueue_and_notify(ENQUEUE_FAIR)
+ENQUEUE_FAIR_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_FAIR_DEDUP)
+
 FIND_BY_DEDUP_KEY = """
 SELECT id, enqueued_at, available_at FROM pgqueue_message WHERE queue = %s AND dedup_key = %s
 """
 
 ENQUEUE_MANY_UNNEST = """
 INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order)
 SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts,
-       COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0)))
+       COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))), fair_order
 FROM unnest(%s::text[], %s::text[], %s::text[], %s::smallint[], %s::text[], %s::text[],
-            %s::int[], %s::timestamptz[], %s::float8[])
-     AS t(queue, task, payload, priority, tenant, dedup_key, max_attempts, run_at, delay)
+            %s::int[], %s::timestamptz[], %s::float8[], %s::float8[])
+     AS t(queue, task, payload, priority, tenant, dedup_key, max_attempts, run_at, delay,
+          fair_order)
 ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 """
 
@@ -102,11 +151,30 @@ ENQUEUE_MANY_COPY = """
 COPY pgqueue_message (queue, task, payload, priority, tenant, max_attempts, available_at)
 FROM STDIN
 """
+ENQUEUE_MANY_COPY_FAIR = """
+COPY pgqueue_message
+    (queue, task, payload, priority, tenant, max_attempts, available_at, fair_order)
+FROM STDIN
+"""
+
+# When a bulk enqueue into a fair queue becomes available, and the first message's place in
+# the fair order (-1 when scheduled); the others follow it a step apart.
+FAIR_ORDER_OF_BULK = f"""
+SELECT v.available_at,
+       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+FROM (SELECT %(queue)s::text AS queue, %(priority)s::smallint AS priority,
+             %(tenant)s::text AS tenant, %(step)s::float8 AS step,
+             COALESCE(%(run_at)s::timestamptz,
+                      statement_timestamp() + make_interval(secs => %(delay)s::float8))
+                 AS available_at) v
+"""
 
 NOTIFY_QUEUES = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)"
 
 # The claim. ``{candidates}`` is the ORM's ``select_for_update(skip_locked=True)`` query from
-# ``MessageManager.lease`` (it selects ``id, lease_token``); ``{reap_limit}`` bounds the reaper.
+# ``MessageManager.lease`` (it selects ``id, lease_token``); ``{reap_limit}`` bounds the reaper;
+# ``{leased_order}`` is a leased message's ``fair_order``: -1 (out of the fair order while
+# leased) in a fair queue's claim, else LEASED_ORDER.
 # One statement does both jobs:
 #   1. buries leases that ran out on their last attempt (reason ``lease_expired``): attempts
 #      count at claim, so a message that kills its worker every time ends here, not in a loop;
@@ -150,7 +218,8 @@ WITH exhausted AS (
         lease_token = gen_random_uuid(),
         leased_by = %s,
         leased_at = now(),
-        available_at = now() + make_interval(secs => %s)
+        available_at = now() + make_interval(secs => %s),
+        fair_order = {leased_order}
     FROM numbered c
     -- Re-checked on the row version this statement locked: a lease committed by another
     -- worker meanwhile is never taken over, whatever plan found the candidate.
@@ -165,6 +234,11 @@ SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, at
 FROM buried
 ORDER BY position
 """
+
+# A leased message's ``fair_order`` outside fair queues: a row placed in a fair order (the queue
+# had fairness) leaves it, others stay NULL.
+LEASED_ORDER = "CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END"
+LEASED_OUT_OF_ORDER = "-1"
 
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
 COMPLETE = f"""
@@ -360,7 +434,7 @@ SELECT 1 FROM pgqueue_flow_state WHERE queue = %(queue)s FOR UPDATE;
 # What every flow-controlled claim computes first:
 # - slots: a slot is held while its message is live with the same lease token and an
 #   unexpired lease; every other slot row (finished, failed, released, expired) is deleted;
-# - state: the round-robin cursor and the queue's rate bucket refilled to the database clock;
+# - state: the queue's rate bucket refilled to the database clock;
 # - budget: how many messages this claim may take (batch size, queue limit, whole tokens;
 #   0 when the queue is paused).
 FLOW_COMMON_CTES = """
@@ -375,8 +449,7 @@ slots AS (
     DELETE FROM pgqueue_flow_slot s USING slots
     WHERE s.lease_token = slots.lease_token AND NOT slots.held
 ), state AS (
-    SELECT f.rr_cursor, f.rr_used,
-           LEAST(%(burst)s::float8,
+    SELECT LEAST(%(burst)s::float8,
                  COALESCE(f.tokens + %(rate)s::float8
                                      * extract(epoch FROM clock_timestamp() - f.refilled_at),
                           %(burst)s::float8)) AS tokens,
@@ -401,150 +474,94 @@ chosen AS (
     WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
     ORDER BY priority DESC, available_at, id
     LIMIT (SELECT n FROM budget)
-), next_rr AS (
-    SELECT rr_cursor AS cursor, rr_used AS used FROM state
 )"""
 
-# The next tenant (after ``{after}``) holding live messages: one probe of pgq_message_tenant.
-# (``OFFSET 0`` below keeps each probe a subquery evaluated once, not inlined per use.)
-_NEXT_TENANT = """(SELECT tenant FROM pgqueue_message
-     WHERE queue = %(queue)s AND attempts < max_attempts AND tenant IS NOT NULL{after}
-     ORDER BY tenant LIMIT 1)"""
-# Where the walk starts: at the cursor tenant when its turn is unfinished, else after it.
-# Two plain range probes (an OR of both would not be an index range).
-_START = f"""CASE WHEN (SELECT resume FROM rr)
-             THEN {_NEXT_TENANT.format(after=" AND tenant >= (SELECT cur FROM rr)")}
-             ELSE {_NEXT_TENANT.format(after=" AND tenant > (SELECT cur FROM rr)")} END"""
-
-# Whether tenant ``{tenant}`` can give a message now: one ready (a probe of its head in
-# pgq_message_tenant) and a free slot under its key limit. The walk stops once it has met as
-# many such tenants as the claim may take messages.
-_SERVABLE = """(EXISTS (SELECT 1 FROM pgqueue_message
-               WHERE queue = %(queue)s AND tenant = {tenant} AND attempts < max_attempts
-                 AND available_at <= now())
-       AND COALESCE((%(key_limits)s::jsonb ->> {tenant})::int, %(key_limit)s::int, 2147483647)
-           > COALESCE(((SELECT held FROM in_flight_by_key) ->> {tenant})::int, 0))"""
-
-# Weighted round robin over tenants, as a walk of the tenant index (a skip scan: one probe
-# per tenant, never a scan of the backlog). The walk starts after the cursor (at it when the
-# cursor tenant's turn is unfinished), wraps around once and stops after ``max_tenants``
-# tenants, or as soon as it has met as many servable tenants as the claim may take messages.
-# Each tenant visited may give up to least(key limit - in flight, whole tokens in its rate
-# bucket) messages, its oldest ready ones by (priority desc, available_at, id): a second
-# probe. They are dealt in rounds: ``weight`` messages per tenant per round, tenants in walk
-# order, so a claim of N messages over K tenants takes ~N/K from each. Messages without a
-# tenant are one more group, taking its turn where the rotation wraps; they are looked for
-# among the first ``untenanted_window`` ready messages of the queue. ``next_rr`` is where the
-# rotation stands afterwards: on the last tenant served (``used`` = what it had of its turn),
-# or, when the batch was not filled, after the last tenant walked.
+# Fair queues: weighted fair queuing by virtual time. Each message gets its place in the fair
+# order (``fair_order``) when it enters the order: at enqueue when it is ready then (see
+# ENQUEUE_FAIR), else in the first claim after it falls due. Its place is
+#     max(V, the tenant's newest place + 1 / weight)
+# where V, the virtual time, is the head of the order (same queue and priority): a tenant
+# with nothing waiting starts at the head, a tenant with a backlog queues behind itself, so
+# tenants alternate, ``weight`` messages each per unit of virtual time, however many each
+# enqueued. A claim then reads the order from its head, a plain index range: no walk over
+# tenants, however many there are. Messages without a tenant are one more tenant.
+#
+# What a keyed claim computes after FLOW_COMMON_CTES:
+# - head: the first ``window`` messages of the order (more when slots are held: a tenant at
+#   its key limit cannot take its messages there, the window reaches past them);
+# - due_again: messages outside the order that are due (scheduled, retried, redelivered,
+#   released: ``fair_order`` -1), oldest first, and, for rows written by other means
+#   (``fair_order`` NULL: before fairness was switched on, raw SQL), the oldest ready ones;
+#   ``placed`` gives them their place, exactly as an enqueue would have;
+# - capacity: what each tenant met may take, under its key limit and its rate bucket;
+# - chosen: the candidates in fair order, each tenant within its capacity, at most
+#   ``budget``. The placed messages not chosen keep their place (FLOW_KEYED_SAVE_CTES).
 FLOW_KEYED_CTES = f"""
 in_flight AS (
-    SELECT key, count(*) AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
-), in_flight_by_key AS (
-    -- One object, so that each tenant the walk visits is a lookup, not a scan of in_flight.
-    SELECT COALESCE(jsonb_object_agg(key, n), '{{}}') AS held FROM in_flight
-), rr AS (
-    SELECT COALESCE(s.rr_cursor, '') AS cur, s.rr_used AS used,
-           s.rr_cursor IS NOT NULL
-             AND s.rr_used < COALESCE((%(weights)s::jsonb ->> s.rr_cursor)::int, 1) AS resume
-    FROM state s
-), walk(tenant, pos, wrapped, servable, served) AS (
-    SELECT s.tenant::text, 1, s.wrapped, s.servable, s.servable::int
-    FROM (
-        SELECT t.tenant, t.wrapped, {_SERVABLE.format(tenant="t.tenant")} AS servable
-        FROM (
-        SELECT COALESCE(a.tenant, {_NEXT_TENANT.format(after="")}) AS tenant,
-               a.tenant IS NULL AS wrapped
-        FROM (SELECT {_START} AS tenant OFFSET 0) a
-        ) t
-    ) s
-    WHERE s.tenant IS NOT NULL AND (SELECT n FROM budget) > 0
+    SELECT key, count(*)::int AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
+), head AS (
+    SELECT id, tenant, priority, fair_order AS place FROM pgqueue_message
+    WHERE queue = %(queue)s AND fair_order >= 0
+    ORDER BY priority DESC, fair_order, id
+    LIMIT (SELECT CASE WHEN b.n > 0 THEN %(window)s::int + (SELECT count(*) FROM slots WHERE held)::int
+                       ELSE 0 END FROM budget b)
+), due_again AS (
+    (SELECT id, tenant, priority, available_at FROM pgqueue_message
+     WHERE queue = %(queue)s AND fair_order < 0 AND attempts < max_attempts
+       AND available_at <= now()
+     ORDER BY priority DESC, available_at, id
+     LIMIT %(place_limit)s)
   UNION ALL
-    SELECT nxt.tenant::text, w.pos + 1, nxt.wrapped, ok.servable, w.served + ok.servable::int
-    FROM walk w, LATERAL (
-        SELECT COALESCE(a.tenant, CASE WHEN NOT w.wrapped THEN {
-    _NEXT_TENANT.format(after="")
-} END) AS tenant,
-               w.wrapped OR a.tenant IS NULL AS wrapped
-        FROM (SELECT {_NEXT_TENANT.format(after=" AND tenant > w.tenant")} AS tenant OFFSET 0) a
-    ) nxt, LATERAL (SELECT {_SERVABLE.format(tenant="nxt.tenant")} AS servable OFFSET 0) ok
-    WHERE w.pos < %(max_tenants)s AND w.served < (SELECT n FROM budget)
-      AND nxt.tenant IS NOT NULL
-      AND NOT (nxt.wrapped AND (nxt.tenant > (SELECT cur FROM rr)
-                                OR ((SELECT resume FROM rr) AND nxt.tenant = (SELECT cur FROM rr))))
-), turn AS (
-    SELECT w.tenant, w.pos::float8 AS pos,
-           COALESCE((%(weights)s::jsonb ->> w.tenant)::int, 1) AS weight,
-           CASE WHEN w.pos = 1 AND rr.resume AND w.tenant = rr.cur THEN rr.used ELSE 0 END
-             AS used,
+    SELECT id, tenant, priority, available_at FROM (
+        SELECT id, tenant, priority, available_at, fair_order FROM pgqueue_message
+        WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
+        ORDER BY priority DESC, available_at, id
+        LIMIT %(unplaced_window)s) oldest
+    WHERE fair_order IS NULL
+), entry AS (
+    SELECT g.tenant, g.priority, g.step,
+           {
+    FAIR_ORDER_ENTRY.format(
+        queue="%(queue)s", priority="g.priority", tenant="g.tenant", step="g.step"
+    )
+} AS place
+    FROM (SELECT tenant, priority,
+                 1.0::float8 / COALESCE((%(weights)s::jsonb ->> tenant)::int, 1) AS step
+          FROM due_again GROUP BY tenant, priority) g
+), placed AS (
+    SELECT d.id, d.tenant, d.priority,
+           e.place + (row_number() OVER (PARTITION BY d.tenant, d.priority
+                                         ORDER BY d.available_at, d.id) - 1) * e.step AS place
+    FROM due_again d
+    JOIN entry e ON e.tenant IS NOT DISTINCT FROM d.tenant AND e.priority = d.priority
+), candidate AS (
+    SELECT id, tenant, priority, place FROM head
+  UNION ALL
+    SELECT id, tenant, priority, place FROM placed
+), capacity AS (
+    SELECT t.tenant,
            LEAST(
-               COALESCE((%(key_limits)s::jsonb ->> w.tenant)::int, %(key_limit)s::int, 2147483647)
-                 - COALESCE(i.n, 0)::int,
+               COALESCE((%(key_limits)s::jsonb ->> t.tenant)::int, %(key_limit)s::int, 2147483647)
+                 - COALESCE(i.n, 0),
                CASE WHEN %(key_rate)s::float8 IS NULL THEN 2147483647
                     ELSE floor(LEAST(%(key_burst)s::float8,
                                      COALESCE(b.tokens + %(key_rate)s::float8
                                               * extract(epoch FROM clock_timestamp() - b.refilled_at),
                                               %(key_burst)s::float8)) + 1e-9)::int
-               END) AS capacity
-    FROM walk w
-    CROSS JOIN rr
-    LEFT JOIN in_flight i ON i.key = w.tenant
-    LEFT JOIN pgqueue_flow_key_bucket b ON b.queue = %(queue)s AND b.key = w.tenant
-), rounds AS (
-    -- Enough rounds for the batch: twice its fair share per tenant, at most its capacity.
-    SELECT ceil(2.0 * (SELECT n FROM budget)
-                / GREATEST(1, (SELECT count(*) FROM walk WHERE servable)))::int AS share
-), untenanted_turn AS (
-    SELECT COALESCE((SELECT min(pos) - 0.5 FROM walk WHERE wrapped),
-                    CASE WHEN NOT EXISTS (SELECT 1 FROM walk) AND (SELECT n FROM budget) > 0
-                         THEN 0.0 END) AS pos
-), picked AS (
-    SELECT t.pos, t.tenant, h.id, t.weight, h.rank + t.used AS seq
-    FROM turn t CROSS JOIN rounds r, LATERAL (
-        SELECT id, row_number() OVER () AS rank
-        FROM (SELECT id FROM pgqueue_message
-              WHERE queue = %(queue)s AND tenant = t.tenant AND attempts < max_attempts
-                AND available_at <= now()
-              ORDER BY priority DESC, available_at, id
-              LIMIT LEAST(t.capacity, t.weight * r.share)) head
-    ) h
-    WHERE t.capacity > 0
-  UNION ALL
-    SELECT u.pos, NULL, h.id, 1, h.rank
-    FROM untenanted_turn u CROSS JOIN rounds r, LATERAL (
-        SELECT id, row_number() OVER () AS rank
-        FROM (SELECT id FROM (SELECT id, tenant, priority, available_at FROM pgqueue_message
-                              WHERE queue = %(queue)s AND attempts < max_attempts
-                                AND available_at <= now()
-                              ORDER BY priority DESC, available_at, id
-                              LIMIT %(untenanted_window)s) win
-              WHERE tenant IS NULL
-              ORDER BY priority DESC, available_at, id
-              LIMIT r.share) head
-    ) h
-    WHERE u.pos IS NOT NULL
+               END) AS n
+    FROM (SELECT DISTINCT tenant FROM candidate WHERE tenant IS NOT NULL) t
+    LEFT JOIN in_flight i ON i.key = t.tenant
+    LEFT JOIN pgqueue_flow_key_bucket b ON b.queue = %(queue)s AND b.key = t.tenant
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.place, c.id)
+             AS nth
+    FROM candidate c
 ), chosen AS (
-    -- Round k holds each tenant's messages number k*weight+1 .. (k+1)*weight.
-    SELECT id, tenant, (seq - 1) %% weight + 1 AS used,
-           row_number() OVER (ORDER BY (seq - 1) / weight, pos, seq) AS k
-    FROM picked
-    ORDER BY (seq - 1) / weight, pos, seq
+    SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.place, r.id) AS k
+    FROM ranked r LEFT JOIN capacity c ON c.tenant = r.tenant
+    WHERE r.tenant IS NULL OR r.nth <= c.n
+    ORDER BY r.priority DESC, r.place, r.id
     LIMIT (SELECT n FROM budget)
-), last_chosen AS (
-    SELECT tenant, used FROM chosen ORDER BY k DESC LIMIT 1
-), last_walked AS (
-    SELECT tenant FROM walk ORDER BY pos DESC LIMIT 1
-), next_rr AS (
-    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM walk) THEN s.rr_cursor
-                WHEN (SELECT count(*) FROM chosen) >= b.n THEN (SELECT tenant FROM last_chosen)
-                ELSE (SELECT tenant FROM last_walked) END AS cursor,
-           CASE WHEN NOT EXISTS (SELECT 1 FROM walk) THEN s.rr_used
-                WHEN (SELECT count(*) FROM chosen) >= b.n
-                    THEN COALESCE((SELECT CASE WHEN tenant IS NULL THEN 0 ELSE used END
-                                   FROM last_chosen), 0)
-                ELSE COALESCE((%(weights)s::jsonb ->> (SELECT tenant FROM last_walked))::int, 1)
-           END AS used
-    FROM state s CROSS JOIN budget b
 )"""
 
 # LEASE's ``{candidates}`` in a flow-controlled claim: the chosen ids, re-checked and locked,
@@ -558,17 +575,14 @@ FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
     ORDER BY array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id)
     FOR UPDATE OF m SKIP LOCKED"""
 
-# Appended after LEASE's ``claimed``: the rotation, the queue's bucket, a slot per leased
+# Appended after LEASE's ``claimed``: the queue's bucket, a slot per leased
 # message (when limits are on), the keys' buckets, and a few idle (full again) buckets dropped.
 FLOW_SAVE_CTES = """
 save_state AS (
     UPDATE pgqueue_flow_state f
-    SET rr_cursor = r.cursor, rr_used = r.used,
-        tokens = CASE WHEN %(rate)s::float8 IS NULL THEN NULL
-                      ELSE s.tokens - (SELECT count(*) FROM claimed) END,
-        refilled_at = CASE WHEN %(rate)s::float8 IS NULL THEN NULL ELSE s.clock END
-    FROM next_rr r CROSS JOIN state s
-    WHERE f.queue = %(queue)s
+    SET tokens = s.tokens - (SELECT count(*) FROM claimed), refilled_at = s.clock
+    FROM state s
+    WHERE f.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
 ), save_slots AS (
     INSERT INTO pgqueue_flow_slot (lease_token, message_id, queue, key)
     SELECT lease_token, id, queue, tenant FROM claimed WHERE %(track_slots)s
@@ -593,4 +607,14 @@ save_state AS (
           AND refilled_at < clock_timestamp()
                             - make_interval(secs => %(key_burst)s::float8 / %(key_rate)s::float8)
         LIMIT 16)
+)"""
+
+# Appended in keyed claims: the messages placed in the fair order by this claim and not
+# leased by it keep their place (re-checked: still outside the order and due).
+FLOW_KEYED_SAVE_CTES = """
+save_places AS (
+    UPDATE pgqueue_message m SET fair_order = p.place
+    FROM placed p
+    WHERE m.id = p.id AND p.id <> ALL(ARRAY(SELECT id FROM chosen))
+      AND (m.fair_order < 0 OR m.fair_order IS NULL) AND m.available_at <= now()
 )"""

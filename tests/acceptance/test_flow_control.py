@@ -22,10 +22,12 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.core.operations import pause_queue
 from django_pgqueue.models import ArchivedMessage, Message
+from tests.acceptance import flow_settings
 
 REPO = Path(settings.REPO_DIR)
 WORKER_COMMAND = REPO / "django_pgqueue" / "management" / "commands" / "pgq_worker.py"
@@ -103,15 +105,18 @@ def records(log: Path) -> list[dict[str, Any]]:
 
 
 def enqueue(queue: str, key: str | None, count: int, **payload: Any) -> list[int]:
-    return [
-        django_pgqueue.enqueue(
-            "flow.record",
-            {"queue": queue, "key": key, "seq": n, **payload},
-            queue=queue,
-            tenant=key,
-        ).id
-        for n in range(count)
-    ]
+    # With the workers' settings, as a web process of the same project would enqueue (a fair
+    # queue's messages take their place in its fair order at enqueue).
+    with override_settings(PGQUEUE=flow_settings.PGQUEUE):
+        return [
+            django_pgqueue.enqueue(
+                "flow.record",
+                {"queue": queue, "key": key, "seq": n, **payload},
+                queue=queue,
+                tenant=key,
+            ).id
+            for n in range(count)
+        ]
 
 
 def max_overlap(runs: list[dict[str, Any]]) -> int:

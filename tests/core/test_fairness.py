@@ -1,4 +1,4 @@
-"""Tenant fairness in the claim: weighted round robin over tenants, served by an index."""
+"""Tenant fairness in the claim: weighted fair queuing over tenants, served by an index."""
 
 from __future__ import annotations
 
@@ -34,8 +34,15 @@ def enqueue_many(tenant: str | None, count: int, queue: str = "fair", **kwargs) 
     ]
 
 
-def bulk(tenant: str, count: int, queue: str = "fair") -> None:
-    """Many messages of one tenant in one statement (enqueue order = id order)."""
+def bulk(tenant: str, count: int, queue: str = "fair", **kwargs) -> int:
+    """Many messages of one tenant in one statement, through ``enqueue_many``."""
+    return django_pgqueue.enqueue_many(
+        "t", ({"n": n} for n in range(count)), queue=queue, tenant=tenant, **kwargs
+    )
+
+
+def raw_bulk(tenant: str, count: int, queue: str = "fair") -> None:
+    """Many messages written by raw SQL: no place in the fair order (``fair_order`` NULL)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
@@ -46,7 +53,7 @@ def bulk(tenant: str, count: int, queue: str = "fair") -> None:
 
 @override_settings(PGQUEUE=FAIR)
 def test_a_heavy_tenant_does_not_starve_light_ones():
-    bulk("heavy", 1000)
+    assert bulk("heavy", 1000) == 1000
     light = enqueue_many("light-a", 3) + enqueue_many("light-b", 3)
     leased = [m for _ in range(6) for m in lease(2)]
     # Six claims of two: every light message is out while the heavy tenant got its equal share.
@@ -78,12 +85,13 @@ def test_within_a_tenant_priority_then_age():
 
 @override_settings(PGQUEUE={"QUEUES": {"fair": {"FAIRNESS": True, "TENANT_WEIGHTS": {"gold": 3}}}})
 def test_weights_give_a_tenant_that_many_messages_per_turn_even_one_claim_at_a_time():
-    enqueue_many("gold", 9)
-    enqueue_many("iron", 9)
+    enqueue_many("gold", 12)
+    enqueue_many("iron", 12)
     singles = [m.tenant for _ in range(8) for m in lease(1)]
-    assert singles == ["gold"] * 3 + ["iron"] + ["gold"] * 3 + ["iron"]
-    batch = Counter(m.tenant for m in lease(4))
-    assert batch == {"gold": 3, "iron": 1}
+    # Every four claims in a row: three for gold, one for iron.
+    assert Counter(singles[:4]) == Counter(singles[4:]) == {"gold": 3, "iron": 1}
+    batch = Counter(m.tenant for m in lease(8))
+    assert batch == {"gold": 6, "iron": 2}
 
 
 @override_settings(PGQUEUE=FAIR)
@@ -108,8 +116,52 @@ def test_scheduled_messages_are_skipped():
 
 
 @override_settings(PGQUEUE=FAIR)
-def test_claims_go_on_after_the_walk_limit_and_reach_every_tenant():
-    """More tenants with nothing ready than one claim walks: the cursor moves on."""
+def test_messages_written_without_a_place_are_served_and_fairly():
+    """Raw SQL, or rows from before fairness was switched on: found among the oldest."""
+    raw_bulk("heavy", 300)
+    light = enqueue_many("light", 3)
+    leased = [m for _ in range(4) for m in lease(2)]
+    assert set(light) <= {m.id for m in leased}
+    assert len(leased) == 8
+    while more := lease(50):
+        leased += more
+    assert len({m.id for m in leased}) == 303
+
+
+@override_settings(PGQUEUE=FAIR)
+def test_scheduled_messages_falling_due_together_take_their_turn():
+    """A heavy tenant's scheduled backlog, all due at once, queues behind itself."""
+    bulk("heavy", 300, run_after=dt.timedelta(hours=1))
+    assert lease(5) == []
+    Message.objects.filter(queue="fair").update(available_at=dt.datetime.now(dt.UTC))
+    light = enqueue_many("light", 3)
+    leased = [m for _ in range(3) for m in lease(2)]
+    assert set(light) <= {m.id for m in leased}
+
+
+@override_settings(PGQUEUE=FAIR)
+def test_a_retry_goes_behind_its_own_tenants_waiting_messages():
+    [first, *rest] = enqueue_many("a", 3, max_attempts=3)
+    enqueue_many("b", 3)
+    [m] = lease(1)
+    assert m.id == first
+    transitions.fail([transitions.FailedAttempt(m, {"type": "E", "message": "x"}, retry_in=0)])
+    order = [(m.tenant, m.id) for _ in range(6) for m in lease(1)]
+    assert [tenant for tenant, _ in order] == ["b", "a", "b", "a", "b", "a"]
+    assert [i for tenant, i in order if tenant == "a"] == [*rest, first]
+
+
+def test_switching_fairness_off_leaves_no_message_behind():
+    with override_settings(PGQUEUE=FAIR):
+        enqueue_many("a", 3)
+        enqueue_many("b", 2, run_after=dt.timedelta(hours=1))
+    assert len(lease(10)) == 3
+    Message.objects.filter(tenant="b").update(available_at=dt.datetime.now(dt.UTC))
+    assert len(lease(10)) == 2
+
+
+@override_settings(PGQUEUE=FAIR)
+def test_scheduled_backlogs_do_not_hide_a_ready_message():
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_message (queue, task, tenant, available_at) "
@@ -185,31 +237,42 @@ def _total_buffers(plan_json: str) -> int:
     }
 )
 def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000_tenants():
+    # As 100 rounds of enqueues by 10,000 tenants would have placed them.
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO pgqueue_message (queue, task, payload, tenant, enqueued_at, available_at) "
-            "SELECT 'fair', 't', '{}'::jsonb, 'tenant-' || (g % 10000), now(), "
-            "       now() - interval '1 minute' "
-            "FROM generate_series(1, 1000000) g"
+            "INSERT INTO pgqueue_message "
+            "    (queue, task, payload, tenant, enqueued_at, available_at, fair_order) "
+            "SELECT 'fair', 't', '{}'::jsonb, 'tenant-' || lpad((g % 10000)::text, 5, '0'), "
+            "       now(), now() - interval '1 minute', g / 10000 "
+            "FROM generate_series(0, 999999) g"
         )
         cursor.execute("ANALYZE pgqueue_message")
     config = flow_control.flow_config("fair")
     assert config is not None
     statement = flow_control.claim_statement(keyed=True)
     params = flow_control.claim_params(config, "fair", "explainer", 100, 30.0)
-    FlowState.objects.create(queue="fair", rr_cursor="tenant-5000", rr_used=1)
+    FlowState.objects.create(queue="fair")
     with transaction.atomic():  # EXPLAIN ANALYZE runs the claim: roll it back
         plan = _explain(statement, params)
         transaction.set_rollback(True)
     assert "Seq Scan" not in plan and "Bitmap" not in plan
-    assert "pgq_message_tenant" in plan
-    # A few index probes per tenant walked plus the 100 leased rows: a few thousand
-    # buffers, not the 1M-row table (~15,000 pages of heap, ~10,000 of index).
+    assert "pgq_message_fair" in plan
+    # The head of the fair order plus the 100 leased rows: a few thousand buffers at most,
+    # not the 1M-row table (~15,000 pages of heap, ~10,000 of index).
     assert _total_buffers(plan) < 5_000, _total_buffers(plan)
     # And the real claims, through the public API, share the tenants.
     first = lease(100)
     assert len(first) == 100 and len({m.tenant for m in first}) == 100
     second = lease(100)
+    assert len({m.tenant for m in second}) == 100
     assert not {m.tenant for m in first} & {m.tenant for m in second}
-    # The walk wraps around: the tenant after the last one is served next.
-    assert all(m.tenant.startswith("tenant-") for m in second)
+    # A new tenant's message joins the round in progress: served before any tenant's second.
+    [new] = enqueue_many("newcomer", 1)
+    served: list[str] = [m.tenant for m in first + second]
+    while True:
+        batch = lease(500)
+        assert batch
+        if new in {m.id for m in batch}:
+            break
+        served += [m.tenant for m in batch]
+    assert len(served) == len(set(served)) < 10_000
