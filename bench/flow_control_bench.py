@@ -118,7 +118,7 @@ def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
 def reset_tables() -> None:
     execute(
         "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_flow_state, "
-        "pgqueue_flow_slot, pgqueue_flow_key_bucket"
+        "pgqueue_flow_key_bucket"
     )
 
 

@@ -156,6 +156,14 @@ class Message(MessageFields):
                 name="pgq_message_fair_due",
                 condition=Q(fair_order__lt=0) & Q(attempts__lt=F("max_attempts")),
             ),
+            # Flow-controlled queues' leases (a flow claim marks them fair_order -1): what a
+            # claim with limits counts as in flight, those with an unexpired lease.
+            models.Index(
+                fields=["queue", "available_at"],
+                include=["tenant"],
+                name="pgq_message_leased",
+                condition=Q(lease_token__isnull=False) & Q(fair_order__lt=0),
+            ),
             # Serves the reaper: leases that ran out on their last attempt.
             models.Index(
                 fields=["queue", "available_at"],
@@ -272,7 +280,7 @@ class WorkerHeartbeat(models.Model):
 
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
 # pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
-from .core.flow_models import FlowKeyBucket, FlowSlot, FlowState  # noqa: E402, F401
+from .core.flow_models import FlowKeyBucket, FlowState  # noqa: E402, F401
 from .pipeline.models import (  # noqa: E402, F401
     BulkEnqueueVote,
     ExportRange,

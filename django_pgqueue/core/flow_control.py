@@ -28,7 +28,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from django.db import connections, transaction
@@ -53,9 +53,10 @@ FLOW_KEYS = frozenset(
     }
 )
 
-#: Messages of the fair order a claim reads beyond its batch (plus one per held slot): room
-#: for tenants that are at their key limit or out of tokens, whose messages it passes over.
-WINDOW_SLACK = 32
+#: Messages of the fair order a claim reads beyond twice its batch (and two per tenant short of
+#: it) when some tenant may be unable to take a whole batch: room to pass over messages of
+#: tenants at their key limit or out of tokens (see ``sql.KEYED_LIMIT_CTES``).
+WINDOW_SLACK = 8
 
 #: Messages due again (scheduled, retried, redelivered) one claim places in the fair order
 #: at most, beyond its batch size.
@@ -67,6 +68,9 @@ REAP_LIMIT = 100
 #: Rows written without a place (``fair_order`` NULL: raw SQL, or from before fairness was
 #: switched on) are looked for among this many oldest ready messages of the queue.
 UNPLACED_WINDOW = 32
+
+
+ClaimShape = Literal["limits", "keyed", "fair"]
 
 
 @dataclass(frozen=True)
@@ -83,24 +87,37 @@ class FlowConfig:
 
     @property
     def keyed(self) -> bool:
-        """Claims walk the tenants (round robin) instead of taking the global claim order."""
+        """Claims follow the fair order over tenants instead of the global claim order."""
+        return bool(self.fairness or self.tenant_weights or self.key_limited)
+
+    @property
+    def key_limited(self) -> bool:
+        """Some tenant's claims are bounded: a key concurrency limit or a key rate."""
         return bool(
-            self.fairness
-            or self.tenant_weights
+            self.key_concurrency_limit or self.key_concurrency_limits or self.key_rate_limit
+        )
+
+    @property
+    def serialized(self) -> bool:
+        """A limit or a rate: the queue's claims take its lock, one after the other."""
+        return bool(
+            self.concurrency_limit
             or self.key_concurrency_limit
             or self.key_concurrency_limits
+            or self.rate_limit
             or self.key_rate_limit
         )
+
+    @property
+    def shape(self) -> ClaimShape:
+        """Which claim statement serves the queue (see :func:`claim_statement`)."""
+        if not self.keyed:
+            return "limits"
+        return "keyed" if self.serialized else "fair"
 
     def fair_step(self, tenant: str | None) -> float:
         """How far a tenant's next message goes behind its previous one in the fair order."""
         return 1.0 / int(self.tenant_weights.get(tenant, 1)) if tenant is not None else 1.0
-
-    @property
-    def tracks_slots(self) -> bool:
-        return bool(
-            self.concurrency_limit or self.key_concurrency_limit or self.key_concurrency_limits
-        )
 
     @property
     def rate_burst(self) -> float | None:
@@ -126,7 +143,7 @@ def flow_config(queue: str) -> FlowConfig | None:
         rate_limit=overrides.get("RATE_LIMIT"),
         key_rate_limit=overrides.get("KEY_RATE_LIMIT"),
     )
-    if not (config.keyed or config.tracks_slots or config.rate_limit):
+    if not (config.keyed or config.serialized):
         return None  # e.g. FAIRNESS=False and limits set to None
     return config
 
@@ -136,28 +153,40 @@ _RESULT_ANCHOR = "\nSELECT 'claimed' AS outcome"
 
 
 @functools.cache
-def claim_statement(keyed: bool) -> str:
+def claim_statement(shape: ClaimShape) -> str:
     """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
 
     Built once per shape from ``sql.LEASE`` itself, so the claim proper (attempts, fencing
     token, burying exhausted leases, the row shape) stays the same as the plain claim's.
+    Shapes: ``limits`` (queue-wide limits or rate: the plain claim order), ``keyed`` (the fair
+    order, with limits or rates), ``fair`` (the fair order alone: no lock, no limits).
     """
     lease = sql.LEASE.format(
         candidates=sql.FLOW_CANDIDATES,
         reap_limit=REAP_LIMIT,
         shared=sql.SHARED_COLUMNS,
         leased_columns=sql.leased_returning(),
-        leased_order=sql.LEASED_OUT_OF_ORDER if keyed else sql.LEASED_ORDER,
+        leased_order=sql.LEASED_OUT_OF_ORDER,
     ).strip()
     # LEASE's positional parameters are, in order: queue (reaper), worker id, visibility.
     names = iter(("%(queue)s", "%(worker_id)s", "%(visibility_timeout)s"))
     lease, count = re.subn(r"(?<!%)%s", lambda _: next(names), lease)
     if count != 3 or not lease.startswith(_LEASE_ANCHOR) or lease.count(_RESULT_ANCHOR) != 1:
         raise RuntimeError("sql.LEASE changed shape; update core/flow_control.claim_statement")
-    ctes = sql.FLOW_COMMON_CTES + ", " + (sql.FLOW_KEYED_CTES if keyed else sql.FLOW_QUEUE_CTES)
-    lease = "WITH RECURSIVE " + ctes + ",\n" + lease.removeprefix("WITH ")
-    save = sql.FLOW_SAVE_CTES + ("," + sql.FLOW_KEYED_SAVE_CTES if keyed else "")
-    return lease.replace(_RESULT_ANCHOR, "," + save + _RESULT_ANCHOR)
+    if shape == "limits":
+        ctes = [sql.FLOW_COMMON_CTES, sql.FLOW_QUEUE_CTES]
+        save = [sql.FLOW_SAVE_CTES]
+    elif shape == "keyed":
+        candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock="")
+        ctes = [sql.FLOW_COMMON_CTES, sql.KEYED_LIMIT_CTES, candidates, sql.KEYED_CHOICE_CTES]
+        save = [sql.FLOW_SAVE_CTES, sql.FAIR_SAVE_CTES]
+    else:
+        # Not serialized: claims running side by side take disjoint heads.
+        candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock="FOR UPDATE SKIP LOCKED")
+        ctes = [sql.FAIR_ONLY_COMMON_CTES, candidates, sql.FAIR_CHOICE_CTES]
+        save = [sql.FAIR_SAVE_CTES]
+    lease = "WITH " + ",".join(ctes) + ",\n" + lease.removeprefix("WITH ")
+    return lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)
 
 
 def claim_params(
@@ -175,10 +204,9 @@ def claim_params(
         "key_limit": config.key_concurrency_limit,
         "key_rate": config.key_rate_limit,
         "key_burst": config.key_rate_burst,
-        "window": limit + WINDOW_SLACK,
+        "window": WINDOW_SLACK,
         "place_limit": limit + PLACE_SLACK,
         "unplaced_window": UNPLACED_WINDOW,
-        "track_slots": config.tracks_slots,
         "worker_id": worker_id,
         "visibility_timeout": vt,
     }
@@ -199,20 +227,19 @@ _PARAM_TYPES = (
     ("window", "int"),
     ("place_limit", "int"),
     ("unplaced_window", "int"),
-    ("track_slots", "bool"),
     ("worker_id", "text"),
     ("visibility_timeout", "float8"),
 )
 
 
 @functools.cache
-def prepared_claim(keyed: bool) -> tuple[str, str]:
+def prepared_claim(shape: ClaimShape) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
     index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
-    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", claim_statement(keyed))
+    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", claim_statement(shape))
     body = body.replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
-    name = f"pgq_flow_{'keyed' if keyed else 'queue'}_{digest}"
+    name = f"pgq_flow_{shape}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
     return name, f"PREPARE {name} ({types}) AS {body}"
 
@@ -238,18 +265,19 @@ def claim_with_flow_control(
     by the connection's transaction state.
     """
     params = claim_params(config, queue, worker_id, limit, vt)
+    lock = sql.FLOW_LOCK if config.serialized else ""
     connection = connections[alias]
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
-                _execute_each(cursor, sql.FLOW_LOCK + claim_statement(config.keyed), params)
+                _execute_each(cursor, lock + claim_statement(config.shape), params)
                 rows = cursor.fetchall()
             return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
         # forgets the lease and its slot together).
         prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
-        prefix += sql.FLOW_LOCK
-        name, prepare = prepared_claim(config.keyed)
+        prefix += lock
+        name, prepare = prepared_claim(config.shape)
         rows = run_prepared(
             cursor,
             connection,
@@ -261,7 +289,7 @@ def claim_with_flow_control(
             reuse_text=True,
         )
         if rows is None:
-            execute_all(cursor, prefix + claim_statement(config.keyed), params)
+            execute_all(cursor, prefix + claim_statement(config.shape), params)
             rows = cursor.fetchall()
     return rows
 

@@ -1,6 +1,6 @@
-"""Flow-control state: the rate bucket per queue, per-key rate buckets, and the in-flight slot ledger (see ``core/flow_control.py``).
-
-All three are small and only touched by claims of queues that opt into flow control.
+"""Flow-control state: the lock row and rate bucket per queue, and per-key rate buckets
+(see ``core/flow_control.py``). Both are small and only touched by claims of queues with
+limits or rates.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from .validation import QUEUE_NAME_MAX_LENGTH, TENANT_MAX_LENGTH
 
 FLOW_STATE_TABLE = "pgqueue_flow_state"
 FLOW_KEY_BUCKET_TABLE = "pgqueue_flow_key_bucket"
-FLOW_SLOT_TABLE = "pgqueue_flow_slot"
 
 
 class FlowState(models.Model):
@@ -46,22 +45,3 @@ class FlowKeyBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.key}"
-
-
-class FlowSlot(models.Model):
-    """A lease that may hold a concurrency slot. Whether it still does is read from the live
-    message (same id, same token, lease not expired), so a crash or a finished message can
-    never leak a slot; rows that no longer hold one are deleted by the next claim."""
-
-    lease_token = models.UUIDField(primary_key=True)
-    message_id = models.BigIntegerField()
-    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
-    key = models.CharField(max_length=TENANT_MAX_LENGTH, null=True, blank=True)
-
-    class Meta:
-        db_table = FLOW_SLOT_TABLE
-        verbose_name = "flow-control slot"
-        indexes = [models.Index(fields=["queue"], name="pgq_flow_slot_queue")]
-
-    def __str__(self) -> str:
-        return f"{self.queue}/{self.key or '-'} {self.lease_token}"

@@ -235,8 +235,9 @@ FROM buried
 ORDER BY position
 """
 
-# A leased message's ``fair_order`` outside fair queues: a row placed in a fair order (the queue
-# had fairness) leaves it, others stay NULL.
+# A leased message's ``fair_order``: -1 in flow-controlled claims (out of any fair order, and
+# counted in flight: see FLOW_COMMON_CTES); in plain claims -1 only for a row that had a place
+# (its queue was fair), others stay NULL.
 LEASED_ORDER = "CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END"
 LEASED_OUT_OF_ORDER = "-1"
 
@@ -419,11 +420,13 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 """
 
 # --- Flow control (core/flow_control.py): fairness, concurrency and rate limits -------------
-# Only queues that opt in run these. A flow-controlled claim is one round trip and one short
-# transaction: FLOW_LOCK, then LEASE (above) with the FLOW_* common table expressions
-# prepended and appended (flow_control.claim_statement builds it). Taking the lock in a
-# statement of its own matters: under READ COMMITTED each statement takes a new snapshot, so
-# the claim then sees everything the previous claimer of the queue committed.
+# Only queues that opt in run these. A flow-controlled claim is LEASE (above) with the FLOW_*
+# common table expressions prepended and appended (flow_control.claim_statement builds it),
+# in one round trip and one short transaction. Queues with a limit or a rate take FLOW_LOCK
+# first, in a statement of its own: under READ COMMITTED each statement takes a new
+# snapshot, so the claim then sees everything the previous claimer of the queue committed.
+# Queues with fairness alone need no lock: their claim takes the head of the fair order with
+# SKIP LOCKED, as the plain claim takes the head of the queue.
 
 # Serializes the claims of one queue (the state row is created on first use).
 FLOW_LOCK = """
@@ -431,23 +434,21 @@ INSERT INTO pgqueue_flow_state (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO
 SELECT 1 FROM pgqueue_flow_state WHERE queue = %(queue)s FOR UPDATE;
 """
 
-# What every flow-controlled claim computes first:
-# - slots: a slot is held while its message is live with the same lease token and an
-#   unexpired lease; every other slot row (finished, failed, released, expired) is deleted;
+# What a claim with limits computes first:
+# - leased: the queue's messages in flight, i.e. leased with the lease not expired. A flow
+#   claim marks what it leases (``fair_order`` -1), so the partial index pgq_message_leased
+#   holds exactly these queues' leases: a finished, failed, released or expired lease stops
+#   counting by itself, and a crashed worker never holds a slot past its lease;
 # - state: the queue's rate bucket refilled to the database clock;
 # - budget: how many messages this claim may take (batch size, queue limit, whole tokens;
 #   0 when the queue is paused).
 FLOW_COMMON_CTES = """
-slots AS (
-    SELECT s.lease_token, s.key,
-           EXISTS (SELECT 1 FROM pgqueue_message m
-                   WHERE m.id = s.message_id AND m.lease_token = s.lease_token
-                     AND m.available_at > now()) AS held
-    FROM pgqueue_flow_slot s
-    WHERE s.queue = %(queue)s
-), freed AS (
-    DELETE FROM pgqueue_flow_slot s USING slots
-    WHERE s.lease_token = slots.lease_token AND NOT slots.held
+leased AS (
+    SELECT tenant FROM pgqueue_message
+    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
+      AND available_at > now()
+), held AS (
+    SELECT count(*)::int AS n FROM leased
 ), state AS (
     SELECT LEAST(%(burst)s::float8,
                  COALESCE(f.tokens + %(rate)s::float8
@@ -460,10 +461,19 @@ slots AS (
 ), budget AS (
     SELECT CASE WHEN s.paused THEN 0 ELSE GREATEST(0, LEAST(
                %(n)s::int,
-               COALESCE(%(queue_limit)s::int - (SELECT count(*) FROM slots WHERE held)::int,
-                        %(n)s::int),
+               COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),
                COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n
     FROM state s
+)"""
+
+# A claim with fairness alone: only the pause.
+FAIR_ONLY_COMMON_CTES = """
+reach AS (
+    SELECT 0 AS n
+), budget AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM pgqueue_queue q
+                             WHERE q.name = %(queue)s AND q.paused)
+                THEN 0 ELSE %(n)s::int END AS n
 )"""
 
 # Queue-wide limits only: the plain claim order, at most ``budget`` messages.
@@ -478,33 +488,29 @@ chosen AS (
 
 # Fair queues: weighted fair queuing by virtual time. Each message gets its place in the fair
 # order (``fair_order``) when it enters the order: at enqueue when it is ready then (see
-# ENQUEUE_FAIR), else in the first claim after it falls due. Its place is
-#     max(V, the tenant's newest place + 1 / weight)
-# where V, the virtual time, is the head of the order (same queue and priority): a tenant
-# with nothing waiting starts at the head, a tenant with a backlog queues behind itself, so
-# tenants alternate, ``weight`` messages each per unit of virtual time, however many each
-# enqueued. A claim then reads the order from its head, a plain index range: no walk over
-# tenants, however many there are. Messages without a tenant are one more tenant.
+# FAIR_ORDER_ENTRY), else in the first claim after it falls due. A tenant with nothing waiting
+# starts at the head of the order, a tenant with a backlog queues behind itself, so tenants
+# alternate, ``weight`` messages each per unit of virtual time, however many each enqueued.
+# A claim reads the order from its head, a plain index range: no walk over tenants, however
+# many there are. Messages without a tenant are one more tenant.
 #
-# What a keyed claim computes after FLOW_COMMON_CTES:
-# - head: the first ``window`` messages of the order (more when slots are held: a tenant at
-#   its key limit cannot take its messages there, the window reaches past them);
+# - head: the first messages of the order: the batch, and ``reach`` more when some tenant may
+#   not be able to take its share (KEYED_LIMIT_CTES). Locked with SKIP LOCKED when claims are
+#   not serialized;
 # - due_again: messages outside the order that are due (scheduled, retried, redelivered,
 #   released: ``fair_order`` -1), oldest first, and, for rows written by other means
 #   (``fair_order`` NULL: before fairness was switched on, raw SQL), the oldest ready ones;
 #   ``placed`` gives them their place, exactly as an enqueue would have;
-# - capacity: what each tenant met may take, under its key limit and its rate bucket;
-# - chosen: the candidates in fair order, each tenant within its capacity, at most
-#   ``budget``. The placed messages not chosen keep their place (FLOW_KEYED_SAVE_CTES).
-FLOW_KEYED_CTES = f"""
-in_flight AS (
-    SELECT key, count(*)::int AS n FROM slots WHERE held AND key IS NOT NULL GROUP BY key
-), head AS (
+# - candidate: both, for FAIR_CHOICE_CTES (fair order, at most ``budget``) or
+#   KEYED_CHOICE_CTES (the same, each tenant within its key limit and rate). The placed
+#   messages not chosen keep their place (FAIR_SAVE_CTES).
+FAIR_CANDIDATE_CTES = f"""
+head AS (
     SELECT id, tenant, priority, fair_order AS place FROM pgqueue_message
     WHERE queue = %(queue)s AND fair_order >= 0
     ORDER BY priority DESC, fair_order, id
-    LIMIT (SELECT CASE WHEN b.n > 0 THEN %(window)s::int + (SELECT count(*) FROM slots WHERE held)::int
-                       ELSE 0 END FROM budget b)
+    LIMIT (SELECT CASE WHEN b.n > 0 THEN b.n + (SELECT n FROM reach) ELSE 0 END FROM budget b)
+    {{head_lock}}
 ), due_again AS (
     (SELECT id, tenant, priority, available_at FROM pgqueue_message
      WHERE queue = %(queue)s AND fair_order < 0 AND attempts < max_attempts
@@ -538,7 +544,50 @@ in_flight AS (
     SELECT id, tenant, priority, place FROM head
   UNION ALL
     SELECT id, tenant, priority, place FROM placed
-), capacity AS (
+)"""
+
+FAIR_CHOICE_CTES = """
+chosen AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, place, id) AS k
+    FROM candidate
+    ORDER BY priority DESC, place, id
+    LIMIT (SELECT n FROM budget)
+)"""
+
+# Fair order with key limits, before the candidates: what each tenant has in flight, and how
+# far past the batch the head must be read. When any tenant may be unable to take a whole
+# batch (its key limit minus what it has in flight, or its rate bucket, or its limit
+# override, is under the batch), the head is read twice the batch plus two messages per such
+# tenant plus ``window``: the fair order interleaves the tenants, so that covers what the
+# ones at their limit hold there. Otherwise no tenant can refuse a message: the batch alone.
+KEYED_LIMIT_CTES = """
+in_flight AS (
+    SELECT tenant AS key, count(*)::int AS n FROM leased WHERE tenant IS NOT NULL
+    GROUP BY tenant
+), short AS (
+    SELECT i.key FROM in_flight i
+    WHERE COALESCE((%(key_limits)s::jsonb ->> i.key)::int, %(key_limit)s::int, 2147483647)
+          - i.n < (SELECT n FROM budget)
+  UNION
+    SELECT o.key FROM jsonb_each_text(%(key_limits)s::jsonb) o
+    WHERE o.value::int < (SELECT n FROM budget)
+  UNION
+    SELECT b.key FROM pgqueue_flow_key_bucket b
+    WHERE b.queue = %(queue)s AND %(key_rate)s::float8 IS NOT NULL
+      AND LEAST(%(key_burst)s::float8,
+                b.tokens + %(key_rate)s::float8
+                           * extract(epoch FROM clock_timestamp() - b.refilled_at))
+          < (SELECT n FROM budget)
+), reach AS (
+    SELECT CASE WHEN %(key_limit)s::int < (SELECT n FROM budget) OR EXISTS (SELECT 1 FROM short)
+                THEN (SELECT n FROM budget) + 2 * (SELECT count(*) FROM short)::int
+                     + %(window)s::int
+                ELSE 0 END AS n
+)"""
+
+# Each tenant met may take least(key limit - in flight, whole tokens in its rate bucket).
+KEYED_CHOICE_CTES = """
+capacity AS (
     SELECT t.tenant,
            LEAST(
                COALESCE((%(key_limits)s::jsonb ->> t.tenant)::int, %(key_limit)s::int, 2147483647)
@@ -575,17 +624,14 @@ FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
     ORDER BY array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id)
     FOR UPDATE OF m SKIP LOCKED"""
 
-# Appended after LEASE's ``claimed``: the queue's bucket, a slot per leased
-# message (when limits are on), the keys' buckets, and a few idle (full again) buckets dropped.
+# Appended after LEASE's ``claimed`` in claims with limits: the queue's bucket, the keys'
+# buckets, and a few idle (full again) buckets dropped.
 FLOW_SAVE_CTES = """
 save_state AS (
     UPDATE pgqueue_flow_state f
     SET tokens = s.tokens - (SELECT count(*) FROM claimed), refilled_at = s.clock
     FROM state s
     WHERE f.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
-), save_slots AS (
-    INSERT INTO pgqueue_flow_slot (lease_token, message_id, queue, key)
-    SELECT lease_token, id, queue, tenant FROM claimed WHERE %(track_slots)s
 ), save_buckets AS (
     INSERT INTO pgqueue_flow_key_bucket AS b (queue, key, tokens, refilled_at)
     SELECT %(queue)s, tenant, %(key_burst)s::float8 - count(*), clock_timestamp()
@@ -609,9 +655,9 @@ save_state AS (
         LIMIT 16)
 )"""
 
-# Appended in keyed claims: the messages placed in the fair order by this claim and not
-# leased by it keep their place (re-checked: still outside the order and due).
-FLOW_KEYED_SAVE_CTES = """
+# Appended in fair queues' claims: the messages placed in the fair order by this claim and
+# not leased by it keep their place (re-checked: still outside the order and due).
+FAIR_SAVE_CTES = """
 save_places AS (
     UPDATE pgqueue_message m SET fair_order = p.place
     FROM placed p

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import threading
 from collections import Counter
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
 import django_pgqueue
@@ -193,6 +194,33 @@ def test_paused_fair_queue_is_not_claimed_from():
     assert len(lease(5)) == 2
 
 
+@override_settings(PGQUEUE=FAIR)
+def test_fair_claims_run_side_by_side_without_taking_a_message_twice():
+    """Fairness alone takes no lock: concurrent claims take disjoint heads (SKIP LOCKED)."""
+    for tenant in ("a", "b", "c", "d"):
+        enqueue_many(tenant, 40)
+    taken: list[int] = []
+    guard = threading.Lock()
+    start = threading.Barrier(4)
+
+    def claimer(n: int) -> None:
+        try:
+            start.wait()
+            while batch := lease(3, worker=f"w{n}"):
+                with guard:
+                    taken.extend(m.id for m in batch)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(taken) == len(set(taken)) == 160
+    assert not FlowState.objects.exists()  # no lock row: these claims never serialize
+
+
 def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
     assert flow_control.flow_config("default") is None
     with override_settings(PGQUEUE={"QUEUES": {"q": {"MAX_ATTEMPTS": 2}}}):
@@ -203,8 +231,12 @@ def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
         PGQUEUE={"QUEUES": {"q": {"KEY_CONCURRENCY_LIMIT": 1, "RATE_LIMIT": 5}}}
     ):
         config = flow_control.flow_config("q")
-        assert config is not None and config.keyed and config.tracks_slots
+        assert config is not None and config.keyed and config.serialized
+        assert config.shape == "keyed"
         assert config.rate_burst == 5.0
+    with override_settings(PGQUEUE=FAIR):
+        config = flow_control.flow_config("fair")
+        assert config is not None and config.shape == "fair" and not config.serialized
 
 
 def test_plain_queue_claim_does_not_touch_flow_tables(django_assert_max_num_queries):
@@ -249,7 +281,7 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
         cursor.execute("ANALYZE pgqueue_message")
     config = flow_control.flow_config("fair")
     assert config is not None
-    statement = flow_control.claim_statement(keyed=True)
+    statement = flow_control.claim_statement(config.shape)
     params = flow_control.claim_params(config, "fair", "explainer", 100, 30.0)
     FlowState.objects.create(queue="fair")
     with transaction.atomic():  # EXPLAIN ANALYZE runs the claim: roll it back
