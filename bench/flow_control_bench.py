@@ -7,8 +7,9 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
 
 1. Throughput: claimer processes drain a prefilled backlog (1 heavy tenant with half the
    messages, the rest over 99 light tenants) with ``Message.objects.lease`` + ``complete``,
-   once on a plain queue and once on a queue with fairness, a per-key limit, a queue limit
-   and a rate limit all switched on (set high enough not to bind: this measures their cost).
+   once on a plain queue, once on a queue with fairness alone, and once on a queue with
+   fairness, a per-key limit, a queue limit and a rate limit all switched on (set high
+   enough not to bind: this measures their cost).
    A raw-SQL reference (``DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``) runs
    in the same session. Each is run with no work per message (the claim's cost laid bare:
    claims of a flow-controlled queue are serialized) and with 1 ms of work per message.
@@ -20,7 +21,8 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
 
 Prints markdown tables; the ratios are the targets (throughput on/off >= 0.8; light p99
-with heavy / alone <= 2).
+with heavy / alone <= 2). Messages are written with ``enqueue_many`` (a fair queue's take
+their place in its fair order at enqueue).
 """
 
 from __future__ import annotations
@@ -206,20 +208,16 @@ def _produce(queue: str, heavy_per_tick: int, tick: float, stop_at: float) -> in
     setup_django()
     from django.db import connections
 
+    import django_pgqueue
+
     connections.close_all()
     sent = 0
     next_at = time.monotonic()
     while time.monotonic() < stop_at:
-        execute(
-            "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
-            "VALUES (%s, 'bench.noop', '{}'::jsonb, 'light')",
-            [queue],
-        )
+        django_pgqueue.enqueue("bench.noop", {}, queue=queue, tenant="light")
         if heavy_per_tick:
-            execute(
-                "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
-                "SELECT %s, 'bench.noop', '{}'::jsonb, 'heavy' FROM generate_series(1, %s)",
-                [queue, heavy_per_tick],
+            django_pgqueue.enqueue_many(
+                "bench.noop", [{}] * heavy_per_tick, queue=queue, tenant="heavy"
             )
         sent += 1
         next_at += tick
@@ -271,11 +269,9 @@ HEAVY_PER_TICK = 100  # the heavy one 100x as many
 def light_waits(queue: str, heavy: bool, seconds: float, procs: int, batch: int, work_ms: float):
     reset_tables()
     if heavy:  # a standing backlog, so the heavy tenant saturates the claimers from the start
-        execute(
-            "INSERT INTO pgqueue_message (queue, task, payload, tenant) "
-            "SELECT %s, 'bench.noop', '{}'::jsonb, 'heavy' FROM generate_series(1, 5000)",
-            [queue],
-        )
+        import django_pgqueue
+
+        django_pgqueue.enqueue_many("bench.noop", [{}] * 5000, queue=queue, tenant="heavy")
     start = time.monotonic()
     stop_at = start + seconds
     jobs: list[tuple[Any, tuple[Any, ...]]] = [
@@ -308,22 +304,24 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
     """Drain with no work per message (the claim's cost laid bare), then with 1 ms of work."""
     print(f"## Throughput: {procs} claimer processes (msgs/s, median of {reps})\n")
     print(
-        "| batch | raw SQL claim+delete | plain | flow on | on / plain "
-        "| plain, 1 ms work/msg | flow on, 1 ms work/msg | on / plain |"
+        "| batch | raw SQL claim+delete | plain | fairness only | fair / plain | flow on "
+        "| on / plain | plain, 1 ms work/msg | flow on, 1 ms work/msg | on / plain |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch, total in totals.items():
-        runs: dict[str, list[float]] = {k: [] for k in ("raw", "plain", "flow", "pw", "fw")}
+        runs: dict[str, list[float]] = {k: [] for k in ("raw", "plain", "fair", "flow", "pw", "fw")}
         worked = max(1_000, total // 3)  # 1 ms a message: keep these runs short
         for _ in range(reps):
             runs["raw"].append(throughput("raw", "raw", total, procs, batch))
             runs["plain"].append(throughput("plain", "drain", total, procs, batch))
+            runs["fair"].append(throughput("fair", "drain", total, procs, batch))
             runs["flow"].append(throughput("flow", "drain", total, procs, batch))
             runs["pw"].append(throughput("plain", "drain", worked, procs, batch, 1.0))
             runs["fw"].append(throughput("flow", "drain", worked, procs, batch, 1.0))
         m = {k: statistics.median(v) for k, v in runs.items()}
         print(
-            f"| {batch} | {m['raw']:,.0f} | {m['plain']:,.0f} | {m['flow']:,.0f} | "
+            f"| {batch} | {m['raw']:,.0f} | {m['plain']:,.0f} | {m['fair']:,.0f} | "
+            f"{m['fair'] / m['plain']:.2f} | {m['flow']:,.0f} | "
             f"{m['flow'] / m['plain']:.2f} | {m['pw']:,.0f} | {m['fw']:,.0f} | "
             f"{m['fw'] / m['pw']:.2f} |"
         )
@@ -335,16 +333,15 @@ def report_workers(totals: dict[int, int], reps: int, workers: int, concurrency:
         f"\n## Throughput through pgq_worker: {workers} worker processes x concurrency "
         f"{concurrency}, --burst, no-op handler (msgs/s, median of {reps})\n"
     )
-    print("| batch | plain | flow on | on / plain |")
-    print("|---:|---:|---:|---:|")
+    print("| batch | plain | fairness only | fair / plain | flow on | on / plain |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for batch, total in totals.items():
-        plain: list[float] = []
-        flow: list[float] = []
+        runs: dict[str, list[float]] = {"plain": [], "fair": [], "flow": []}
         for _ in range(reps):
-            plain.append(worker_throughput("plain", total, workers, batch, concurrency))
-            flow.append(worker_throughput("flow", total, workers, batch, concurrency))
-        p, f = statistics.median(plain), statistics.median(flow)
-        print(f"| {batch} | {p:,.0f} | {f:,.0f} | {f / p:.2f} |")
+            for queue, results in runs.items():
+                results.append(worker_throughput(queue, total, workers, batch, concurrency))
+        p, a, f = (statistics.median(runs[k]) for k in ("plain", "fair", "flow"))
+        print(f"| {batch} | {p:,.0f} | {a:,.0f} | {a / p:.2f} | {f:,.0f} | {f / p:.2f} |")
 
 
 def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:

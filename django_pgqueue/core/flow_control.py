@@ -4,19 +4,24 @@ Opt-in per queue through ``PGQUEUE["QUEUES"][<queue>]`` (see
 ``docs/how-to/fairness-and-limits.md``). A queue with none of the keys below set is claimed
 by the plain single-statement claim in ``manager.py``, untouched.
 
-How a flow-controlled claim stays race-free with any number of workers: it locks the queue's
-``pgqueue_flow_state`` row first, in a statement of its own, so claims of that queue run one
-after the other and each sees what the previous one committed (READ COMMITTED takes a new
-snapshot per statement). Lock and claim reach the server as one query string, run as one
-implicit transaction, so the lock is never held across a round trip to a worker.
-Everything is decided in the database, with database time:
+- Fairness is weighted fair queuing by virtual time: every message of a fair queue gets its
+  place in the queue's fair order (``Message.fair_order``) when it enters it — at enqueue,
+  or, for a message that was scheduled, retried, redelivered or released, in the first claim
+  after it falls due. A claim reads the head of that order: an index range, whatever the
+  number of tenants or the backlog.
+- Concurrency limits count the queue's messages in flight — leased, lease not expired —
+  from the leases themselves (a flow claim marks them, a partial index holds them), so a
+  finished, failed, released or expired lease frees its slot by itself and a crashed worker
+  never leaks one.
+- Rate limits are token buckets refilled from ``clock_timestamp()``.
 
-- in-flight counts come from ``pgqueue_flow_slot`` rows checked against the live message
-  (same id and lease token, lease not expired), so a finished, failed, released or expired
-  lease frees its slot by itself and a crashed worker never leaks one;
-- rate limits are token buckets refilled from ``clock_timestamp()``;
-- fairness is a weighted round robin over tenants: a walk of the tenant index, one probe per
-  tenant, never a scan of the backlog.
+Race freedom: a queue with a limit or a rate locks its ``pgqueue_flow_state`` row first, in a
+statement of its own, so its claims run one after the other and each sees what the previous
+one committed (READ COMMITTED takes a new snapshot per statement). Lock and claim reach the
+server as one query string, run as one implicit transaction, so the lock is never held
+across a round trip to a worker. Fairness alone needs no lock: claims take the head of the
+fair order with SKIP LOCKED, side by side. Everything is decided in the database, with
+database time.
 """
 
 from __future__ import annotations
@@ -61,6 +66,16 @@ WINDOW_SLACK = 8
 #: Messages due again (scheduled, retried, redelivered) one claim places in the fair order
 #: at most, beyond its batch size.
 PLACE_SLACK = 32
+
+#: Optimistic claims of a queue with limits or rates (see ``sql.py``, "Flow control"): at most
+#: this many at once, each of at most this many messages; a claim goes ahead optimistically
+#: only with their product to spare under every limit, else it runs serialized.
+OPTIMISTIC_CLAIMS = 4
+OPTIMISTIC_BATCH = 100
+
+#: The first key of the queues' advisory locks (the second is the queue name's hash); the
+#: ticket locks use the next ``OPTIMISTIC_CLAIMS`` values.
+LOCK_CLASS = 0x70677100
 
 #: Exhausted leases one claim buries at most (as the plain claim).
 REAP_LIMIT = 100
@@ -150,16 +165,22 @@ def flow_config(queue: str) -> FlowConfig | None:
 
 _LEASE_ANCHOR = "WITH exhausted AS ("
 _RESULT_ANCHOR = "\nSELECT 'claimed' AS outcome"
+_ORDER_ANCHOR = "\nORDER BY position"
+
+#: The outcome of the marker row of an optimistic claim that had no room to spare.
+CONTENDED = "contended"
 
 
 @functools.cache
-def claim_statement(shape: ClaimShape) -> str:
+def claim_statement(shape: ClaimShape, optimistic: bool = False) -> str:
     """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
 
     Built once per shape from ``sql.LEASE`` itself, so the claim proper (attempts, fencing
     token, burying exhausted leases, the row shape) stays the same as the plain claim's.
     Shapes: ``limits`` (queue-wide limits or rate: the plain claim order), ``keyed`` (the fair
     order, with limits or rates), ``fair`` (the fair order alone: no lock, no limits).
+    ``optimistic`` (limits and rates): the variant run under the shared lock, which takes
+    nothing and answers ``contended`` unless it has room to spare (see ``sql.py``).
     """
     lease = sql.LEASE.format(
         candidates=sql.FLOW_CANDIDATES,
@@ -171,22 +192,34 @@ def claim_statement(shape: ClaimShape) -> str:
     # LEASE's positional parameters are, in order: queue (reaper), worker id, visibility.
     names = iter(("%(queue)s", "%(worker_id)s", "%(visibility_timeout)s"))
     lease, count = re.subn(r"(?<!%)%s", lambda _: next(names), lease)
-    if count != 3 or not lease.startswith(_LEASE_ANCHOR) or lease.count(_RESULT_ANCHOR) != 1:
+    if (
+        count != 3
+        or not lease.startswith(_LEASE_ANCHOR)
+        or lease.count(_RESULT_ANCHOR) != 1
+        or not lease.endswith(_ORDER_ANCHOR)
+    ):
         raise RuntimeError("sql.LEASE changed shape; update core/flow_control.claim_statement")
+    # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
+    head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
+    budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
     if shape == "limits":
-        ctes = [sql.FLOW_COMMON_CTES, sql.FLOW_QUEUE_CTES]
+        ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget]
+        ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock))
         save = [sql.FLOW_SAVE_CTES]
     elif shape == "keyed":
-        candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock="")
-        ctes = [sql.FLOW_COMMON_CTES, sql.KEYED_LIMIT_CTES, candidates, sql.KEYED_CHOICE_CTES]
+        ctes = [sql.FLOW_COMMON_CTES, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
+        ctes += [sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock), sql.KEYED_CHOICE_CTES]
         save = [sql.FLOW_SAVE_CTES, sql.FAIR_SAVE_CTES]
     else:
-        # Not serialized: claims running side by side take disjoint heads.
-        candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock="FOR UPDATE SKIP LOCKED")
-        ctes = [sql.FAIR_ONLY_COMMON_CTES, candidates, sql.FAIR_CHOICE_CTES]
+        ctes = [sql.FAIR_ONLY_COMMON_CTES, sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock)]
+        ctes.append(sql.FAIR_CHOICE_CTES)
         save = [sql.FAIR_SAVE_CTES]
     lease = "WITH " + ",".join(ctes) + ",\n" + lease.removeprefix("WITH ")
-    return lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)
+    lease = lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)
+    # The answer of a claim that went no further (optimistic, no room): one marker row.
+    marker = ", ".join(["NULL"] * (len(sql.LEASED_COLUMNS) + 1))
+    contended = f"\nUNION ALL\nSELECT '{CONTENDED}', {marker}, 0 FROM budget WHERE contended"
+    return lease.removesuffix(_ORDER_ANCHOR) + contended + _ORDER_ANCHOR
 
 
 def claim_params(
@@ -205,6 +238,9 @@ def claim_params(
         "key_rate": config.key_rate_limit,
         "key_burst": config.key_rate_burst,
         "window": WINDOW_SLACK,
+        "lock_class": LOCK_CLASS,
+        "tickets": OPTIMISTIC_CLAIMS,
+        "margin": OPTIMISTIC_CLAIMS * OPTIMISTIC_BATCH,
         "place_limit": limit + PLACE_SLACK,
         "unplaced_window": UNPLACED_WINDOW,
         "worker_id": worker_id,
@@ -225,6 +261,9 @@ _PARAM_TYPES = (
     ("key_rate", "float8"),
     ("key_burst", "float8"),
     ("window", "int"),
+    ("lock_class", "int"),
+    ("tickets", "int"),
+    ("margin", "int"),
     ("place_limit", "int"),
     ("unplaced_window", "int"),
     ("worker_id", "text"),
@@ -233,13 +272,14 @@ _PARAM_TYPES = (
 
 
 @functools.cache
-def prepared_claim(shape: ClaimShape) -> tuple[str, str]:
+def prepared_claim(shape: ClaimShape, optimistic: bool = False) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
     index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
-    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", claim_statement(shape))
+    statement = claim_statement(shape, optimistic)
+    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", statement)
     body = body.replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
-    name = f"pgq_flow_{shape}_{digest}"
+    name = f"pgq_flow_{shape}{'_optimistic' if optimistic else ''}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
     return name, f"PREPARE {name} ({types}) AS {body}"
 
@@ -258,26 +298,48 @@ def claim_with_flow_control(
 
     Outside a transaction (``lease()``'s default), the lock and the claim go to the server as
     one query string, which runs as one implicit transaction: the queue's lock is held only
-    while the server runs the claim, never across a round trip to this process. The claim is
-    a session-level prepared statement (planning it costs more than running it), whatever
-    the connection's ``prepare_threshold``. Inside a transaction
-    (``hold=True``) the lock is held until that transaction ends; ``hold`` itself is implied
+    while the server runs the claim, never across a round trip to this process. A queue with
+    limits is first claimed optimistically (shared lock, see ``sql.py``); only when that finds
+    no room to spare is it claimed serialized, in a second round trip. The claim is a
+    session-level prepared statement (planning it costs more than running it), whatever the
+    connection's ``prepare_threshold``. Inside a transaction (``hold=True``) the claim is
+    serialized and the lock is held until that transaction ends; ``hold`` itself is implied
     by the connection's transaction state.
     """
     params = claim_params(config, queue, worker_id, limit, vt)
-    lock = sql.FLOW_LOCK if config.serialized else ""
     connection = connections[alias]
+    if config.serialized and limit <= OPTIMISTIC_BATCH and not connection.in_atomic_block:
+        rows = _claim(connection, alias, config.shape, True, sql.FLOW_LOCK_SHARED, params)
+        if not any(row[0] == CONTENDED for row in rows):
+            return rows
+        # No room to spare: count exactly, one claim at a time (what the reaper buried in
+        # the optimistic attempt is reported all the same).
+        buried = [row for row in rows if row[0] != CONTENDED]
+        return buried + _claim(connection, alias, config.shape, False, sql.FLOW_LOCK, params)
+    lock = sql.FLOW_LOCK if config.serialized else ""
+    return _claim(connection, alias, config.shape, False, lock, params)
+
+
+def _claim(
+    connection: Any,
+    alias: str,
+    shape: ClaimShape,
+    optimistic: bool,
+    lock: str,
+    params: dict[str, Any],
+) -> list[Any]:
+    """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
-                _execute_each(cursor, lock + claim_statement(config.shape), params)
+                _execute_each(cursor, lock + claim_statement(shape, optimistic), params)
                 rows = cursor.fetchall()
             return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
-        # forgets the lease and its slot together).
+        # forgets the lease, and with it the slot, together).
         prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
         prefix += lock
-        name, prepare = prepared_claim(config.shape)
+        name, prepare = prepared_claim(shape, optimistic)
         rows = run_prepared(
             cursor,
             connection,
@@ -289,7 +351,7 @@ def claim_with_flow_control(
             reuse_text=True,
         )
         if rows is None:
-            execute_all(cursor, prefix + claim_statement(config.shape), params)
+            execute_all(cursor, prefix + claim_statement(shape, optimistic), params)
             rows = cursor.fetchall()
     return rows
 

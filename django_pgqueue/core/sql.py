@@ -422,16 +422,35 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 # --- Flow control (core/flow_control.py): fairness, concurrency and rate limits -------------
 # Only queues that opt in run these. A flow-controlled claim is LEASE (above) with the FLOW_*
 # common table expressions prepended and appended (flow_control.claim_statement builds it),
-# in one round trip and one short transaction. Queues with a limit or a rate take FLOW_LOCK
-# first, in a statement of its own: under READ COMMITTED each statement takes a new
-# snapshot, so the claim then sees everything the previous claimer of the queue committed.
-# Queues with fairness alone need no lock: their claim takes the head of the fair order with
-# SKIP LOCKED, as the plain claim takes the head of the queue.
+# in one round trip and one short transaction, after the queue's lock taken in a statement of
+# its own: under READ COMMITTED each statement takes a new snapshot, so the claim then sees
+# everything committed before the lock was granted.
+#
+# - Fairness alone needs no lock: claims take the head of the fair order with SKIP LOCKED,
+#   side by side, as plain claims take the head of the queue.
+# - Limits and rates: a claim is *optimistic* when it cannot matter who else is claiming:
+#   it holds the queue's lock shared plus one of ``tickets`` ticket locks (at most that many
+#   optimistic claims at once), takes at most ``optimistic_batch`` messages, and goes ahead
+#   only if the queue and every key stay ``margin`` = tickets x optimistic_batch messages
+#   (and tokens) away from their limits in what it sees; the claims it cannot see are the
+#   other ticket holders', each under the same cap. Otherwise it takes nothing, answers
+#   ``contended``, and the claim runs *serialized*: the lock exclusive, which waits for the
+#   optimistic claims to end and lets none start, then everything counted exactly.
 
-# Serializes the claims of one queue (the state row is created on first use).
+# The lock of one queue's claims: an advisory lock (two keys: a class, the queue's hash), so
+# that optimistic claims can share it. The state row is created on first use.
 FLOW_LOCK = """
 INSERT INTO pgqueue_flow_state (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
-SELECT 1 FROM pgqueue_flow_state WHERE queue = %(queue)s FOR UPDATE;
+SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue)s));
+"""
+FLOW_LOCK_SHARED = """
+SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
+       set_config('pgqueue.claim_ticket',
+                  COALESCE((SELECT t::text FROM generate_series(1, %(tickets)s) t
+                            WHERE pg_try_advisory_xact_lock(%(lock_class)s + t,
+                                                            hashtext(%(queue)s))
+                            LIMIT 1), ''),
+                  true);
 """
 
 # What a claim with limits computes first:
@@ -439,9 +458,8 @@ SELECT 1 FROM pgqueue_flow_state WHERE queue = %(queue)s FOR UPDATE;
 #   claim marks what it leases (``fair_order`` -1), so the partial index pgq_message_leased
 #   holds exactly these queues' leases: a finished, failed, released or expired lease stops
 #   counting by itself, and a crashed worker never holds a slot past its lease;
-# - state: the queue's rate bucket refilled to the database clock;
-# - budget: how many messages this claim may take (batch size, queue limit, whole tokens;
-#   0 when the queue is paused).
+# - state: the queue's rate bucket refilled to the database clock (full when the queue has
+#   no state row yet).
 FLOW_COMMON_CTES = """
 leased AS (
     SELECT tenant FROM pgqueue_message
@@ -454,16 +472,79 @@ leased AS (
                  COALESCE(f.tokens + %(rate)s::float8
                                      * extract(epoch FROM clock_timestamp() - f.refilled_at),
                           %(burst)s::float8)) AS tokens,
-           clock_timestamp() AS clock,
-           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = f.queue AND q.paused) AS paused
-    FROM pgqueue_flow_state f
-    WHERE f.queue = %(queue)s
-), budget AS (
+           f.queue IS NOT NULL AS known,
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused
+    FROM (SELECT 1) one LEFT JOIN pgqueue_flow_state f ON f.queue = %(queue)s
+)"""
+
+# Keyed queues: what each tenant has in flight, and the room left to the tenants that have
+# less than unlimited room (in flight under a key limit, a limit override, a rate bucket).
+KEY_ROOM_CTES = """
+in_flight AS (
+    SELECT tenant AS key, count(*)::int AS n FROM leased WHERE tenant IS NOT NULL
+    GROUP BY tenant
+), key_room AS (
+    SELECT i.key,
+           COALESCE((%(key_limits)s::jsonb ->> i.key)::int, %(key_limit)s::int, 2147483647)
+             - i.n AS room
+    FROM in_flight i
+  UNION ALL
+    SELECT o.key, o.value::int FROM jsonb_each_text(%(key_limits)s::jsonb) o
+  UNION ALL
+    SELECT b.key, floor(LEAST(%(key_burst)s::float8,
+                              b.tokens + %(key_rate)s::float8
+                                         * extract(epoch FROM clock_timestamp() - b.refilled_at)))::int
+    FROM pgqueue_flow_key_bucket b
+    WHERE b.queue = %(queue)s AND %(key_rate)s::float8 IS NOT NULL
+)"""
+NO_KEY_ROOM_CTES = """
+key_room AS (
+    SELECT NULL::text AS key, 0 AS room WHERE false
+)"""
+
+# How many messages this claim may take: the batch, the queue limit, whole tokens; 0 when
+# the queue is paused. Serialized: exact.
+BUDGET_SERIALIZED_CTES = """
+budget AS (
     SELECT CASE WHEN s.paused THEN 0 ELSE GREATEST(0, LEAST(
                %(n)s::int,
                COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),
-               COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n
+               COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n,
+           false AS contended
     FROM state s
+)"""
+# Optimistic: the same, and only with a ticket and ``margin`` of room everywhere.
+BUDGET_OPTIMISTIC_CTES = """
+room AS (
+    SELECT COALESCE(current_setting('pgqueue.claim_ticket', true), '') <> ''
+           AND s.known
+           AND COALESCE(%(queue_limit)s::int - (SELECT n FROM held) >= %(margin)s::int, true)
+           AND COALESCE(s.tokens >= %(margin)s::int, true)
+           AND COALESCE(%(key_limit)s::int >= %(margin)s::int, true)
+           AND COALESCE(%(key_burst)s::float8 >= %(margin)s::int, true)
+           AND NOT EXISTS (SELECT 1 FROM key_room WHERE room < %(margin)s::int) AS ok
+    FROM state s
+), budget AS (
+    SELECT CASE WHEN s.paused OR NOT r.ok THEN 0 ELSE GREATEST(0, LEAST(
+               %(n)s::int,
+               COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),
+               COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n,
+           NOT s.paused AND NOT r.ok AS contended
+    FROM state s CROSS JOIN room r
+)"""
+
+# Keyed queues: how far past the batch the head of the fair order is read. When a tenant may
+# be unable to take a whole batch (less room than the batch, or a default key limit under
+# it), twice the batch plus two messages per such tenant plus ``window``: the fair order
+# interleaves the tenants, so that covers what the ones at their limit hold there.
+# Otherwise no tenant can refuse a message: the batch alone.
+REACH_CTES = """
+short AS (
+    SELECT count(DISTINCT key)::int AS n FROM key_room WHERE room < (SELECT n FROM budget)
+), reach AS (
+    SELECT CASE WHEN %(key_limit)s::int < (SELECT n FROM budget) OR (SELECT n FROM short) > 0
+                THEN (SELECT n FROM budget) + 2 * (SELECT n FROM short) + %(window)s::int
+                ELSE 0 END AS n
 )"""
 
 # A claim with fairness alone: only the pause.
@@ -473,17 +554,19 @@ reach AS (
 ), budget AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM pgqueue_queue q
                              WHERE q.name = %(queue)s AND q.paused)
-                THEN 0 ELSE %(n)s::int END AS n
+                THEN 0 ELSE %(n)s::int END AS n,
+           false AS contended
 )"""
 
 # Queue-wide limits only: the plain claim order, at most ``budget`` messages.
 FLOW_QUEUE_CTES = """
 chosen AS (
     SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id) AS k
-    FROM pgqueue_message
-    WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
-    ORDER BY priority DESC, available_at, id
-    LIMIT (SELECT n FROM budget)
+    FROM (SELECT id, priority, available_at FROM pgqueue_message
+          WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
+          ORDER BY priority DESC, available_at, id
+          LIMIT (SELECT n FROM budget)
+          {head_lock}) head
 )"""
 
 # Fair queues: weighted fair queuing by virtual time. Each message gets its place in the fair
@@ -495,7 +578,7 @@ chosen AS (
 # many there are. Messages without a tenant are one more tenant.
 #
 # - head: the first messages of the order: the batch, and ``reach`` more when some tenant may
-#   not be able to take its share (KEYED_LIMIT_CTES). Locked with SKIP LOCKED when claims are
+#   not be able to take its share (REACH_CTES). Locked with SKIP LOCKED when claims are
 #   not serialized;
 # - due_again: messages outside the order that are due (scheduled, retried, redelivered,
 #   released: ``fair_order`` -1), oldest first, and, for rows written by other means
@@ -554,37 +637,6 @@ chosen AS (
     LIMIT (SELECT n FROM budget)
 )"""
 
-# Fair order with key limits, before the candidates: what each tenant has in flight, and how
-# far past the batch the head must be read. When any tenant may be unable to take a whole
-# batch (its key limit minus what it has in flight, or its rate bucket, or its limit
-# override, is under the batch), the head is read twice the batch plus two messages per such
-# tenant plus ``window``: the fair order interleaves the tenants, so that covers what the
-# ones at their limit hold there. Otherwise no tenant can refuse a message: the batch alone.
-KEYED_LIMIT_CTES = """
-in_flight AS (
-    SELECT tenant AS key, count(*)::int AS n FROM leased WHERE tenant IS NOT NULL
-    GROUP BY tenant
-), short AS (
-    SELECT i.key FROM in_flight i
-    WHERE COALESCE((%(key_limits)s::jsonb ->> i.key)::int, %(key_limit)s::int, 2147483647)
-          - i.n < (SELECT n FROM budget)
-  UNION
-    SELECT o.key FROM jsonb_each_text(%(key_limits)s::jsonb) o
-    WHERE o.value::int < (SELECT n FROM budget)
-  UNION
-    SELECT b.key FROM pgqueue_flow_key_bucket b
-    WHERE b.queue = %(queue)s AND %(key_rate)s::float8 IS NOT NULL
-      AND LEAST(%(key_burst)s::float8,
-                b.tokens + %(key_rate)s::float8
-                           * extract(epoch FROM clock_timestamp() - b.refilled_at))
-          < (SELECT n FROM budget)
-), reach AS (
-    SELECT CASE WHEN %(key_limit)s::int < (SELECT n FROM budget) OR EXISTS (SELECT 1 FROM short)
-                THEN (SELECT n FROM budget) + 2 * (SELECT count(*) FROM short)::int
-                     + %(window)s::int
-                ELSE 0 END AS n
-)"""
-
 # Each tenant met may take least(key limit - in flight, whole tokens in its rate bucket).
 KEYED_CHOICE_CTES = """
 capacity AS (
@@ -629,8 +681,13 @@ FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
 FLOW_SAVE_CTES = """
 save_state AS (
     UPDATE pgqueue_flow_state f
-    SET tokens = s.tokens - (SELECT count(*) FROM claimed), refilled_at = s.clock
-    FROM state s
+    -- Refilled from the row itself: optimistic claims update it one after the other.
+    SET tokens = LEAST(%(burst)s::float8,
+                       COALESCE(f.tokens + %(rate)s::float8
+                                           * extract(epoch FROM clock_timestamp() - f.refilled_at),
+                                %(burst)s::float8))
+                 - (SELECT count(*) FROM claimed),
+        refilled_at = clock_timestamp()
     WHERE f.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
 ), save_buckets AS (
     INSERT INTO pgqueue_flow_key_bucket AS b (queue, key, tokens, refilled_at)

@@ -52,6 +52,9 @@ class BulkJob:
     # One-pass all-or-nothing (a barrier stage): where partitions vote, and this call's id.
     vote_table: str = ""
     run_id: str = ""
+    # A fair queue: rows go in with fair_order -1, placed in the fair order by the first
+    # claims after (core/flow_control.py), as scheduled messages are.
+    out_of_fair_order: bool = False
 
 
 #: How often a partition that has voted looks at the others' votes, and for how long.
@@ -221,10 +224,13 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
             "tenant": table.column("tenant"),
             "dedup_key": table.column("dedup_key"),
             "max_attempts": pa.array([job.max_attempts] * n, pa.int32()),
+            **({"fair_order": pa.array([-1.0] * n, pa.float64())} if job.out_of_fair_order else {}),
         }
     )
     data = _csv(rows)
     columns = "queue, task, payload, priority, tenant, dedup_key, max_attempts"
+    if job.out_of_fair_order:
+        columns += ", fair_order"
     try:
         with conn.transaction():
             with conn.cursor().copy(
@@ -240,14 +246,16 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
     with conn.transaction():
         conn.execute(
             "CREATE TEMP TABLE pgq_bulk_rows (queue text, task text, payload text, "
-            "priority smallint, tenant text, dedup_key text, max_attempts int) ON COMMIT DROP"
+            "priority smallint, tenant text, dedup_key text, max_attempts int, "
+            "fair_order float8) ON COMMIT DROP"
         )
-        with conn.cursor().copy("COPY pgq_bulk_rows FROM STDIN (FORMAT csv)") as copy:
+        with conn.cursor().copy(f"COPY pgq_bulk_rows ({columns}) FROM STDIN (FORMAT csv)") as copy:
             copy.write(data)
         cursor = conn.execute(
             f"INSERT INTO {job.message_table} ({columns}) "
-            "SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts "
-            "FROM pgq_bulk_rows "
+            "SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts"
+            + (", fair_order " if job.out_of_fair_order else " ")
+            + "FROM pgq_bulk_rows "
             "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
         )
         written = max(cursor.rowcount, 0)

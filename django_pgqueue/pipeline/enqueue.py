@@ -169,6 +169,7 @@ def enqueue_frame(
         notify_channel=conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
         message_table=MESSAGE_TABLE,
         history_tables=(ARCHIVE_TABLE, DEAD_TABLE),
+        out_of_fair_order=_is_fair(queue),
     )
     if check_history and not _history_holds_keys(queue, alias):
         job = replace(job, check_history=False)  # nothing to probe: skip it per partition
@@ -327,3 +328,11 @@ def _prepare(
     ]
     wrapped = payload_column is not None and not payload_is_text
     return frame.select(*columns), wrapped, payload_column is None
+
+
+def _is_fair(queue: str) -> bool:
+    """Rows of a fair queue go in outside its fair order: the first claims place them."""
+    from ..core.flow_control import flow_config
+
+    flow = flow_config(queue)
+    return flow is not None and flow.keyed

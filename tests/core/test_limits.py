@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.db.models.functions import Now
@@ -14,7 +15,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.conf import SettingsError, get_settings
-from django_pgqueue.core import transitions
+from django_pgqueue.core import flow_control, sql, transitions
 from django_pgqueue.core.operations import pause_queue, release_leases, resume_queue
 from django_pgqueue.models import FlowKeyBucket, Message
 
@@ -285,6 +286,110 @@ def test_rate_limit_holds_across_concurrent_claimers():
     # Strict upper bound: the burst plus the refill over the elapsed database time.
     assert claimed <= 25 + 25 * elapsed + 1
     assert claimed >= 25 + 25 * 0.8 * 1.0 - 5  # and not throttled far below the rate
+
+
+# --- optimistic claims: side by side while far from every limit ------------------------------
+
+
+def _optimistic_claim(n: int, worker: str = "w1") -> list[tuple[object, ...]]:
+    """One optimistic claim of queue 'lim', as flow_control runs it, in one transaction."""
+    config = flow_control.flow_config("lim")
+    assert config is not None
+    params = flow_control.claim_params(config, "lim", worker, n, 30.0)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.FLOW_LOCK_SHARED, params)
+        cursor.execute(flow_control.claim_statement(config.shape, optimistic=True), params)
+        return cursor.fetchall()
+
+
+def _hold_tickets(count: int) -> psycopg.Connection:
+    """Another session holding ``count`` of queue 'lim''s ticket locks until closed."""
+    s = connection.settings_dict
+    other = psycopg.connect(
+        host=s["HOST"], port=s["PORT"], user=s["USER"], password=s["PASSWORD"], dbname=s["NAME"]
+    )
+    for t in range(1, count + 1):
+        other.execute(
+            "SELECT pg_advisory_xact_lock(%s + %s, hashtext('lim'))",
+            [flow_control.LOCK_CLASS, t],
+        )
+    return other
+
+
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
+def test_an_optimistic_claim_needs_a_ticket_and_room_to_spare():
+    enqueue("a", 3)
+    # The queue has no state row yet: the first claim is serialized (and creates it).
+    assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
+    assert len(lease(1)) == 1
+    assert [o for o, *_ in _optimistic_claim(1)] == ["claimed"]
+    # Every ticket taken by other claims: no optimistic claim now.
+    other = _hold_tickets(flow_control.OPTIMISTIC_CLAIMS)
+    try:
+        assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
+        assert len(lease(1)) == 1  # served all the same, serialized
+    finally:
+        other.close()
+
+
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=400)
+def test_an_optimistic_claim_needs_room_under_every_key():
+    """Key limit 400 = the margin (4 tickets x 100): a key with one in flight is too close."""
+    enqueue("a", 2)
+    assert len(lease(1)) == 1  # serialized (creates the state row)
+    assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
+
+
+@limits(CONCURRENCY_LIMIT=10, KEY_CONCURRENCY_LIMIT=8, FAIRNESS=True)
+def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
+    """With a margin of 2 x 3 = 6, claims of 3 are optimistic while 4 or fewer are in flight
+    (and no key has more than 2) and serialized beyond: the limits hold across both, under
+    concurrent claimers."""
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", 2)
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", 3)
+    outcomes: list[tuple[bool, bool]] = []  # (optimistic, went ahead)
+    real_claim = flow_control._claim
+
+    def spy(connection, alias, shape, optimistic, lock, params):
+        rows = real_claim(connection, alias, shape, optimistic, lock, params)
+        outcomes.append((optimistic, not any(r[0] == flow_control.CONTENDED for r in rows)))
+        return rows
+
+    monkeypatch.setattr(flow_control, "_claim", spy)
+    for tenant in ("a", "b", "c", "d", "e", "f"):
+        enqueue(tenant, 15)
+    peaks = {"queue": 0, "key": 0}
+    done: list[int] = []
+    guard = threading.Lock()
+
+    def worker(n: int) -> None:
+        while True:
+            leased = lease(3, worker=f"w{n}")
+            if not leased:
+                if not Message.objects.filter(queue="lim", lease_token__isnull=True).exists():
+                    return
+                time.sleep(0.002)
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT COALESCE(sum(c), 0), COALESCE(max(c), 0) FROM (SELECT count(*) c "
+                    "FROM pgqueue_message WHERE queue = 'lim' AND lease_token IS NOT NULL "
+                    "AND available_at > now() GROUP BY tenant) k"
+                )
+                total, per_key = cursor.fetchone()
+            with guard:
+                peaks["queue"] = max(peaks["queue"], total)
+                peaks["key"] = max(peaks["key"], per_key)
+                done.extend(m.id for m in leased)
+            time.sleep(0.02)  # hold the slots long enough for other claimers to collide
+            complete(leased)
+
+    run_workers(6, worker)
+    assert len(done) == len(set(done)) == 90
+    assert peaks["queue"] <= 10 and peaks["key"] <= 8
+    assert peaks["queue"] >= 7  # the limit was actually reached
+    # Both kinds of claims happened.
+    assert (True, True) in outcomes and (False, True) in outcomes
 
 
 # --- settings --------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
+import django_pgqueue
 from django_pgqueue.models import ArchivedMessage, BulkEnqueueVote, Message
 from django_pgqueue.pipeline.enqueue import enqueue_frame
 from django_pgqueue.pipeline.errors import BadInput, PipelineError
@@ -239,3 +241,21 @@ def test_one_bad_row_in_any_partition_stops_every_partition(spark: Any, partitio
     )  # fmt: skip
     assert (again.enqueued, again.duplicates) == (0, 99)
     assert not BulkEnqueueVote.objects.exists()  # each call removes its partitions' votes
+
+
+def test_bulk_enqueue_into_a_fair_queue_takes_turns_with_other_tenants(spark: Any) -> None:
+    """Rows go in outside the fair order (fair_order -1); the first claims place them, each
+    tenant behind its own waiting messages. A live key takes the row-by-row path: same."""
+    fair = {"QUEUES": {"fq": {"FAIRNESS": True}}}
+    with override_settings(PGQUEUE=fair):
+        django_pgqueue.enqueue("t", {"n": -1}, queue="fq", tenant="heavy", dedup_key="dup")
+        rows = [(f"h{n}", "heavy", n) for n in range(30)] + [("dup", "heavy", 99)]
+        rows += [(f"l{n}", "light", n) for n in range(2)]
+        frame = spark.createDataFrame(rows, ["key", "tenant", "n"])
+        result = enqueue_frame(
+            spark, frame, task="t", queue="fq", dedup_key_column="key", tenant_column="tenant"
+        )
+        assert result.enqueued == 32
+        assert Message.objects.filter(queue="fq", fair_order=-1).count() == 32
+        first = Message.objects.lease("fq", worker_id="w", batch_size=4)
+    assert sorted(m.tenant for m in first) == ["heavy", "heavy", "light", "light"]
