@@ -347,6 +347,7 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
     concurrent claimers."""
     monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", 2)
     monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", 3)
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_MIN_BATCH", 1)
     outcomes: list[tuple[bool, bool]] = []  # (optimistic, went ahead)
     real_claim = flow_control._claim
 
