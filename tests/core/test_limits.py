@@ -204,45 +204,47 @@ def run_workers(count: int, body: Callable[[int], None]) -> None:
     assert not errors, errors
 
 
-@limits(CONCURRENCY_LIMIT=6, KEY_CONCURRENCY_LIMIT=2, FAIRNESS=True)
-def test_limits_hold_under_concurrent_claimers():
-    for tenant in ("a", "b", "c", "d", "e"):
-        enqueue(tenant, 12)
+def drain_recording_peaks(claimers: int, batch: int, hold: float) -> tuple[list[int], int, int]:
+    """Claimer threads drain queue 'lim', each holding what it leased for ``hold`` s; the ids
+    leased, and the most messages in flight the database counted (queue, one key)."""
     peaks = {"queue": 0, "key": 0}
     done: list[int] = []
-    lock = threading.Lock()
+    guard = threading.Lock()
 
     def worker(n: int) -> None:
         while True:
-            leased = lease(3, worker=f"w{n}")
+            leased = lease(batch, worker=f"w{n}")
             if not leased:
-                if Message.objects.filter(queue="lim").count() == 0:
+                if not Message.objects.filter(queue="lim", lease_token__isnull=True).exists():
                     return
                 time.sleep(0.002)
                 continue
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "SELECT count(*), COALESCE(max(c), 0) FROM (SELECT tenant, count(*) c "
+                    "SELECT COALESCE(sum(c), 0), COALESCE(max(c), 0) FROM (SELECT count(*) c "
                     "FROM pgqueue_message WHERE queue = 'lim' AND lease_token IS NOT NULL "
                     "AND available_at > now() GROUP BY tenant) k"
                 )
-                _, per_key = cursor.fetchone()
-                cursor.execute(
-                    "SELECT count(*) FROM pgqueue_message WHERE queue = 'lim' "
-                    "AND lease_token IS NOT NULL AND available_at > now()"
-                )
-                total = cursor.fetchone()[0]
-            with lock:
+                total, per_key = cursor.fetchone()
+            with guard:
                 peaks["queue"] = max(peaks["queue"], total)
                 peaks["key"] = max(peaks["key"], per_key)
                 done.extend(m.id for m in leased)
-            time.sleep(0.03)  # hold the slots long enough for other claimers to collide
+            time.sleep(hold)  # hold the slots long enough for other claimers to collide
             complete(leased)
 
-    run_workers(6, worker)
+    run_workers(claimers, worker)
+    return done, peaks["queue"], peaks["key"]
+
+
+@limits(CONCURRENCY_LIMIT=6, KEY_CONCURRENCY_LIMIT=2, FAIRNESS=True)
+def test_limits_hold_under_concurrent_claimers():
+    for tenant in ("a", "b", "c", "d", "e"):
+        enqueue(tenant, 12)
+    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.03)
     assert len(done) == len(set(done)) == 60
-    assert peaks["queue"] <= 6 and peaks["key"] <= 2
-    assert peaks["queue"] >= 4  # the limit was actually reached, not trivially respected
+    assert queue_peak <= 6 and key_peak <= 2
+    assert queue_peak >= 4  # the limit was actually reached, not trivially respected
 
 
 @limits(KEY_CONCURRENCY_LIMIT=1)
@@ -359,36 +361,10 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
     monkeypatch.setattr(flow_control, "_claim", spy)
     for tenant in ("a", "b", "c", "d", "e", "f"):
         enqueue(tenant, 15)
-    peaks = {"queue": 0, "key": 0}
-    done: list[int] = []
-    guard = threading.Lock()
-
-    def worker(n: int) -> None:
-        while True:
-            leased = lease(3, worker=f"w{n}")
-            if not leased:
-                if not Message.objects.filter(queue="lim", lease_token__isnull=True).exists():
-                    return
-                time.sleep(0.002)
-                continue
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT COALESCE(sum(c), 0), COALESCE(max(c), 0) FROM (SELECT count(*) c "
-                    "FROM pgqueue_message WHERE queue = 'lim' AND lease_token IS NOT NULL "
-                    "AND available_at > now() GROUP BY tenant) k"
-                )
-                total, per_key = cursor.fetchone()
-            with guard:
-                peaks["queue"] = max(peaks["queue"], total)
-                peaks["key"] = max(peaks["key"], per_key)
-                done.extend(m.id for m in leased)
-            time.sleep(0.02)  # hold the slots long enough for other claimers to collide
-            complete(leased)
-
-    run_workers(6, worker)
+    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
     assert len(done) == len(set(done)) == 90
-    assert peaks["queue"] <= 10 and peaks["key"] <= 8
-    assert peaks["queue"] >= 7  # the limit was actually reached
+    assert queue_peak <= 10 and key_peak <= 8
+    assert queue_peak >= 7  # the limit was actually reached
     # Both kinds of claims happened.
     assert (True, True) in outcomes and (False, True) in outcomes
 
