@@ -40,8 +40,8 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from . import sql
-from .execution import async_commit, set_local
-from .prepared import can_prepare, execute_all, run_prepared
+from .execution import async_commit, is_claim_session, set_local
+from .prepared import can_prepare, driver_path, execute_all, run_on_driver, run_prepared
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -276,13 +276,22 @@ _PARAM_TYPES = (
 )
 
 
+# The same types as the driver path names them.
+_DRIVER_TYPES = tuple(sql_type for _, sql_type in _PARAM_TYPES)
+
+
+@functools.cache
+def numbered_claim(shape: ClaimShape, optimistic: bool = False) -> str:
+    """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
+    index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
+    statement = claim_statement(shape, optimistic)
+    return re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", statement)
+
+
 @functools.cache
 def prepared_claim(shape: ClaimShape, optimistic: bool = False) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
-    index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
-    statement = claim_statement(shape, optimistic)
-    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", statement)
-    body = body.replace("%%", "%")
+    body = numbered_claim(shape, optimistic).replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
     name = f"pgq_flow_{shape}{'_optimistic' if optimistic else ''}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
@@ -313,6 +322,19 @@ def claim_with_flow_control(
     """
     params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]
+    # driver_path first: its health check may replace the connection with a fresh one.
+    if config.shape == "fair" and driver_path(connection) and is_claim_session(connection):
+        # Fairness alone takes no lock: on a worker's claim session, a bare Bind/Execute.
+        rows = run_on_driver(
+            connection,
+            kind="flow_fair",
+            statement=numbered_claim("fair"),
+            types=_DRIVER_TYPES,
+            params=[params[name] for name, _ in _PARAM_TYPES],
+            typed_rows=True,
+        )
+        if rows is not None:
+            return rows
     optimistic = OPTIMISTIC_MIN_BATCH <= limit <= OPTIMISTIC_BATCH
     if config.serialized and optimistic and not connection.in_atomic_block:
         rows = _claim(connection, alias, config.shape, True, sql.FLOW_LOCK_SHARED, params)

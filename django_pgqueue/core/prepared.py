@@ -235,7 +235,15 @@ def run_on_driver(
     return [tuple(result.get_value(row, c) for c in columns) for row in range(result.ntuples)]
 
 
-_OIDS = {"text": 25, "int": 23, "bigint": 20, "timestamptz": 1184, "float8": 701, "boolean": 16}
+_OIDS = {
+    "text": 25,
+    "int": 23,
+    "bigint": 20,
+    "timestamptz": 1184,
+    "float8": 701,
+    "boolean": 16,
+    "jsonb": 3802,
+}
 
 
 def _text(value: Any) -> bytes:

@@ -221,6 +221,36 @@ def test_fair_claims_run_side_by_side_without_taking_a_message_twice():
     assert not FlowState.objects.exists()  # no lock row: these claims never serialize
 
 
+@override_settings(PGQUEUE=FAIR)
+def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
+    """On a worker's claim session a fair claim (no lock) is a bare Bind/Execute: the same
+    messages in the same fair order, with the same columns and types."""
+    from django_pgqueue.core import execution
+
+    for tenant in ("a", "b"):
+        enqueue_many(tenant, 3)
+    plain = lease(1)[0]
+    execution.dedicate_to_claims(connection)
+    sent: list[str] = []
+    real = flow_control.run_on_driver
+
+    def spy(*args, **kwargs):
+        sent.append(kwargs["kind"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flow_control, "run_on_driver", spy)
+    fast = lease(3)
+    assert sent == ["flow_fair"]
+    assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b"]
+    row = Message.objects.get(id=fast[0].id)
+    for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by", "payload"):
+        assert getattr(fast[0], field) == getattr(row, field), field
+        assert type(getattr(fast[0], field)) is type(getattr(plain, field)), field
+    assert fast[0].leased_at == row.leased_at and fast[0].available_at == row.available_at
+    assert [m.tenant for m in lease(5)] == ["a", "b"]
+    execution.end_claim_session(connection)
+
+
 def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
     assert flow_control.flow_config("default") is None
     with override_settings(PGQUEUE={"QUEUES": {"q": {"MAX_ATTEMPTS": 2}}}):
