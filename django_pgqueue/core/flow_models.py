@@ -14,7 +14,8 @@ FLOW_KEY_BUCKET_TABLE = "pgqueue_flow_key_bucket"
 
 
 class FlowState(models.Model):
-    """One row per flow-controlled queue; claims lock it, which serializes them per queue."""
+    """One row per queue with limits: its rate bucket (claims lock the queue with an advisory
+    lock, see ``core/sql.py``)."""
 
     queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH, primary_key=True)
     tokens = models.FloatField(

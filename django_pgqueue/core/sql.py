@@ -84,9 +84,9 @@ ENQUEUE_AND_NOTIFY = enqueue_and_notify(ENQUEUE)
 ENQUEUE_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_DEDUP)
 
 
-# A message's place when it enters its queue's fair order (fair queues; see FLOW_KEYED_CTES):
-# max(the head of the order, the tenant's newest place + its step). Three index probes; the
-# third only for messages without a tenant (a one-time filter skips it otherwise).
+# A message's place when it enters its queue's fair order (see FAIR_CANDIDATE_CTES): max(the
+# head of the order, the tenant's newest place + its step). Three index probes; the third only
+# for messages without a tenant (a one-time filter skips it otherwise).
 FAIR_ORDER_ENTRY = """GREATEST(
     COALESCE((SELECT h.fair_order FROM pgqueue_message h
               WHERE h.queue = {queue} AND h.priority = {priority} AND h.fair_order >= 0
