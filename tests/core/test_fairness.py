@@ -109,6 +109,23 @@ def test_messages_without_a_tenant_are_one_more_group_in_the_rotation():
 
 
 @override_settings(PGQUEUE=FAIR)
+def test_dedup_keys_in_a_fair_queue_keep_one_message_and_its_place():
+    first = django_pgqueue.enqueue("t", {}, queue="fair", tenant="x", dedup_key="k")
+    again = django_pgqueue.enqueue("t", {}, queue="fair", tenant="x", dedup_key="k")
+    assert again.deduplicated and again.id == first.id
+    with transaction.atomic():
+        second = django_pgqueue.enqueue("t", {}, queue="fair", tenant="x", dedup_key="k2")
+    written = django_pgqueue.enqueue_many(
+        "t", [{}, {}], queue="fair", tenant="y", dedup_keys=["k3", "k"]
+    )
+    assert written == 1
+    places = dict(Message.objects.values_list("dedup_key", "fair_order"))
+    # x's second message behind its first; y, with nothing waiting, at the head.
+    assert places == {"k": 0.0, "k2": 1.0, "k3": 0.0}
+    assert second.id in {m.id for m in lease(3)}
+
+
+@override_settings(PGQUEUE=FAIR)
 def test_scheduled_messages_are_skipped():
     enqueue_many("later", 2, run_after=dt.timedelta(hours=1))
     enqueue_many("now", 2)
