@@ -213,11 +213,14 @@ def _sync_runner(task: Task) -> Callable[[MessageContext, Any], Any]:
                 value = task.func(*args, **kwargs)
             value = _returned(value)
         except Exception as exc:
-            if context.is_last_attempt:
+            if context.is_last_attempt and not context.abandoned:
                 # Inside the except block: Django's logging receiver records exc_info.
                 _send(task_finished, sender, _failed(running, exc))
             raise
-        _send(task_finished, sender, _succeeded(running, value))
+        # A run the worker gave up on (timed out) was finished by its dead-letter hook, or
+        # will be retried: its late outcome is dropped, and so is the signal.
+        if not context.abandoned:
+            _send(task_finished, sender, _succeeded(running, value))
         return value
 
     return run

@@ -14,7 +14,9 @@ class MessageContext:
 
     ``attempt`` starts at 1 and counts this run. ``extend_lease(seconds)`` pushes the lease
     expiry to database now + ``seconds`` and returns False when the lease was lost (another
-    worker holds the message now: stop and do not repeat side effects).
+    worker holds the message now: stop and do not repeat side effects). ``abandoned`` turns
+    True once the worker has given this run up (its timeout or the shutdown grace period ran
+    out: the attempt is already failed or released, and what the handler returns is dropped).
     """
 
     message_id: int
@@ -27,10 +29,15 @@ class MessageContext:
     enqueued_at: datetime | None = None
     tenant: str | None = None
     _extend: Callable[[float], bool] | None = field(default=None, repr=False)
+    _abandoned: Callable[[], bool] | None = field(default=None, repr=False)
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned is not None and self._abandoned()
 
     def extend_lease(self, seconds: float) -> bool:
         if self._extend is None:

@@ -331,6 +331,7 @@ class Executor:
             enqueued_at=m.enqueued_at,
             tenant=m.tenant,
             _extend=extend,
+            _abandoned=lambda: job.state == ABANDONED,
         )
 
     def _extend_now(self, job: Job, seconds: float) -> bool:

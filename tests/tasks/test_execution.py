@@ -40,8 +40,9 @@ def signals() -> Iterator[list[tuple[str, Any, Any]]]:
     task_finished.disconnect(finished)
 
 
-def run(queue: str = "default") -> tuple[Message, Any]:
-    """Lease the next message and run its handler the way the worker does."""
+def run(queue: str = "default", abandoned: bool = False) -> tuple[Message, Any]:
+    """Lease the next message and run its handler the way the worker does (``abandoned``:
+    as if the worker had given the run up, its timeout passed, before it returned)."""
     (message,) = Message.objects.lease(queue, worker_id="w-test", hold=True)
     handler = registry.get(message.task)
     assert handler is not None
@@ -54,6 +55,7 @@ def run(queue: str = "default") -> tuple[Message, Any]:
         worker_id="w-test",
         lease_token=message.lease_token,  # type: ignore[arg-type]
         enqueued_at=message.enqueued_at,
+        _abandoned=lambda: abandoned,
     )
     if handler.is_async:
         return message, async_to_sync(handler.func)(context, message.payload)
@@ -72,6 +74,19 @@ def test_success_sends_started_and_finished(signals) -> None:
     assert started.id == finished.id == result.id
     assert started.status == TaskResultStatus.RUNNING and started.worker_ids == ["w-test"]
     assert finished.status == TaskResultStatus.SUCCESSFUL and finished.return_value == 5
+
+
+def test_a_run_the_worker_gave_up_sends_no_finished_signal(signals) -> None:
+    """A sync task that returns (or raises on its last attempt) after its timeout: the worker
+    failed the attempt already and its dead-letter hook reports the outcome, not the task."""
+    t.add.enqueue(2, 3)
+    _, value = run(abandoned=True)
+    assert value == 5
+    t.always_fails.enqueue("bad")
+    Message.objects.filter(lease_token__isnull=True).update(max_attempts=1)
+    with pytest.raises(ValueError, match="bad"):
+        run(abandoned=True)
+    assert [name for name, _, _ in signals] == ["started", "started"]
 
 
 def test_context_attempt_counts_from_one(signals) -> None:
