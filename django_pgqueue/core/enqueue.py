@@ -107,20 +107,14 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
     dedup = message.dedup_key is not None
     types = _ENQUEUE_TYPES
     flow = flow_config(message.queue)
-    if flow is not None and flow.keyed:  # a fair queue: the message takes its place in it
+    fair = flow is not None and flow.keyed
+    if flow is not None and fair:  # a fair queue: the message takes its place in it
         params.append(flow.fair_step(message.tenant))
         types += ("float8",)
-        if conf.NOTIFY:
-            statement = sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY if dedup else sql.ENQUEUE_FAIR_AND_NOTIFY
-        else:
-            statement = sql.ENQUEUE_FAIR_DEDUP if dedup else sql.ENQUEUE_FAIR
-    elif conf.NOTIFY:
-        statement = sql.ENQUEUE_DEDUP_AND_NOTIFY if dedup else sql.ENQUEUE_AND_NOTIFY
-    else:
-        statement = sql.ENQUEUE_DEDUP if dedup else sql.ENQUEUE
     if conf.NOTIFY:
         params += [conf.NOTIFY_CHANNEL, message.queue]
         types += _NOTIFY_TYPES
+    statement = _ENQUEUE_STATEMENTS[fair, dedup, bool(conf.NOTIFY)]
     connection = connections[using or conf.DATABASE_ALIAS]
     row = _insert_on_driver(connection, statement, params, types)
     if row is None:
@@ -176,6 +170,17 @@ _ENQUEUE_TYPES: tuple[str, ...] = (
     "float8",
 )
 _NOTIFY_TYPES = ("text", "text")
+# The INSERT by (fair queue, dedup key, NOTIFY on).
+_ENQUEUE_STATEMENTS = {
+    (False, False, False): sql.ENQUEUE,
+    (False, True, False): sql.ENQUEUE_DEDUP,
+    (False, False, True): sql.ENQUEUE_AND_NOTIFY,
+    (False, True, True): sql.ENQUEUE_DEDUP_AND_NOTIFY,
+    (True, False, False): sql.ENQUEUE_FAIR,
+    (True, True, False): sql.ENQUEUE_FAIR_DEDUP,
+    (True, False, True): sql.ENQUEUE_FAIR_AND_NOTIFY,
+    (True, True, True): sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY,
+}
 _INT8 = struct.Struct("!q")
 # Binary timestamptz: microseconds since 2000-01-01 UTC.
 _PG_EPOCH_MICROS = 946_684_800_000_000
