@@ -28,6 +28,7 @@ their place in its fair order at enqueue).
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import statistics
@@ -48,6 +49,10 @@ FLOW_ON = {
     "CONCURRENCY_LIMIT": 10000,
     "RATE_LIMIT": 1_000_000,
 }
+# Another "flow on" configuration, as JSON (e.g. '{"FAIRNESS": true, "RATE_LIMIT": 100000}'):
+# to see what each limit costs on its own.
+if os.environ.get("BENCH_FLOW_ON"):
+    FLOW_ON = json.loads(os.environ["BENCH_FLOW_ON"])
 
 
 def setup_django() -> None:
@@ -389,11 +394,16 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=("throughput", "workers", "latency"), help="run one part only"
     )
+    parser.add_argument(
+        "--batches", default="1,10,100", help="batch sizes to run, comma-separated (1, 10, 100)"
+    )
     args = parser.parse_args()
     # Messages drained per batch size: batch 1 costs a commit per message.
     totals = (
         {1: 1_000, 10: 4_000, 100: 10_000} if args.quick else {1: 3_000, 10: 15_000, 100: 40_000}
     )
+    wanted = {int(b) for b in args.batches.split(",")}
+    totals = {batch: total for batch, total in totals.items() if batch in wanted}
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 

@@ -41,7 +41,14 @@ from django.db import connections, transaction
 from ..conf import get_settings
 from . import sql
 from .execution import async_commit, is_claim_session, set_local
-from .prepared import can_prepare, driver_path, execute_all, run_on_driver, run_prepared
+from .prepared import (
+    can_prepare,
+    driver_path,
+    execute_all,
+    run_on_driver,
+    run_prepared,
+    run_script_on_driver,
+)
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -357,6 +364,21 @@ def _claim(
     params: dict[str, Any],
 ) -> list[Any]:
     """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
+    name, prepare = prepared_claim(shape, optimistic)
+    arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
+    # driver_path first: its health check may replace the connection with a fresh one.
+    if driver_path(connection) and is_claim_session(connection):
+        # A worker's claim session runs under the claim's settings already: lock and
+        # EXECUTE go straight to the driver as one query string.
+        rows = run_script_on_driver(
+            connection,
+            name=name,
+            prepare=prepare,
+            script=f"{lock}EXECUTE {name}({arguments})",
+            params=params,
+        )
+        if rows is not None:
+            return rows
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
@@ -367,14 +389,13 @@ def _claim(
         # forgets the lease, and with it the slot, together).
         prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
         prefix += lock
-        name, prepare = prepared_claim(shape, optimistic)
         rows = run_prepared(
             cursor,
             connection,
             name=name,
             prepare=prepare,
             prefix=prefix,
-            arguments=", ".join(f"%({p})s" for p, _ in _PARAM_TYPES),
+            arguments=arguments,
             params=params,
             reuse_text=True,
         )

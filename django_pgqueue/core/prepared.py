@@ -88,7 +88,14 @@ _BOUND_MAX = 256
 
 
 def _bound_text(cursor: Any, statements: str, params: Sequence[Any] | Mapping[str, Any]) -> str:
-    texts = _bound.setdefault(cursor.cursor.connection, {})
+    return _bound_on(cursor.cursor.connection, statements, params, cursor.cursor.mogrify)
+
+
+def _bound_on(
+    raw: Any, statements: str, params: Sequence[Any] | Mapping[str, Any], mogrify: Any = None
+) -> str:
+    """``statements`` bound to ``params`` for the driver connection ``raw``, cached."""
+    texts = _bound.setdefault(raw, {})
     key = (
         statements,
         tuple(params.items()) if isinstance(params, Mapping) else tuple(params),
@@ -97,7 +104,8 @@ def _bound_text(cursor: Any, statements: str, params: Sequence[Any] | Mapping[st
     if text is None:
         if len(texts) >= _BOUND_MAX:
             texts.clear()
-        text = texts[key] = cursor.cursor.mogrify(statements, params)
+        mogrify = mogrify or psycopg.ClientCursor(raw).mogrify
+        text = texts[key] = mogrify(statements, params)
     return text
 
 
@@ -233,6 +241,47 @@ def run_on_driver(
         return loader.load_rows(0, result.ntuples, tuple)
     columns = range(result.nfields)
     return [tuple(result.get_value(row, c) for c in columns) for row in range(result.ntuples)]
+
+
+def run_script_on_driver(
+    connection: Any,
+    *,
+    name: str,
+    prepare: str,
+    script: str,
+    params: Mapping[str, Any],
+) -> list[tuple[Any, ...]] | None:
+    """``script`` (``;``-separated statements ending in ``EXECUTE name(...)``) as one simple
+    query on the driver connection, after ``prepare`` if this session has not run it: one
+    round trip, one implicit transaction, the rows of the last statement loaded by the
+    connection's own loaders. For a claim that must take a lock in a statement of its own
+    first (flow control) on a worker's claim session: no Django cursor, no ``SET LOCAL``.
+
+    The script is bound once per connection and parameters (see :func:`execute_all`), and
+    falls back as :func:`run_on_driver`: ``None`` when the session lost the statement.
+    """
+    connection.validate_thread_sharing()
+    raw = connection.connection
+    done = _prepared.setdefault(raw, set())
+    text = _bound_on(raw, script, params)
+    with connection.wrap_database_errors, raw.lock:
+        pgconn = raw.pgconn
+        if name not in done:
+            pgconn.send_query(prepare.encode())
+            _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
+            done.add(name)
+        pgconn.send_query(text.encode())
+        result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
+    if result is None:
+        _unpreparable.add(raw)
+        logger.warning(
+            "Claims on this connection are planned every time: its prepared statement "
+            "vanished (a pooler in transaction mode?)."
+        )
+        return None
+    loader = psycopg.adapt.Transformer(raw)
+    loader.set_pgresult(result)
+    return loader.load_rows(0, result.ntuples, tuple)
 
 
 _OIDS = {

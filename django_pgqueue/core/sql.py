@@ -522,7 +522,14 @@ room AS (
            AND COALESCE(s.tokens >= %(margin)s::int, true)
            AND COALESCE(%(key_limit)s::int >= %(margin)s::int, true)
            AND COALESCE(%(key_burst)s::float8 >= %(margin)s::int, true)
-           AND NOT EXISTS (SELECT 1 FROM key_room WHERE room < %(margin)s::int) AS ok
+           -- Room for every key: the queue's whole in flight leaves the default key limit
+           -- ``margin`` away (no key has more), or else counted key by key.
+           AND CASE WHEN %(key_limits)s::jsonb = '{}'::jsonb AND %(key_rate)s::float8 IS NULL
+                         AND COALESCE(%(key_limit)s::int - (SELECT n FROM held)
+                                      >= %(margin)s::int, true)
+                    THEN true
+                    ELSE NOT EXISTS (SELECT 1 FROM key_room WHERE room < %(margin)s::int) END
+               AS ok
     FROM state s
 ), budget AS (
     SELECT CASE WHEN s.paused OR NOT r.ok THEN 0 ELSE GREATEST(0, LEAST(
@@ -538,11 +545,21 @@ room AS (
 # it), twice the batch plus two messages per such tenant plus ``window``: the fair order
 # interleaves the tenants, so that covers what the ones at their limit hold there.
 # Otherwise no tenant can refuse a message: the batch alone.
+#
+# uncapped: no tenant can reach a key limit in this claim (no per-key overrides or rates, and
+# the queue's whole in flight plus the budget within the default key limit: no tenant has
+# more in flight than the queue). Then the keyed choice is the fair choice, and neither the
+# per-tenant counts nor the reach past the batch are computed (see KEYED_CHOICE_CTES).
 REACH_CTES = """
-short AS (
+uncapped AS (
+    SELECT %(key_limits)s::jsonb = '{}'::jsonb AND %(key_rate)s::float8 IS NULL
+           AND COALESCE(%(key_limit)s::int - (SELECT n FROM held) >= (SELECT n FROM budget),
+                        true) AS ok
+), short AS (
     SELECT count(DISTINCT key)::int AS n FROM key_room WHERE room < (SELECT n FROM budget)
 ), reach AS (
-    SELECT CASE WHEN %(key_limit)s::int < (SELECT n FROM budget) OR (SELECT n FROM short) > 0
+    SELECT CASE WHEN (SELECT ok FROM uncapped) THEN 0
+                WHEN %(key_limit)s::int < (SELECT n FROM budget) OR (SELECT n FROM short) > 0
                 THEN (SELECT n FROM budget) + 2 * (SELECT n FROM short) + %(window)s::int
                 ELSE 0 END AS n
 )"""
@@ -580,8 +597,9 @@ chosen AS (
 # - head: the first messages of the order: the batch, and ``reach`` more when some tenant may
 #   not be able to take its share (REACH_CTES). Locked with SKIP LOCKED when claims are
 #   not serialized;
-# - due_again: messages outside the order that are due (scheduled, retried, redelivered,
-#   released: ``fair_order`` -1), oldest first, and, for rows written by other means
+# - due_again: messages outside the order that are due (scheduled, retried, released:
+#   ``fair_order`` -1 in pgq_message_fair_due; leases expired: in pgq_message_leased),
+#   oldest first, and, for rows written by other means
 #   (``fair_order`` NULL: before fairness was switched on, raw SQL), the oldest ready ones;
 #   ``placed`` gives them their place, exactly as an enqueue would have;
 # - candidate: both, for FAIR_CHOICE_CTES (fair order, at most ``budget``) or
@@ -596,9 +614,15 @@ head AS (
     {{head_lock}}
 ), due_again AS (
     (SELECT id, tenant, priority, available_at FROM pgqueue_message
-     WHERE queue = %(queue)s AND fair_order < 0 AND attempts < max_attempts
-       AND available_at <= now()
-     ORDER BY priority DESC, available_at, id
+     WHERE queue = %(queue)s AND fair_order < 0 AND lease_token IS NULL
+       AND attempts < max_attempts AND available_at <= now()
+     ORDER BY available_at, id
+     LIMIT %(place_limit)s)
+  UNION ALL
+    (SELECT id, tenant, priority, available_at FROM pgqueue_message
+     WHERE queue = %(queue)s AND fair_order < 0 AND lease_token IS NOT NULL
+       AND available_at <= now() AND attempts < max_attempts
+     ORDER BY available_at
      LIMIT %(place_limit)s)
   UNION ALL
     SELECT id, tenant, priority, available_at FROM (
@@ -637,7 +661,8 @@ chosen AS (
     LIMIT (SELECT n FROM budget)
 )"""
 
-# Each tenant met may take least(key limit - in flight, whole tokens in its rate bucket).
+# Each tenant met may take least(key limit - in flight, whole tokens in its rate bucket); when
+# no tenant can reach its limit (``uncapped``), the fair choice as is.
 KEYED_CHOICE_CTES = """
 capacity AS (
     SELECT t.tenant,
@@ -657,12 +682,22 @@ capacity AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.place, c.id)
              AS nth
     FROM candidate c
-), chosen AS (
+), keyed_chosen AS (
     SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.place, r.id) AS k
     FROM ranked r LEFT JOIN capacity c ON c.tenant = r.tenant
     WHERE r.tenant IS NULL OR r.nth <= c.n
     ORDER BY r.priority DESC, r.place, r.id
     LIMIT (SELECT n FROM budget)
+), fair_chosen AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, place, id) AS k
+    FROM candidate
+    ORDER BY priority DESC, place, id
+    LIMIT (SELECT n FROM budget)
+), chosen AS (
+    -- A CTE runs only when read: one of the two choices is computed.
+    SELECT id, k FROM fair_chosen WHERE (SELECT ok FROM uncapped)
+  UNION ALL
+    SELECT id, k FROM keyed_chosen WHERE NOT (SELECT ok FROM uncapped)
 )"""
 
 # LEASE's ``{candidates}`` in a flow-controlled claim: the chosen ids, re-checked and locked,

@@ -369,6 +369,57 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
     assert (True, True) in outcomes and (False, True) in outcomes
 
 
+@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=3)
+def test_a_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
+    """While the queue's whole in flight plus the batch stays within the key limit, no key
+    can reach it and the claim skips the per-key counts; past that point it counts again."""
+    enqueue("a", 6)
+    assert len(lease(2)) == 2  # 0 in flight + 2 <= 3: the fair choice as is
+    assert len(lease(2)) == 1  # 2 + 2 > 3: counted per key, "a" has room for one
+    assert lease(2) == []
+    enqueue("b", 2)
+    assert [m.tenant for m in lease(2)] == ["b", "b"]
+
+
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
+def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(monkeypatch, caplog):
+    """On a worker's claim session, a claim with limits sends its lock and EXECUTE straight
+    to the driver: the same messages, columns and types as Django's cursor path; a vanished
+    statement falls back to that path."""
+    from django_pgqueue.core import execution
+
+    ids = enqueue("a", 3) + enqueue("b", 3)
+    plain = lease(1)[0]  # serialized, through Django's cursor
+    execution.dedicate_to_claims(connection)
+    sent: list[str] = []
+    real = flow_control.run_script_on_driver
+
+    def spy(*args, **kwargs):
+        sent.append(kwargs["script"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flow_control, "run_script_on_driver", spy)
+    try:
+        fast = lease(10)  # optimistic: shared lock, then EXECUTE
+        assert len(sent) == 1 and "pg_advisory_xact_lock_shared" in sent[0]
+        assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
+        assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
+        row = Message.objects.get(id=fast[0].id)
+        for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by"):
+            assert getattr(fast[0], field) == getattr(row, field), field
+            assert type(getattr(fast[0], field)) is type(getattr(plain, field)), field
+        assert fast[0].leased_at == row.leased_at and fast[0].payload == row.payload
+        complete(fast)
+        enqueue("c", 2)
+        with connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
+        with caplog.at_level("WARNING", logger="django_pgqueue"):
+            assert [m.tenant for m in lease(10)] == ["c", "c"]
+        assert "prepared statement vanished" in caplog.text
+    finally:
+        execution.end_claim_session(connection)
+
+
 # --- settings --------------------------------------------------------------------------------
 
 
