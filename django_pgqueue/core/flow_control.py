@@ -97,7 +97,7 @@ REAP_LIMIT = 100
 UNPLACED_WINDOW = 32
 
 
-ClaimShape = Literal["limits", "keyed", "fair"]
+ClaimShape = Literal["limits", "fair_limits", "keyed", "fair"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,9 @@ class FlowConfig:
         """Which claim statement serves the queue (see :func:`claim_statement`)."""
         if not self.keyed:
             return "limits"
-        return "keyed" if self.serialized else "fair"
+        if not self.serialized:
+            return "fair"
+        return "keyed" if self.key_limited else "fair_limits"
 
     def fair_step(self, tenant: str | None) -> float:
         """How far a tenant's next message goes behind its previous one in the fair order."""
@@ -184,15 +186,20 @@ CONTENDED = "contended"
 
 
 @functools.cache
-def claim_statement(shape: ClaimShape, optimistic: bool = False) -> str:
+def claim_statement(
+    shape: ClaimShape, optimistic: bool = False, queue_rate: bool = True, key_rate: bool = True
+) -> str:
     """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
 
     Built once per shape from ``sql.LEASE`` itself, so the claim proper (attempts, fencing
     token, burying exhausted leases, the row shape) stays the same as the plain claim's.
-    Shapes: ``limits`` (queue-wide limits or rate: the plain claim order), ``keyed`` (the fair
-    order, with limits or rates), ``fair`` (the fair order alone: no lock, no limits).
-    ``optimistic`` (limits and rates): the variant run under the shared lock, which takes
-    nothing and answers ``contended`` unless it has room to spare (see ``sql.py``).
+    Shapes: ``limits`` (queue-wide limits or rate: the plain claim order), ``fair_limits``
+    (the fair order, queue-wide limits or rate), ``keyed`` (the fair order, key limits or
+    rates too), ``fair`` (the fair order alone: no lock, no limits). ``optimistic`` (limits
+    and rates): the variant run under the shared lock, which takes nothing and answers
+    ``contended`` unless it has room to spare (see ``sql.py``). ``queue_rate`` /
+    ``key_rate``: whether the claim saves the queue's / the keys' rate buckets (a statement
+    without what a queue does not use runs with fewer plan nodes to set up).
     """
     lease = sql.LEASE.format(
         candidates=sql.FLOW_CANDIDATES,
@@ -214,20 +221,28 @@ def claim_statement(shape: ClaimShape, optimistic: bool = False) -> str:
     # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
     head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
+    fair_candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock)
+    save = [sql.SAVE_STATE_CTES] if queue_rate and shape != "fair" else []
+    if key_rate and shape == "keyed":
+        save.append(sql.SAVE_KEY_BUCKETS_CTES)
     if shape == "limits":
         ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget]
         ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock))
-        save = [sql.FLOW_SAVE_CTES]
+    elif shape == "fair_limits":
+        ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES]
+        ctes += [fair_candidates, sql.FAIR_CHOICE_CTES]
+        save.append(sql.FAIR_SAVE_CTES)
     elif shape == "keyed":
         ctes = [sql.FLOW_COMMON_CTES, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
-        ctes += [sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock), sql.KEYED_CHOICE_CTES]
-        save = [sql.FLOW_SAVE_CTES, sql.FAIR_SAVE_CTES]
+        ctes += [fair_candidates, sql.KEYED_CHOICE_CTES]
+        save.append(sql.FAIR_SAVE_CTES)
     else:
-        ctes = [sql.FAIR_ONLY_COMMON_CTES, sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock)]
+        ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates]
         ctes.append(sql.FAIR_CHOICE_CTES)
-        save = [sql.FAIR_SAVE_CTES]
+        save.append(sql.FAIR_SAVE_CTES)
     lease = "WITH " + ",".join(ctes) + ",\n" + lease.removeprefix("WITH ")
-    lease = lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)
+    if save:
+        lease = lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)
     # The answer of a claim that went no further (optimistic, no room): one marker row.
     marker = ", ".join(["NULL"] * (len(sql.LEASED_COLUMNS) + 1))
     contended = f"\nUNION ALL\nSELECT '{CONTENDED}', {marker}, 0 FROM budget WHERE contended"
@@ -288,17 +303,17 @@ _DRIVER_TYPES = tuple(sql_type for _, sql_type in _PARAM_TYPES)
 
 
 @functools.cache
-def numbered_claim(shape: ClaimShape, optimistic: bool = False) -> str:
+def numbered_claim(shape: ClaimShape, optimistic: bool = False, *rates: bool) -> str:
     """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
     index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
-    statement = claim_statement(shape, optimistic)
+    statement = claim_statement(shape, optimistic, *rates)
     return re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", statement)
 
 
 @functools.cache
-def prepared_claim(shape: ClaimShape, optimistic: bool = False) -> tuple[str, str]:
+def prepared_claim(shape: ClaimShape, optimistic: bool = False, *rates: bool) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
-    body = numbered_claim(shape, optimistic).replace("%%", "%")
+    body = numbered_claim(shape, optimistic, *rates).replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
     name = f"pgq_flow_{shape}{'_optimistic' if optimistic else ''}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
@@ -364,7 +379,8 @@ def _claim(
     params: dict[str, Any],
 ) -> list[Any]:
     """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
-    name, prepare = prepared_claim(shape, optimistic)
+    rates = (params["rate"] is not None, params["key_rate"] is not None)
+    name, prepare = prepared_claim(shape, optimistic, *rates)
     arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
     # driver_path first: its health check may replace the connection with a fresh one.
     if driver_path(connection) and is_claim_session(connection):
@@ -382,7 +398,7 @@ def _claim(
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
-                _execute_each(cursor, lock + claim_statement(shape, optimistic), params)
+                _execute_each(cursor, lock + claim_statement(shape, optimistic, *rates), params)
                 rows = cursor.fetchall()
             return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
@@ -400,7 +416,7 @@ def _claim(
             reuse_text=True,
         )
         if rows is None:
-            execute_all(cursor, prefix + claim_statement(shape, optimistic), params)
+            execute_all(cursor, prefix + claim_statement(shape, optimistic, *rates), params)
             rows = cursor.fetchall()
     return rows
 

@@ -564,11 +564,15 @@ uncapped AS (
                 ELSE 0 END AS n
 )"""
 
-# A claim with fairness alone: only the pause.
-FAIR_ONLY_COMMON_CTES = """
+# No tenant can refuse a message (no key limits or rates): the batch alone.
+NO_REACH_CTES = """
 reach AS (
     SELECT 0 AS n
-), budget AS (
+)"""
+
+# A claim with fairness alone: only the pause.
+FAIR_ONLY_COMMON_CTES = """
+budget AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM pgqueue_queue q
                              WHERE q.name = %(queue)s AND q.paused)
                 THEN 0 ELSE %(n)s::int END AS n,
@@ -711,9 +715,10 @@ FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
     ORDER BY array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id)
     FOR UPDATE OF m SKIP LOCKED"""
 
-# Appended after LEASE's ``claimed`` in claims with limits: the queue's bucket, the keys'
-# buckets, and a few idle (full again) buckets dropped.
-FLOW_SAVE_CTES = """
+# Appended after LEASE's ``claimed`` in claims with limits: the queue's bucket
+# (SAVE_STATE_CTES, with a queue rate), the keys' buckets and a few idle (full again) buckets
+# dropped (SAVE_KEY_BUCKETS_CTES, with a key rate).
+SAVE_STATE_CTES = """
 save_state AS (
     UPDATE pgqueue_flow_state f
     -- Refilled from the row itself: optimistic claims update it one after the other.
@@ -724,7 +729,9 @@ save_state AS (
                  - (SELECT count(*) FROM claimed),
         refilled_at = clock_timestamp()
     WHERE f.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
-), save_buckets AS (
+)"""
+SAVE_KEY_BUCKETS_CTES = """
+save_buckets AS (
     INSERT INTO pgqueue_flow_key_bucket AS b (queue, key, tokens, refilled_at)
     SELECT %(queue)s, tenant, %(key_burst)s::float8 - count(*), clock_timestamp()
     FROM claimed

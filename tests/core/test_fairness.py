@@ -284,6 +284,9 @@ def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
     with override_settings(PGQUEUE=FAIR):
         config = flow_control.flow_config("fair")
         assert config is not None and config.shape == "fair" and not config.serialized
+    with override_settings(PGQUEUE={"QUEUES": {"q": {"FAIRNESS": True, "RATE_LIMIT": 5}}}):
+        config = flow_control.flow_config("q")
+        assert config is not None and config.shape == "fair_limits"
 
 
 def test_plain_queue_claim_does_not_touch_flow_tables(django_assert_max_num_queries):
