@@ -97,8 +97,8 @@ COPY_MESSAGES = "COPY pgqueue_message (queue, task, payload) FROM STDIN"
 
 
 def load_and_release(conn: psycopg.Connection[Any], n: int, start: int) -> float:
-    """Write ``n`` ready messages and their wake-up in one transaction; returns the
-    ``perf_counter`` taken just before COMMIT (nothing is visible to a worker before it)."""
+    """Write ``n`` ready messages and their wake-up in one transaction; returns the database
+    clock (epoch seconds) read just before COMMIT (nothing is visible to a worker before it)."""
     from django_pgqueue.conf import get_settings
 
     with conn.cursor() as cur:
@@ -106,9 +106,20 @@ def load_and_release(conn: psycopg.Connection[Any], n: int, start: int) -> float
             for i in range(start, start + n):
                 copy.write_row((QUEUE, TASK, json.dumps(payload(i))))
         cur.execute("SELECT pg_notify(%s, %s)", [get_settings().NOTIFY_CHANNEL, QUEUE])
-    t0 = time.perf_counter()
+        row = cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
     conn.commit()
-    return t0
+    assert row is not None
+    return float(row[0])
+
+
+def last_ack_at(conn: psycopg.Connection[Any]) -> float:
+    """When the newest archived message was acknowledged (database clock, epoch seconds):
+    the end of a drain, without the watcher's polling interval."""
+    row = conn.execute(
+        "SELECT extract(epoch FROM max(finished_at))::float8 FROM pgqueue_archive"
+    ).fetchone()
+    assert row is not None and row[0] is not None
+    return float(row[0])
 
 
 def wait_drained(watch: psycopg.Connection[Any], timeout: float = 600) -> tuple[float, int]:
@@ -156,15 +167,17 @@ def drain(ctx: Context, rep: int) -> None:
                     t0 = time.perf_counter()
                     raw_run.n += raw.lease_archive_drain(ref_conn, 100, chunk, "wla")
                     raw_run.seconds += time.perf_counter() - t0
+                    # Timed on the database clock, from the load's commit to the last ack.
                     if r < rounds - 1:
                         t0 = load_and_release(loader, chunk, r * chunk)
-                        t1, _ = wait_drained(watch)
-                        seconds += t1 - t0
+                        wait_drained(watch)
+                        seconds += last_ack_at(watch) - t0
                         continue
                     with timed(ctx.probe, [watch, ref_conn, loader]) as box:
                         t0 = load_and_release(loader, chunk, r * chunk)
                         wal_loaded = ctx.probe.wal_now()
-                        t1, polls = wait_drained(watch)
+                        _, polls = wait_drained(watch)
+                    t1 = last_ack_at(watch)
                     seconds += t1 - t0
                     assert box.start is not None
                     # Count the drain only: not the loading transaction nor the polls.

@@ -219,6 +219,10 @@ class Worker:
         return max(1, min(self.batch_size, (self._capacity() - self.concurrency) // 2))
 
     def _on_finished(self) -> None:
+        if self.executor.in_flight() == 0:
+            # Nothing else is running or waiting: no batch to wait for, so the outcomes
+            # buffered so far are written now, not after COMPLETION_FLUSH_INTERVAL.
+            self.completer.wake()
         if self._want_capacity:
             if self._free() >= self._refill_at():
                 self._wake.set()

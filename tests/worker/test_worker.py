@@ -126,6 +126,19 @@ def test_notify_wakes_an_idle_worker_at_once(start_worker: StartWorker) -> None:
     assert runner.stop() == 0
 
 
+@override_settings(PGQUEUE={"COMPLETION_FLUSH_INTERVAL": 30.0})
+def test_a_worker_with_nothing_left_to_run_writes_its_outcomes_at_once(
+    start_worker: StartWorker,
+) -> None:
+    """Completions wait for a batch only while more work is running or waiting: the last
+    outcome of a burst is written when the worker goes idle, not after the flush interval."""
+    runner = start_worker(poll_interval=30)
+    time.sleep(0.2)
+    ids = [django_pgqueue.enqueue("tests.echo", {"n": n}).id for n in range(3)]
+    wait_for(lambda: ArchivedMessage.objects.filter(message_id__in=ids).count() == 3, timeout=5)
+    assert runner.stop() == 0
+
+
 def test_an_idle_worker_claims_on_its_listen_connection(
     start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
