@@ -125,6 +125,7 @@ def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
 def reset_tables() -> None:
     execute(
         "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_flow_state, "
+        "pgqueue_flow_rate_shard, "
         "pgqueue_flow_key_bucket"
     )
 

@@ -222,7 +222,8 @@ def claim_statement(
     head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
     fair_candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock)
-    save = [sql.SAVE_STATE_CTES] if queue_rate and shape != "fair" else []
+    save_state = sql.SAVE_STATE_OPTIMISTIC_CTES if optimistic else sql.SAVE_STATE_SERIALIZED_CTES
+    save = [save_state] if queue_rate and shape != "fair" else []
     if key_rate and shape == "keyed":
         save.append(sql.SAVE_KEY_BUCKETS_CTES)
     if shape == "limits":

@@ -1,6 +1,6 @@
-"""Flow-control state: the lock row and rate bucket per queue, and per-key rate buckets
-(see ``core/flow_control.py``). Both are small and only touched by claims of queues with
-limits or rates.
+"""Flow-control state: a row per queue with limits, its rate bucket in shards, and per-key
+rate buckets (see ``core/flow_control.py``). All small, and only touched by claims of queues
+with limits or rates.
 """
 
 from __future__ import annotations
@@ -11,17 +11,14 @@ from .validation import QUEUE_NAME_MAX_LENGTH, TENANT_MAX_LENGTH
 
 FLOW_STATE_TABLE = "pgqueue_flow_state"
 FLOW_KEY_BUCKET_TABLE = "pgqueue_flow_key_bucket"
+FLOW_RATE_SHARD_TABLE = "pgqueue_flow_rate_shard"
 
 
 class FlowState(models.Model):
-    """One row per queue with limits: its rate bucket (claims lock the queue with an advisory
-    lock, see ``core/sql.py``)."""
+    """One row per queue with limits, created by its first serialized claim: optimistic
+    claims wait for it (claims lock the queue with an advisory lock, see ``core/sql.py``)."""
 
     queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH, primary_key=True)
-    tokens = models.FloatField(
-        null=True, blank=True, help_text="Queue rate-limit bucket (NULL: full)."
-    )
-    refilled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = FLOW_STATE_TABLE
@@ -46,3 +43,23 @@ class FlowKeyBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.key}"
+
+
+class FlowRateShard(models.Model):
+    """One shard of a queue's rate-limit bucket. The bucket is split in as many shards as
+    optimistic claims may run at once, each with that share of the rate and the burst: an
+    optimistic claim takes tokens from its own shard only, so claims side by side update
+    different rows; a serialized claim takes them from all (see ``core/sql.py``)."""
+
+    pk = models.CompositePrimaryKey("queue", "shard")
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    shard = models.SmallIntegerField()
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+
+    class Meta:
+        db_table = FLOW_RATE_SHARD_TABLE
+        verbose_name = "flow-control rate shard"
+
+    def __str__(self) -> str:
+        return f"{self.queue}#{self.shard}"

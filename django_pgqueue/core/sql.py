@@ -458,8 +458,12 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 #   claim marks what it leases (``fair_order`` -1), so the partial index pgq_message_leased
 #   holds exactly these queues' leases: a finished, failed, released or expired lease stops
 #   counting by itself, and a crashed worker never holds a slot past its lease;
-# - state: the queue's rate bucket refilled to the database clock (full when the queue has
-#   no state row yet).
+# - shards: the queue's rate bucket, in ``tickets`` shards refilled to the database clock,
+#   each with that share of the rate and the burst: an optimistic claim takes tokens from its
+#   ticket's shard only, so claims side by side write different rows (one shared bucket row
+#   made them wait for each other); a serialized claim takes them from all;
+# - state: the whole bucket (shards not written yet are full), this claim's shard, whether
+#   the queue has its state row, whether it is paused.
 FLOW_COMMON_CTES = """
 leased AS (
     SELECT tenant FROM pgqueue_message
@@ -467,11 +471,19 @@ leased AS (
       AND available_at > now()
 ), held AS (
     SELECT count(*)::int AS n FROM leased
+), shards AS (
+    SELECT b.shard,
+           LEAST(%(burst)s::float8 / %(tickets)s,
+                 b.tokens + %(rate)s::float8 / %(tickets)s
+                            * extract(epoch FROM clock_timestamp() - b.refilled_at)) AS tokens
+    FROM pgqueue_flow_rate_shard b
+    WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
 ), state AS (
-    SELECT LEAST(%(burst)s::float8,
-                 COALESCE(f.tokens + %(rate)s::float8
-                                     * extract(epoch FROM clock_timestamp() - f.refilled_at),
-                          %(burst)s::float8)) AS tokens,
+    SELECT %(burst)s::float8 * (%(tickets)s - (SELECT count(*) FROM shards)) / %(tickets)s
+             + COALESCE((SELECT sum(tokens) FROM shards), 0) AS tokens,
+           (SELECT tokens FROM shards
+            WHERE shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
+             AS own_tokens,
            f.queue IS NOT NULL AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused
     FROM (SELECT 1) one LEFT JOIN pgqueue_flow_state f ON f.queue = %(queue)s
@@ -519,7 +531,7 @@ room AS (
     SELECT COALESCE(current_setting('pgqueue.claim_ticket', true), '') <> ''
            AND s.known
            AND COALESCE(%(queue_limit)s::int - (SELECT n FROM held) >= %(margin)s::int, true)
-           AND COALESCE(s.tokens >= %(margin)s::int, true)
+           AND (%(rate)s::float8 IS NULL OR COALESCE(s.own_tokens >= %(n)s::int, false))
            AND COALESCE(%(key_limit)s::int >= %(margin)s::int, true)
            AND COALESCE(%(key_burst)s::float8 >= %(margin)s::int, true)
            -- Room for every key: the queue's whole in flight leaves the default key limit
@@ -535,7 +547,7 @@ room AS (
     SELECT CASE WHEN s.paused OR NOT r.ok THEN 0 ELSE GREATEST(0, LEAST(
                %(n)s::int,
                COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),
-               COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n,
+               COALESCE(floor(s.own_tokens + 1e-9)::int, %(n)s::int))) END AS n,
            NOT s.paused AND NOT r.ok AS contended
     FROM state s CROSS JOIN room r
 )"""
@@ -715,20 +727,38 @@ FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
     ORDER BY array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id)
     FOR UPDATE OF m SKIP LOCKED"""
 
-# Appended after LEASE's ``claimed`` in claims with limits: the queue's bucket
-# (SAVE_STATE_CTES, with a queue rate), the keys' buckets and a few idle (full again) buckets
-# dropped (SAVE_KEY_BUCKETS_CTES, with a key rate).
-SAVE_STATE_CTES = """
+# Appended after LEASE's ``claimed`` in claims with limits: the queue's rate bucket
+# (SAVE_STATE_*_CTES, with a queue rate), the keys' buckets and a few idle (full again)
+# buckets dropped (SAVE_KEY_BUCKETS_CTES, with a key rate).
+SAVE_STATE_SERIALIZED_CTES = """
 save_state AS (
-    UPDATE pgqueue_flow_state f
-    -- Refilled from the row itself: optimistic claims update it one after the other.
-    SET tokens = LEAST(%(burst)s::float8,
-                       COALESCE(f.tokens + %(rate)s::float8
-                                           * extract(epoch FROM clock_timestamp() - f.refilled_at),
-                                %(burst)s::float8))
+    -- Tokens taken from every shard in proportion; shards not written yet are created full.
+    INSERT INTO pgqueue_flow_rate_shard AS b (queue, shard, tokens, refilled_at)
+    SELECT %(queue)s, g.shard,
+           t.tokens * (1 - LEAST(1.0::float8,
+                                 (SELECT count(*) FROM claimed)::float8
+                                 / GREATEST((SELECT tokens FROM state), 1e-9))),
+           clock_timestamp()
+    FROM generate_series(1, %(tickets)s) g(shard)
+    CROSS JOIN LATERAL (
+        SELECT COALESCE((SELECT s.tokens FROM shards s WHERE s.shard = g.shard),
+                        %(burst)s::float8 / %(tickets)s) AS tokens) t
+    WHERE %(rate)s::float8 IS NOT NULL
+    ON CONFLICT (queue, shard) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)"""
+SAVE_STATE_OPTIMISTIC_CTES = """
+save_state AS (
+    -- This claim's shard only: no other claim writes it meanwhile (one ticket, one claim).
+    UPDATE pgqueue_flow_rate_shard b
+    SET tokens = LEAST(%(burst)s::float8 / %(tickets)s,
+                       b.tokens + %(rate)s::float8 / %(tickets)s
+                                  * extract(epoch FROM clock_timestamp() - b.refilled_at))
                  - (SELECT count(*) FROM claimed),
         refilled_at = clock_timestamp()
-    WHERE f.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
+    WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
+      AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int
+      AND EXISTS (SELECT 1 FROM claimed)
 )"""
 SAVE_KEY_BUCKETS_CTES = """
 save_buckets AS (

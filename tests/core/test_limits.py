@@ -17,7 +17,7 @@ import django_pgqueue
 from django_pgqueue.conf import SettingsError, get_settings
 from django_pgqueue.core import flow_control, sql, transitions
 from django_pgqueue.core.operations import pause_queue, release_leases, resume_queue
-from django_pgqueue.models import FlowKeyBucket, Message
+from django_pgqueue.models import FlowKeyBucket, FlowRateShard, Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -418,6 +418,97 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         assert "prepared statement vanished" in caplog.text
     finally:
         execution.end_claim_session(connection)
+
+
+def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple[bool, bool]]:
+    """Optimistic claims of up to ``batch`` messages, ``claims`` at once; returns the list of
+    (optimistic, went ahead) outcomes the claims append to."""
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", claims)
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", batch)
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_MIN_BATCH", 1)
+    outcomes: list[tuple[bool, bool]] = []
+    real_claim = flow_control._claim
+
+    def spy(connection, alias, shape, optimistic, lock, params):
+        rows = real_claim(connection, alias, shape, optimistic, lock, params)
+        outcomes.append((optimistic, not any(r[0] == flow_control.CONTENDED for r in rows)))
+        return rows
+
+    monkeypatch.setattr(flow_control, "_claim", spy)
+    return outcomes
+
+
+@limits(RATE_LIMIT=40, FAIRNESS=True)
+def test_a_sharded_rate_bucket_gives_the_burst_once_across_optimistic_and_serialized_claims(
+    monkeypatch,
+):
+    """The bucket is split in one shard per optimistic claim (2 here, 20 tokens each): an
+    optimistic claim spends its own shard, a serialized one takes from all; together they
+    never give more than the burst, and the refill follows the database clock."""
+    outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=10)
+    enqueue("a", 60)
+    taken = [len(lease(10)) for _ in range(5)]
+    assert 40 <= sum(taken) <= 42  # the burst (and what ~40 ms of refill adds)
+    assert taken[:4] == [10, 10, 10, 10]
+    # serialized (no state yet), optimistic (shard 1: 15 -> 5), then serialized from both
+    assert outcomes[:2] == [(True, False), (False, True)]
+    assert (True, True) in outcomes
+    assert FlowRateShard.objects.filter(queue="lim").count() == 2
+    time.sleep(0.3)
+    assert 8 <= len(lease(20)) <= 15  # ~12 tokens refilled
+
+
+@limits(RATE_LIMIT=400)
+def test_optimistic_claims_with_a_rate_do_not_wait_for_each_other(monkeypatch):
+    """Two optimistic claims at once spend different shards: the second does not wait for
+    the first one's transaction (a single bucket row would make it wait: lock_timeout)."""
+    _small_optimistic_claims(monkeypatch, claims=2, batch=10)
+    enqueue(None, 40)
+    assert len(lease(10)) == 10  # serialized: creates the state row and the shards
+    config = flow_control.flow_config("lim")
+    assert config is not None
+    statement = flow_control.claim_statement(config.shape, optimistic=True)
+    s = connection.settings_dict
+    other = psycopg.connect(
+        host=s["HOST"], port=s["PORT"], user=s["USER"], password=s["PASSWORD"], dbname=s["NAME"]
+    )
+    try:
+        other.execute("SET lock_timeout = '2s'")
+        with transaction.atomic(), connection.cursor() as cursor:
+            params = flow_control.claim_params(config, "lim", "w1", 10, 30.0)
+            cursor.execute(sql.FLOW_LOCK_SHARED, params)
+            cursor.execute(statement, params)
+            assert [o for o, *_ in cursor.fetchall()] == ["claimed"] * 10
+            # Still in the first claim's transaction: its shard's row is locked.
+            params = flow_control.claim_params(config, "lim", "w2", 10, 30.0)
+            with other.transaction():
+                other.execute(sql.FLOW_LOCK_SHARED, params)
+                rows = other.execute(statement, params).fetchall()
+            assert [o for o, *_ in rows] == ["claimed"] * 10
+    finally:
+        other.close()
+
+
+@limits(RATE_LIMIT=400)
+def test_rate_limit_holds_across_concurrent_optimistic_claimers(monkeypatch):
+    outcomes = _small_optimistic_claims(monkeypatch, claims=4, batch=10)
+    enqueue(None, 2000)
+    counts: list[int] = []
+    lock = threading.Lock()
+    start = db_clock()
+
+    def worker(n: int) -> None:
+        while db_clock() - start < 1.0:
+            got = len(lease(10, worker=f"w{n}"))
+            with lock:
+                counts.append(got)
+
+    run_workers(4, worker)
+    elapsed = db_clock() - start
+    claimed = sum(counts)
+    assert claimed <= 400 + 400 * elapsed + 1
+    assert claimed >= 0.7 * (400 + 400 * 1.0)
+    assert (True, True) in outcomes
 
 
 # --- settings --------------------------------------------------------------------------------
