@@ -321,6 +321,23 @@ def prepared_claim(shape: ClaimShape, optimistic: bool = False, *rates: bool) ->
     return name, f"PREPARE {name} ({types}) AS {body}"
 
 
+# The lock statements' parameters, in order, with their types.
+_LOCK_PARAM_TYPES = (("queue", "text"), ("lock_class", "int"), ("tickets", "int"))
+
+
+@functools.cache
+def prepared_lock(lock: str) -> tuple[str, str, str]:
+    """``(name, PREPARE statement, EXECUTE text)`` of a lock statement (``sql.FLOW_LOCK`` or
+    ``sql.FLOW_LOCK_SHARED``): planned once per session, as the claim."""
+    index = {name: n for n, (name, _) in enumerate(_LOCK_PARAM_TYPES, 1)}
+    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", lock.strip().rstrip(";"))
+    digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
+    name = f"pgq_flow_lock_{digest}"
+    types = ", ".join(sql_type for _, sql_type in _LOCK_PARAM_TYPES)
+    arguments = ", ".join(f"%({p})s" for p, _ in _LOCK_PARAM_TYPES)
+    return name, f"PREPARE {name} ({types}) AS {body}", f"EXECUTE {name}({arguments});\n"
+
+
 def claim_with_flow_control(
     config: FlowConfig,
     queue: str,
@@ -383,6 +400,11 @@ def _claim(
     rates = (params["rate"] is not None, params["key_rate"] is not None)
     name, prepare = prepared_claim(shape, optimistic, *rates)
     arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
+    also: tuple[tuple[str, str], ...] = ()
+    execute_lock = ""
+    if lock:
+        lock_name, lock_prepare, execute_lock = prepared_lock(lock)
+        also = ((lock_name, lock_prepare),)
     # driver_path first: its health check may replace the connection with a fresh one.
     if driver_path(connection) and is_claim_session(connection):
         # A worker's claim session runs under the claim's settings already: lock and
@@ -391,8 +413,9 @@ def _claim(
             connection,
             name=name,
             prepare=prepare,
-            script=f"{lock}EXECUTE {name}({arguments})",
+            script=f"{execute_lock}EXECUTE {name}({arguments})",
             params=params,
+            also=also,
         )
         if rows is not None:
             return rows
@@ -405,19 +428,20 @@ def _claim(
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
         # forgets the lease, and with it the slot, together).
         prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
-        prefix += lock
         rows = run_prepared(
             cursor,
             connection,
             name=name,
             prepare=prepare,
-            prefix=prefix,
+            prefix=prefix + execute_lock,
             arguments=arguments,
             params=params,
             reuse_text=True,
+            also=also,
         )
         if rows is None:
-            execute_all(cursor, prefix + claim_statement(shape, optimistic, *rates), params)
+            statement = prefix + lock + claim_statement(shape, optimistic, *rates)
+            execute_all(cursor, statement, params)
             rows = cursor.fetchall()
     return rows
 

@@ -145,9 +145,11 @@ def run_prepared(
     arguments: str,
     params: Sequence[Any] | Mapping[str, Any],
     reuse_text: bool = False,
+    also: Sequence[tuple[str, str]] = (),
 ) -> list[Any] | None:
     """``prefix`` then ``EXECUTE name(arguments)``, preparing ``name`` first if needed
-    (``reuse_text``: see :func:`execute_all`).
+    (``reuse_text``: see :func:`execute_all`; ``also``: more ``(name, PREPARE ...)`` that
+    ``prefix`` executes, prepared the same way).
 
     Returns the rows, or ``None`` when the session lost its prepared statement: the whole
     query string was one implicit transaction, so nothing happened, and the caller sends the
@@ -156,13 +158,15 @@ def run_prepared(
     raw = connection.connection
     done = _prepared.setdefault(raw, set())
     try:
-        if name not in done:
+        for each, statement in (*also, (name, prepare)):
+            if each in done:
+                continue
             try:
-                cursor.execute(prepare)
+                cursor.execute(statement)
             except ProgrammingError as exc:
                 if not isinstance(exc.__cause__, psycopg.errors.DuplicatePreparedStatement):
                     raise
-            done.add(name)
+            done.add(each)
         execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params, reuse_text=reuse_text)
         return list(cursor.fetchall())
     except ProgrammingError as exc:
@@ -250,6 +254,7 @@ def run_script_on_driver(
     prepare: str,
     script: str,
     params: Mapping[str, Any],
+    also: Sequence[tuple[str, str]] = (),
 ) -> list[tuple[Any, ...]] | None:
     """``script`` (``;``-separated statements ending in ``EXECUTE name(...)``) as one simple
     query on the driver connection, after ``prepare`` if this session has not run it: one
@@ -259,6 +264,7 @@ def run_script_on_driver(
 
     The script is bound once per connection and parameters (see :func:`execute_all`), and
     falls back as :func:`run_on_driver`: ``None`` when the session lost the statement.
+    ``also``: more ``(name, PREPARE ...)`` the script executes, prepared the same way.
     """
     connection.validate_thread_sharing()
     raw = connection.connection
@@ -266,10 +272,11 @@ def run_script_on_driver(
     text = _bound_on(raw, script, params)
     with connection.wrap_database_errors, raw.lock:
         pgconn = raw.pgconn
-        if name not in done:
-            pgconn.send_query(prepare.encode())
-            _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
-            done.add(name)
+        for each, statement in (*also, (name, prepare)):
+            if each not in done:
+                pgconn.send_query(statement.encode())
+                _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
+                done.add(each)
         pgconn.send_query(text.encode())
         result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
     if result is None:

@@ -438,9 +438,9 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 #   optimistic claims to end and lets none start, then everything counted exactly.
 
 # The lock of one queue's claims: an advisory lock (two keys: a class, the queue's hash), so
-# that optimistic claims can share it. The state row is created on first use.
+# that optimistic claims can share it. The state row is created by the first serialized
+# claim (BUDGET_SERIALIZED_CTES). flow_control runs these as session-prepared statements.
 FLOW_LOCK = """
-INSERT INTO pgqueue_flow_state (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
 SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(queue)s));
 """
 FLOW_LOCK_SHARED = """
@@ -515,9 +515,13 @@ key_room AS (
 )"""
 
 # How many messages this claim may take: the batch, the queue limit, whole tokens; 0 when
-# the queue is paused. Serialized: exact.
+# the queue is paused. Serialized: exact; creates the queue's state row if missing.
 BUDGET_SERIALIZED_CTES = """
-budget AS (
+new_state AS (
+    INSERT INTO pgqueue_flow_state (queue)
+    SELECT %(queue)s FROM state WHERE NOT known
+    ON CONFLICT (queue) DO NOTHING
+), budget AS (
     SELECT CASE WHEN s.paused THEN 0 ELSE GREATEST(0, LEAST(
                %(n)s::int,
                COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),

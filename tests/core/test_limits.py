@@ -401,7 +401,8 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
     monkeypatch.setattr(flow_control, "run_script_on_driver", spy)
     try:
         fast = lease(10)  # optimistic: shared lock, then EXECUTE
-        assert len(sent) == 1 and "pg_advisory_xact_lock_shared" in sent[0]
+        shared_lock = flow_control.prepared_lock(sql.FLOW_LOCK_SHARED)[0]
+        assert len(sent) == 1 and sent[0].startswith(f"EXECUTE {shared_lock}(")
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
