@@ -11,18 +11,25 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..conf import get_settings
 
+# Hot statements are planned once per session (a generic plan). One planned while the queue
+# was empty (a worker starting on an idle queue) saw a table of a few rows, where a
+# sequential scan is cheapest: it then found each claimed row by scanning the whole table,
+# O(backlog) per row, until autovacuum happened to invalidate the plan. By id, always
+# through an index.
+NO_SEQSCAN = {"enable_seqscan": "off"}
+
 # The claim must walk the claim index in order and stop after N rows. When the table's
 # statistics are stale (a bulk load that autovacuum has not analyzed yet), the planner may
 # estimate a handful of rows and pick a bitmap scan + sort of the whole backlog instead.
 # Ruling those out for the claim keeps it O(batch) at any backlog.
 # ``jit = off`` because ruling out a sort is done by pricing it at 10^10, which would also
 # cross ``jit_above_cost`` and spend most of a second compiling a millisecond's query.
-ORDERED_PLAN = {"enable_bitmapscan": "off", "enable_sort": "off", "jit": "off"}
+ORDERED_PLAN = {"enable_bitmapscan": "off", "enable_sort": "off", "jit": "off", **NO_SEQSCAN}
 
 # Acks find a batch of leases by id. With stale statistics (or a small table) the planner
 # may hash-join the batch against a sequential scan of the whole live table, O(backlog) for
-# every ack; allowing only nested loops keeps each ack O(batch) through the primary key.
-BY_ID_PLAN = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
+# every ack; allowing only nested loops over the primary key keeps each ack O(batch).
+BY_ID_PLAN = {"enable_hashjoin": "off", "enable_mergejoin": "off", **NO_SEQSCAN}
 
 # Leases and acks may be lost in a database crash without breaking at-least-once delivery
 # (the message runs again once its lease expires), so they need not wait for the WAL flush.

@@ -40,7 +40,7 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from . import sql
-from .execution import async_commit, is_claim_session, set_local
+from .execution import NO_SEQSCAN, async_commit, is_claim_session, set_local
 from .prepared import (
     can_prepare,
     driver_path,
@@ -427,7 +427,8 @@ def _claim(
             return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
         # forgets the lease, and with it the slot, together).
-        prefix = set_local({"plan_cache_mode": "force_generic_plan", **async_commit()})
+        plan = {"plan_cache_mode": "force_generic_plan", **NO_SEQSCAN, **async_commit()}
+        prefix = set_local(plan)
         rows = run_prepared(
             cursor,
             connection,

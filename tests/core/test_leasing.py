@@ -273,6 +273,31 @@ def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch,
     assert Message.objects.filter(lease_token__isnull=True).count() == 0
 
 
+def test_a_claim_prepared_on_an_empty_queue_finds_rows_by_index_later():
+    """A worker that starts on an idle queue plans its claim once, for a table of a few
+    rows. That plan must still reach each claimed row through an index when the backlog
+    arrives: a sequential scan per claimed row made every claim O(backlog)."""
+    from django_pgqueue.core import execution
+
+    execution.dedicate_to_claims(connection)
+    try:
+        assert lease(batch_size=10) == []  # plans the claim on an empty table
+        for n in range(300):
+            django_pgqueue.enqueue("t", {"n": n})
+        assert len(lease(batch_size=10)) == 10
+        _, candidate_params = Message.objects._lease_statement("default", "default", 10)
+        params = ["default", *candidate_params, "w1", 30.0]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'pgq_claim_%%'")
+            [(name,)] = cursor.fetchall()
+            values = cursor.cursor.mogrify(", ".join(["%s"] * len(params)), params)
+            cursor.execute(f"EXPLAIN EXECUTE {name}({values})")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Seq Scan on pgqueue_message" not in plan, plan
+    finally:
+        execution.end_claim_session(connection)
+
+
 def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
     """complete / extend / release are session-prepared too, with the same fallback."""
     from django_pgqueue.core import prepared
