@@ -222,9 +222,11 @@ WITH exhausted AS (
         fair_order = {leased_order}
     FROM numbered c
     -- Re-checked on the row version this statement locked: a lease committed by another
-    -- worker meanwhile is never taken over, whatever plan found the candidate.
+    -- worker meanwhile is never taken over, whatever plan found the candidate. Written so
+    -- that it does not imply the partial claim index's predicate: a plan made while the
+    -- table was small would otherwise look each row up by walking that index.
     WHERE m.id = c.id AND m.available_at <= statement_timestamp()
-      AND m.attempts < m.max_attempts
+      AND m.attempts - m.max_attempts < 0
     RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed

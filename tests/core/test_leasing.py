@@ -294,6 +294,8 @@ def test_a_claim_prepared_on_an_empty_queue_finds_rows_by_index_later():
             cursor.execute(f"EXPLAIN EXECUTE {name}({values})")
             plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "Seq Scan on pgqueue_message" not in plan, plan
+        # Each claimed row is found by its primary key, not by walking the claim index.
+        assert "Index Scan using pgqueue_message_pkey on pgqueue_message m" in plan, plan
     finally:
         execution.end_claim_session(connection)
 
