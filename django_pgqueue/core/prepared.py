@@ -172,12 +172,17 @@ def run_prepared(
     except ProgrammingError as exc:
         if not isinstance(exc.__cause__, psycopg.errors.InvalidSqlStatementName):
             raise
-        _unpreparable.add(raw)
-        logger.warning(
-            "Claims on this connection are planned every time: its prepared statement "
-            "vanished (a pooler in transaction mode?)."
-        )
+        _lost_prepared_statements(raw)
         return None
+
+
+def _lost_prepared_statements(raw: Any) -> None:
+    """Remember a session that lost a prepared statement: it goes the plain way from now on."""
+    _unpreparable.add(raw)
+    logger.warning(
+        "Statements on this connection are planned every time: a prepared statement "
+        "vanished (a pooler in transaction mode?)."
+    )
 
 
 def driver_path(connection: Any) -> bool:
@@ -233,11 +238,7 @@ def run_on_driver(
         )
         result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
     if result is None:
-        _unpreparable.add(raw)
-        logger.warning(
-            "Statements on this connection are planned every time: a prepared statement "
-            "vanished (a pooler in transaction mode?)."
-        )
+        _lost_prepared_statements(raw)
         return None
     if typed_rows:
         loader = psycopg.adapt.Transformer(raw)
@@ -280,11 +281,7 @@ def run_script_on_driver(
         pgconn.send_query(text.encode())
         result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
     if result is None:
-        _unpreparable.add(raw)
-        logger.warning(
-            "Claims on this connection are planned every time: its prepared statement "
-            "vanished (a pooler in transaction mode?)."
-        )
+        _lost_prepared_statements(raw)
         return None
     loader = psycopg.adapt.Transformer(raw)
     loader.set_pgresult(result)

@@ -268,9 +268,8 @@ def test_key_limit_one_keeps_each_keys_order_under_concurrent_claimers():
     assert dict(order) == expected
 
 
-@limits(RATE_LIMIT=25)
-def test_rate_limit_holds_across_concurrent_claimers():
-    enqueue(None, 200)
+def claim_for_a_second(pause: float) -> tuple[int, float]:
+    """4 concurrent claimers of 10 for one second (database clock): (claimed, elapsed)."""
     counts: list[int] = []
     lock = threading.Lock()
     start = db_clock()
@@ -280,11 +279,16 @@ def test_rate_limit_holds_across_concurrent_claimers():
             got = len(lease(10, worker=f"w{n}"))
             with lock:
                 counts.append(got)
-            time.sleep(0.005)
+            time.sleep(pause)
 
     run_workers(4, worker)
-    elapsed = db_clock() - start
-    claimed = sum(counts)
+    return sum(counts), db_clock() - start
+
+
+@limits(RATE_LIMIT=25)
+def test_rate_limit_holds_across_concurrent_claimers():
+    enqueue(None, 200)
+    claimed, elapsed = claim_for_a_second(pause=0.005)
     # Strict upper bound: the burst plus the refill over the elapsed database time.
     assert claimed <= 25 + 25 * elapsed + 1
     assert claimed >= 25 + 25 * 0.8 * 1.0 - 5  # and not throttled far below the rate
@@ -494,19 +498,7 @@ def test_optimistic_claims_with_a_rate_do_not_wait_for_each_other(monkeypatch):
 def test_rate_limit_holds_across_concurrent_optimistic_claimers(monkeypatch):
     outcomes = _small_optimistic_claims(monkeypatch, claims=4, batch=10)
     enqueue(None, 2000)
-    counts: list[int] = []
-    lock = threading.Lock()
-    start = db_clock()
-
-    def worker(n: int) -> None:
-        while db_clock() - start < 1.0:
-            got = len(lease(10, worker=f"w{n}"))
-            with lock:
-                counts.append(got)
-
-    run_workers(4, worker)
-    elapsed = db_clock() - start
-    claimed = sum(counts)
+    claimed, elapsed = claim_for_a_second(pause=0.0)
     assert claimed <= 400 + 400 * elapsed + 1
     assert claimed >= 0.7 * (400 + 400 * 1.0)
     assert (True, True) in outcomes
