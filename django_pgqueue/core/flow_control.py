@@ -13,13 +13,15 @@ by the plain single-statement claim in ``manager.py``, untouched.
   from the leases themselves (a flow claim marks them, a partial index holds them), so a
   finished, failed, released or expired lease frees its slot by itself and a crashed worker
   never leaks one.
-- Rate limits are token buckets refilled from ``clock_timestamp()``.
+- Rate limits are token buckets refilled from ``clock_timestamp()`` (a queue's bucket in
+  shards, one per optimistic claim).
 
-Race freedom: a queue with a limit or a rate locks its ``pgqueue_flow_state`` row first, in a
-statement of its own, so its claims run one after the other and each sees what the previous
-one committed (READ COMMITTED takes a new snapshot per statement). Lock and claim reach the
-server as one query string, run as one implicit transaction, so the lock is never held
-across a round trip to a worker. Fairness alone needs no lock: claims take the head of the
+Race freedom: a claim of a queue with a limit or a rate takes the queue's advisory lock first,
+in a statement of its own — exclusive (serialized: each sees what the previous one committed,
+READ COMMITTED taking a new snapshot per statement), or shared with a ticket (optimistic: a
+few side by side, each with room to spare for the others; see ``sql.py``). Lock and claim
+reach the server as one query string, run as one implicit transaction, so the lock is never
+held across a round trip to a worker. Fairness alone needs no lock: claims take the head of the
 fair order with SKIP LOCKED, side by side. Everything is decided in the database, with
 database time.
 """
