@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -48,10 +49,12 @@ def test_sigkill_mid_handler_is_redelivered_after_the_lease_expires(spawn_worker
     assert second.wait() == 0
 
 
-def test_sigterm_while_busy_drains_and_exits_zero(spawn_worker: Spawn) -> None:
-    msg = django_pgqueue.enqueue("tests.sleep", {"seconds": 1.5})
+def test_sigterm_while_busy_drains_and_exits_zero(spawn_worker: Spawn, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    msg = django_pgqueue.enqueue("tests.sleep", {"seconds": 1.5, "started_file": str(started)})
     worker = spawn_worker().ready()
-    wait_for(lambda: leased(msg.id))
+    # Leased is not yet started: a SIGTERM in between releases it as not started (exit 0).
+    wait_for(started.exists)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     row = archived(msg.id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from django.db import connection
@@ -41,7 +42,10 @@ def effect(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
 
 @django_pgqueue.handler("tests.sleep")
 def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """Sleeps ``payload['seconds']`` (only on attempts listed in ``first_attempts_only``)."""
+    """Sleeps ``payload['seconds']`` (only on attempts listed in ``only_attempts``); first
+    creates the file ``payload['started_file']``, if given, so a test knows it started."""
+    if payload.get("started_file"):
+        Path(payload["started_file"]).touch()
     only = payload.get("only_attempts")
     if only is None or context.attempt in only:
         time.sleep(payload.get("seconds", 0))
