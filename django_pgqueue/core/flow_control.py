@@ -308,8 +308,12 @@ _DRIVER_TYPES = tuple(sql_type for _, sql_type in _PARAM_TYPES)
 @functools.cache
 def numbered_claim(shape: ClaimShape, optimistic: bool = False, *rates: bool) -> str:
     """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
-    index = {name: n for n, (name, _) in enumerate(_PARAM_TYPES, 1)}
-    statement = claim_statement(shape, optimistic, *rates)
+    return _numbered(claim_statement(shape, optimistic, *rates), _PARAM_TYPES)
+
+
+def _numbered(statement: str, param_types: tuple[tuple[str, str], ...]) -> str:
+    """``statement``'s ``%(name)s`` parameters as ``$n``, in ``param_types`` order."""
+    index = {name: n for n, (name, _) in enumerate(param_types, 1)}
     return re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", statement)
 
 
@@ -331,8 +335,7 @@ _LOCK_PARAM_TYPES = (("queue", "text"), ("lock_class", "int"), ("tickets", "int"
 def prepared_lock(lock: str) -> tuple[str, str, str]:
     """``(name, PREPARE statement, EXECUTE text)`` of a lock statement (``sql.FLOW_LOCK`` or
     ``sql.FLOW_LOCK_SHARED``): planned once per session, as the claim."""
-    index = {name: n for n, (name, _) in enumerate(_LOCK_PARAM_TYPES, 1)}
-    body = re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", lock.strip().rstrip(";"))
+    body = _numbered(lock.strip().rstrip(";"), _LOCK_PARAM_TYPES)
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
     name = f"pgq_flow_lock_{digest}"
     types = ", ".join(sql_type for _, sql_type in _LOCK_PARAM_TYPES)

@@ -346,15 +346,13 @@ def test_an_optimistic_claim_needs_room_under_every_key():
     assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
 
 
-@limits(CONCURRENCY_LIMIT=10, KEY_CONCURRENCY_LIMIT=8, FAIRNESS=True)
-def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
-    """With a margin of 2 x 3 = 6, claims of 3 are optimistic while 4 or fewer are in flight
-    (and no key has more than 2) and serialized beyond: the limits hold across both, under
-    concurrent claimers."""
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", 2)
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", 3)
+def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple[bool, bool]]:
+    """Optimistic claims of up to ``batch`` messages, ``claims`` at once; returns the list of
+    (optimistic, went ahead) outcomes the claims append to."""
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", claims)
+    monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", batch)
     monkeypatch.setattr(flow_control, "OPTIMISTIC_MIN_BATCH", 1)
-    outcomes: list[tuple[bool, bool]] = []  # (optimistic, went ahead)
+    outcomes: list[tuple[bool, bool]] = []
     real_claim = flow_control._claim
 
     def spy(connection, alias, shape, optimistic, lock, params):
@@ -363,6 +361,15 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
         return rows
 
     monkeypatch.setattr(flow_control, "_claim", spy)
+    return outcomes
+
+
+@limits(CONCURRENCY_LIMIT=10, KEY_CONCURRENCY_LIMIT=8, FAIRNESS=True)
+def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
+    """With a margin of 2 x 3 = 6, claims of 3 are optimistic while 4 or fewer are in flight
+    (and no key has more than 2) and serialized beyond: the limits hold across both, under
+    concurrent claimers."""
+    outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=3)
     for tenant in ("a", "b", "c", "d", "e", "f"):
         enqueue(tenant, 15)
     done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
@@ -423,24 +430,6 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         assert "prepared statement vanished" in caplog.text
     finally:
         execution.end_claim_session(connection)
-
-
-def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple[bool, bool]]:
-    """Optimistic claims of up to ``batch`` messages, ``claims`` at once; returns the list of
-    (optimistic, went ahead) outcomes the claims append to."""
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", claims)
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", batch)
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_MIN_BATCH", 1)
-    outcomes: list[tuple[bool, bool]] = []
-    real_claim = flow_control._claim
-
-    def spy(connection, alias, shape, optimistic, lock, params):
-        rows = real_claim(connection, alias, shape, optimistic, lock, params)
-        outcomes.append((optimistic, not any(r[0] == flow_control.CONTENDED for r in rows)))
-        return rows
-
-    monkeypatch.setattr(flow_control, "_claim", spy)
-    return outcomes
 
 
 @limits(RATE_LIMIT=40, FAIRNESS=True)
