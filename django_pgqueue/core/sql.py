@@ -188,7 +188,7 @@ WITH exhausted AS (
     LIMIT {reap_limit}
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
-    DELETE FROM pgqueue_message m USING exhausted e WHERE m.id = e.id
+    DELETE FROM pgqueue_message m WHERE m.id = ANY(ARRAY(SELECT id FROM exhausted))
     RETURNING m.*
 ), buried AS (
     INSERT INTO pgqueue_dead (message_id, {shared}, reason, details, worker_id, died_at)
@@ -221,12 +221,15 @@ WITH exhausted AS (
         available_at = now() + make_interval(secs => %s),
         fair_order = {leased_order}
     FROM numbered c
+    -- The rows by primary key, an index condition whatever the plan: joined on ``m.id =
+    -- c.id`` alone, a generic plan made while the table was small hash-joins the batch
+    -- against a walk of the whole primary key, O(table) per claim once a backlog arrives.
+    WHERE m.id = ANY(ARRAY(SELECT id FROM numbered)) AND m.id = c.id
     -- Re-checked on the row version this statement locked: a lease committed by another
     -- worker meanwhile is never taken over, whatever plan found the candidate. Written so
     -- that it does not imply the partial claim index's predicate: a plan made while the
     -- table was small would otherwise look each row up by walking that index.
-    WHERE m.id = c.id AND m.available_at <= statement_timestamp()
-      AND m.attempts - m.max_attempts < 0
+      AND m.available_at <= statement_timestamp() AND m.attempts - m.max_attempts < 0
     RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed

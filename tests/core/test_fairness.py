@@ -16,6 +16,7 @@ import django_pgqueue
 from django_pgqueue.core import flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowState, Message
+from tests.plans import unbounded_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -358,3 +359,68 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
             break
         served += [m.tenant for m in batch]
     assert len(served) == len(set(served)) < 10_000
+
+
+FLOW_SHAPES = {
+    "fair": {"FAIRNESS": True},
+    "keyed": {"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 5, "KEY_RATE_LIMIT": 100},
+    "fair_limits": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000, "RATE_LIMIT": 100_000},
+    "limits": {"CONCURRENCY_LIMIT": 10_000},
+}
+
+
+@pytest.mark.parametrize("claim_session", [True, False], ids=["claim-session", "plain"])
+@pytest.mark.parametrize("shape", list(FLOW_SHAPES))
+def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
+    admin_conn, shape, claim_session
+):
+    """As the plain claim (test_leasing.py): each shape's prepared claim, planned while the
+    queue held 2,000 analyzed rows, still reaches every row of the live table through an
+    index condition once 20,000 more arrive (it hash-joined the batch against a walk of the
+    whole primary key, on a worker's claim session)."""
+    from django_pgqueue.core import execution
+
+    def load(n: int) -> None:
+        admin_conn.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload, tenant, fair_order) "
+            "SELECT 'fq', 't', '{}'::jsonb, 'tenant-' || (g %% 50), "
+            "       CASE WHEN %s THEN g / 50.0 END "
+            "FROM generate_series(1, %s) g",
+            [shape != "limits", n],
+        )
+
+    with override_settings(PGQUEUE={"QUEUES": {"fq": FLOW_SHAPES[shape]}}):
+        if claim_session:
+            execution.dedicate_to_claims(connection)
+        try:
+            load(2_000)
+            admin_conn.execute("ANALYZE pgqueue_message")
+            for batch in (10, 100):  # the optimistic and the serialized claims, planned now
+                assert Message.objects.lease("fq", worker_id="w1", batch_size=batch)
+            load(20_000)  # no ANALYZE: the plans stay
+            config = flow_control.flow_config("fq")
+            assert config is not None and config.shape == shape
+            params = flow_control.claim_params(config, "fq", "w1", 100, 30.0)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT name FROM pg_prepared_statements "
+                    "WHERE name LIKE 'pgq_flow_%%' AND name NOT LIKE 'pgq_flow_lock_%%'"
+                )
+                names = [row[0] for row in cursor.fetchall()]
+                values = cursor.cursor.mogrify(
+                    ", ".join(["%s"] * len(flow_control._PARAM_TYPES)),
+                    [params[name] for name, _ in flow_control._PARAM_TYPES],
+                )
+                assert names
+                for name in names:
+                    with transaction.atomic():  # the generic plan, as the claim runs it
+                        cursor.execute(
+                            execution.set_local(
+                                {"plan_cache_mode": "force_generic_plan", **execution.NO_SEQSCAN}
+                            )
+                        )
+                        cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({values})")
+                        plan = cursor.fetchone()[0]
+                    assert unbounded_reads(plan) == [], (name, plan)
+        finally:
+            execution.end_claim_session(connection)
