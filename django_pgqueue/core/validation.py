@@ -12,6 +12,7 @@ from ..exceptions import InvalidMessage, PayloadError, QueueNameError
 __all__ = [
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "QUEUE_NAME_CHARACTERS",
     "QUEUE_NAME_MAX_LENGTH",
     "QUEUE_NAME_PATTERN",
     "QueueNameError",
@@ -22,9 +23,11 @@ __all__ = [
 ]
 
 #: Lower-case letters, digits, ``_`` and ``-``; starts with a letter or digit; 1-48 characters.
-#: The same rule is a CHECK constraint on every table, so raw SQL cannot bypass it.
+#: The same rule is a CHECK constraint on the live table (``models.py``), so raw SQL cannot
+#: bypass it; the archive and dead tables take their rows from there.
 QUEUE_NAME_MAX_LENGTH = 48
 QUEUE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,47}$"
+QUEUE_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_-"
 _QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN)
 # json.dumps writes U+0000 as the escape \u0000 (after an even run of backslashes, so an
 # escaped backslash followed by "u0000" is not mistaken for it).

@@ -217,6 +217,40 @@ def test_database_constraints_back_the_validation(admin_conn):
         )
 
 
+QUEUE_NAMES = [
+    *("a", "0", "default", "a-b", "a_b", "ab-", "9lives", "x" * 48),
+    *("", "-a", "_a", "A", "Emails", "a b", "a.b", "a/b", "é", "a\n", "a%", "x" * 49),
+]
+
+
+@pytest.mark.parametrize("table", ["pgqueue_message", "pgqueue_queue"])
+def test_the_databases_queue_name_rule_is_the_validators(admin_conn, table):
+    # The CHECK spells QUEUE_NAME_PATTERN without a regular expression (models.py): both must
+    # accept and refuse the same names.
+    import psycopg
+
+    from django_pgqueue.core.validation import validate_queue_name
+    from django_pgqueue.exceptions import QueueNameError
+
+    insert = {
+        "pgqueue_message": "INSERT INTO pgqueue_message (queue, task) VALUES (%s, 't')",
+        "pgqueue_queue": "INSERT INTO pgqueue_queue (name) VALUES (%s)",
+    }[table]
+    for name in QUEUE_NAMES:
+        try:
+            validate_queue_name(name)
+            valid = True
+        except QueueNameError:
+            valid = False
+        try:
+            with admin_conn.transaction():
+                admin_conn.execute(insert, [name])
+            stored = True
+        except (psycopg.errors.CheckViolation, psycopg.errors.StringDataRightTruncation):
+            stored = False
+        assert stored is valid, name
+
+
 def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
     from django_pgqueue.worker.registry import registry
 
