@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 LIVE_TABLE = "pgqueue_message"
@@ -32,3 +33,27 @@ def unbounded_reads(plan: Any, table: str = LIVE_TABLE) -> list[str]:
         # An UPDATE / DELETE node names the table it writes, not a read of it.
         and node["Node Type"] != "ModifyTable"
     ]
+
+
+def explain_prepared(
+    cursor: Any, name_pattern: str, params: Sequence[Any], local_settings: Mapping[str, str]
+) -> dict[str, Any]:
+    """``EXPLAIN (FORMAT JSON) EXECUTE`` of each session-prepared statement whose name
+    matches the regular expression ``name_pattern``, with ``params``, under
+    ``local_settings`` (those the statement runs under: its cached generic plan is what gets
+    explained). Plans by statement name."""
+    from django.db import transaction
+
+    from django_pgqueue.core.execution import set_local
+
+    cursor.execute("SELECT name FROM pg_prepared_statements")
+    names = [row[0] for row in cursor.fetchall() if re.fullmatch(name_pattern, row[0])]
+    values = cursor.cursor.mogrify(", ".join(["%s"] * len(params)), list(params))
+    plans = {}
+    for name in names:
+        with transaction.atomic():
+            if local_settings:
+                cursor.execute(set_local(local_settings))
+            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({values})")
+            plans[name] = cursor.fetchone()[0]
+    return plans

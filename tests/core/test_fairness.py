@@ -16,7 +16,7 @@ import django_pgqueue
 from django_pgqueue.core import flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowState, Message
-from tests.plans import unbounded_reads
+from tests.plans import explain_prepared, unbounded_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -401,26 +401,12 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
             config = flow_control.flow_config("fq")
             assert config is not None and config.shape == shape
             params = flow_control.claim_params(config, "fq", "w1", 100, 30.0)
+            values = [params[name] for name, _ in flow_control._PARAM_TYPES]
+            plan_settings = {"plan_cache_mode": "force_generic_plan", **execution.NO_SEQSCAN}
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT name FROM pg_prepared_statements "
-                    "WHERE name LIKE 'pgq_flow_%%' AND name NOT LIKE 'pgq_flow_lock_%%'"
-                )
-                names = [row[0] for row in cursor.fetchall()]
-                values = cursor.cursor.mogrify(
-                    ", ".join(["%s"] * len(flow_control._PARAM_TYPES)),
-                    [params[name] for name, _ in flow_control._PARAM_TYPES],
-                )
-                assert names
-                for name in names:
-                    with transaction.atomic():  # the generic plan, as the claim runs it
-                        cursor.execute(
-                            execution.set_local(
-                                {"plan_cache_mode": "force_generic_plan", **execution.NO_SEQSCAN}
-                            )
-                        )
-                        cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({values})")
-                        plan = cursor.fetchone()[0]
-                    assert unbounded_reads(plan) == [], (name, plan)
+                plans = explain_prepared(cursor, "pgq_flow_(?!lock_).*", values, plan_settings)
+            assert plans
+            for name, plan in plans.items():
+                assert unbounded_reads(plan) == [], (name, plan)
         finally:
             execution.end_claim_session(connection)

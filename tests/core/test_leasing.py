@@ -13,7 +13,7 @@ from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.exceptions import LeaseError
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from tests.factories import MessageFactory
-from tests.plans import nodes, unbounded_reads
+from tests.plans import explain_prepared, nodes, unbounded_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -300,11 +300,8 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
         _, candidate_params = Message.objects._lease_statement("default", "default", 100)
         params = ["default", *candidate_params, "w1", 30.0]
         with connection.cursor() as cursor:
-            cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'pgq_claim_%%'")
-            [(name,)] = cursor.fetchall()
-            values = cursor.cursor.mogrify(", ".join(["%s"] * len(params)), params)
-            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({values})")
-            plan = cursor.fetchone()[0]
+            # A claim session runs under the claim's settings already.
+            [plan] = explain_prepared(cursor, "pgq_claim_.*", params, {}).values()
         assert unbounded_reads(plan) == [], plan
         # The claimed rows by primary key, not by walking the claim index.
         assert any(

@@ -17,6 +17,7 @@ from django_pgqueue.core.transitions import FailedAttempt, backoff_delay, error_
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from tests.conftest import drain
 from tests.factories import ArchivedMessageFactory, DeadMessageFactory, MessageFactory
+from tests.plans import explain_prepared, unbounded_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -273,3 +274,38 @@ def test_leased_message_loads_its_error_history_lazily():
     again = lease_one()
     assert again.id == sent.id
     assert [e["message"] for e in again.errors] == ["x"]
+
+
+def test_acks_planned_on_a_small_queue_read_only_by_index_later(admin_conn):
+    # As the claims (test_leasing.py): complete, fail, extend and release are prepared once
+    # per session; their generic plans, made while the table held 2,000 analyzed rows, still
+    # find each lease by primary key once 20,000 more rows arrive.
+    from django_pgqueue.core import execution
+
+    def load(n: int) -> None:
+        admin_conn.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload) "
+            "SELECT 'default', 't', '{}'::jsonb FROM generate_series(1, %s) g",
+            [n],
+        )
+
+    load(2_000)
+    admin_conn.execute("ANALYZE pgqueue_message")
+    leased = Message.objects.lease("default", worker_id="w1", batch_size=4)
+    transitions.extend(leased[:1], 60)
+    transitions.release(leased[1:2])
+    transitions.fail([FailedAttempt(leased[2].lease, error_entry(attempt=1), 1.0)])
+    transitions.complete(leased[3:])
+    load(20_000)  # no ANALYZE: the plans stay
+    ids, tokens = "{1,2}", f"{{{uuid.uuid4()},{uuid.uuid4()}}}"
+    arguments = {
+        "complete": [ids, tokens, None],
+        "fail": [ids, tokens, ['{"a": 1}', '{"a": 1}'], ["error", "error"], [1.0, 1.0]],
+        "extend": [60.0, ids, tokens],
+        "release": [True, ids, tokens],
+    }
+    plan_settings = {"plan_cache_mode": "force_generic_plan", **execution.BY_ID_PLAN}
+    with connection.cursor() as cursor:
+        for kind, params in arguments.items():
+            [plan] = explain_prepared(cursor, f"pgq_{kind}_.*", params, plan_settings).values()
+            assert unbounded_reads(plan) == [], (kind, plan)
