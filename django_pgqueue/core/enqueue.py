@@ -13,9 +13,10 @@ from django.db import connections, transaction
 from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
+from .execution import ORDERED_PLAN, set_local
 from .flow_control import flow_config
 from .notify import notify_queues
-from .prepared import driver_path, run_on_driver
+from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
 from .timestamps import TimestampLoader
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
@@ -116,7 +117,10 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
         types += _NOTIFY_TYPES
     statement = _ENQUEUE_STATEMENTS[fair, dedup, bool(conf.NOTIFY)]
     connection = connections[using or conf.DATABASE_ALIAS]
-    row = _insert_on_driver(connection, statement, params, types)
+    if fair:
+        row = _insert_fair_prepared(connection, statement, params, types)
+    else:
+        row = _insert_on_driver(connection, statement, params, types)
     if row is None:
         row = _insert(connection, statement, params, dedup)
     if row is None:  # the holder finished between the two statements: enqueue anew
@@ -155,6 +159,35 @@ def _insert_on_driver(
         load(_INT8.unpack(available_at)[0] + _PG_EPOCH_MICROS),
         False,
     )
+
+
+def _insert_fair_prepared(
+    connection: Any, statement: str, params: list[Any], types: tuple[str, ...]
+) -> tuple[Any, ...] | None:
+    """A new message of a fair queue in autocommit: ``(id, enqueued_at, available_at,
+    False)``, or ``None`` to take :func:`_insert`.
+
+    Its INSERT reads the fair order (``sql.FAIR_ORDER_ENTRY``), so it is not a bare
+    Bind/Execute as :func:`_insert_on_driver`: the server would settle on a generic plan
+    after five executions, and one made while the table was empty reads the fair order by
+    sequential scans, O(table) per enqueue for good. A session-prepared statement under
+    the claim's plan settings (``SET LOCAL``, one implicit transaction) reads it by index.
+    """
+    with connection.cursor() as cursor:
+        if not can_prepare(connection, cursor):
+            return None
+        rows = execute_prepared(
+            cursor,
+            connection,
+            kind="enqueue_fair",
+            statement=statement,
+            types=types,
+            params=params,
+            prefix=set_local({"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}),
+        )
+    if not rows:  # fallen back, or a duplicate: _insert finds the holder
+        return None
+    return (*rows[0][:3], False)
 
 
 # Parameter types of ENQUEUE; then ENQUEUE_FAIR's step; then the wake-up's channel and queue.

@@ -410,3 +410,37 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
                 assert unbounded_reads(plan) == [], (name, plan)
         finally:
             execution.end_claim_session(connection)
+
+
+@override_settings(PGQUEUE=FAIR)
+@pytest.mark.parametrize("rows_when_planned", [0, 2000])
+def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_later(
+    admin_conn, rows_when_planned
+):
+    """An enqueue into a fair queue reads the fair order (its place in it). In autocommit it
+    is a prepared statement; planned while the table was empty, its generic plan read the
+    order by sequential scans (O(table) per enqueue for good) when it was a bare
+    Bind/Execute under the caller's settings."""
+    from django_pgqueue.core import execution
+
+    load = (
+        "INSERT INTO pgqueue_message (queue, task, payload, tenant, fair_order) "
+        "SELECT 'fair', 't', '{}'::jsonb, 'tenant-' || (g %% 50), g / 50.0 "
+        "FROM generate_series(1, %s) g"
+    )
+    admin_conn.execute(load, [rows_when_planned])
+    admin_conn.execute("ANALYZE pgqueue_message")
+    for n in range(8):  # past the five custom plans after which the server may go generic
+        django_pgqueue.enqueue("t", {"n": n}, queue="fair", tenant="tenant-1")
+    admin_conn.execute(load, [20_000])  # no ANALYZE: the plan stays
+    [place] = Message.objects.filter(queue="fair", payload__n=7).values_list(
+        "fair_order", flat=True
+    )
+    assert place is not None and place >= 0
+    params = ["fair", "t", "{}", 0, "tenant-1", None, 3, None, 0.0, 1.0, "pgqueue", "fair"]
+    plan_settings = {"plan_cache_mode": "force_generic_plan", **execution.ORDERED_PLAN}
+    with connection.cursor() as cursor:
+        plans = explain_prepared(cursor, "pgq_enqueue_fair_.*", params, plan_settings)
+    assert plans
+    for name, plan in plans.items():
+        assert unbounded_reads(plan) == [], (name, plan)
