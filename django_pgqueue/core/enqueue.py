@@ -13,7 +13,7 @@ from django.db import connections, transaction
 from ..conf import get_settings
 from ..worker.registry import registry
 from . import sql
-from .execution import ORDERED_PLAN, set_local
+from .execution import CLAIM_PLAN, set_local
 from .flow_control import flow_config
 from .notify import notify_queues
 from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
@@ -183,12 +183,14 @@ def _insert_fair_prepared(
             statement=statement,
             types=types,
             params=params,
-            prefix=set_local({"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}),
+            prefix=_FAIR_ENQUEUE_PLAN,
         )
     if not rows:  # fallen back, or a duplicate: _insert finds the holder
         return None
     return (*rows[0][:3], False)
 
+
+_FAIR_ENQUEUE_PLAN = set_local(CLAIM_PLAN)
 
 # Parameter types of ENQUEUE; then ENQUEUE_FAIR's step; then the wake-up's channel and queue.
 _ENQUEUE_TYPES: tuple[str, ...] = (
