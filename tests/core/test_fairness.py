@@ -361,6 +361,17 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
     assert len(served) == len(set(served)) < 10_000
 
 
+def load_rows(admin_conn, queue: str, n: int, *, placed: bool = True) -> None:
+    """``n`` ready messages of 50 tenants in one statement, in the fair order if ``placed``
+    (as enqueues would have placed them), without touching the table's statistics."""
+    admin_conn.execute(
+        "INSERT INTO pgqueue_message (queue, task, payload, tenant, fair_order) "
+        "SELECT %s, 't', '{}'::jsonb, 'tenant-' || (g %% 50), CASE WHEN %s THEN g / 50.0 END "
+        "FROM generate_series(1, %s) g",
+        [queue, placed, n],
+    )
+
+
 FLOW_SHAPES = {
     "fair": {"FAIRNESS": True},
     "keyed": {"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 5, "KEY_RATE_LIMIT": 100},
@@ -380,24 +391,15 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
     whole primary key, on a worker's claim session)."""
     from django_pgqueue.core import execution
 
-    def load(n: int) -> None:
-        admin_conn.execute(
-            "INSERT INTO pgqueue_message (queue, task, payload, tenant, fair_order) "
-            "SELECT 'fq', 't', '{}'::jsonb, 'tenant-' || (g %% 50), "
-            "       CASE WHEN %s THEN g / 50.0 END "
-            "FROM generate_series(1, %s) g",
-            [shape != "limits", n],
-        )
-
     with override_settings(PGQUEUE={"QUEUES": {"fq": FLOW_SHAPES[shape]}}):
         if claim_session:
             execution.dedicate_to_claims(connection)
         try:
-            load(2_000)
+            load_rows(admin_conn, "fq", 2_000, placed=shape != "limits")
             admin_conn.execute("ANALYZE pgqueue_message")
             for batch in (10, 100):  # the optimistic and the serialized claims, planned now
                 assert Message.objects.lease("fq", worker_id="w1", batch_size=batch)
-            load(20_000)  # no ANALYZE: the plans stay
+            load_rows(admin_conn, "fq", 20_000, placed=shape != "limits")  # plans stay
             config = flow_control.flow_config("fq")
             assert config is not None and config.shape == shape
             params = flow_control.claim_params(config, "fq", "w1", 100, 30.0)
@@ -423,24 +425,18 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
     Bind/Execute under the caller's settings."""
     from django_pgqueue.core import execution
 
-    load = (
-        "INSERT INTO pgqueue_message (queue, task, payload, tenant, fair_order) "
-        "SELECT 'fair', 't', '{}'::jsonb, 'tenant-' || (g %% 50), g / 50.0 "
-        "FROM generate_series(1, %s) g"
-    )
-    admin_conn.execute(load, [rows_when_planned])
+    load_rows(admin_conn, "fair", rows_when_planned)
     admin_conn.execute("ANALYZE pgqueue_message")
     for n in range(8):  # past the five custom plans after which the server may go generic
         django_pgqueue.enqueue("t", {"n": n}, queue="fair", tenant="tenant-1")
-    admin_conn.execute(load, [20_000])  # no ANALYZE: the plan stays
+    load_rows(admin_conn, "fair", 20_000)  # no ANALYZE: the plan stays
     [place] = Message.objects.filter(queue="fair", payload__n=7).values_list(
         "fair_order", flat=True
     )
     assert place is not None and place >= 0
     params = ["fair", "t", "{}", 0, "tenant-1", None, 3, None, 0.0, 1.0, "pgqueue", "fair"]
-    plan_settings = {"plan_cache_mode": "force_generic_plan", **execution.ORDERED_PLAN}
     with connection.cursor() as cursor:
-        plans = explain_prepared(cursor, "pgq_enqueue_fair_.*", params, plan_settings)
+        plans = explain_prepared(cursor, "pgq_enqueue_fair_.*", params, execution.CLAIM_PLAN)
     assert plans
     for name, plan in plans.items():
         assert unbounded_reads(plan) == [], (name, plan)
