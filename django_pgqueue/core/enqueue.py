@@ -16,7 +16,7 @@ from . import sql
 from .execution import CLAIM_PLAN, set_local
 from .flow_control import flow_config
 from .notify import notify_queues
-from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
+from .prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
 from .timestamps import TimestampLoader
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
@@ -118,7 +118,7 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
     statement = _ENQUEUE_STATEMENTS[fair, dedup, bool(conf.NOTIFY)]
     connection = connections[using or conf.DATABASE_ALIAS]
     if fair:
-        row = _insert_fair_prepared(connection, statement, params, types)
+        row = _insert_fair_on_driver(connection, statement, params, types)
     else:
         row = _insert_on_driver(connection, statement, params, types)
     if row is None:
@@ -161,7 +161,7 @@ def _insert_on_driver(
     )
 
 
-def _insert_fair_prepared(
+def _insert_fair_on_driver(
     connection: Any, statement: str, params: list[Any], types: tuple[str, ...]
 ) -> tuple[Any, ...] | None:
     """A new message of a fair queue in autocommit: ``(id, enqueued_at, available_at,
@@ -170,21 +170,21 @@ def _insert_fair_prepared(
     Its INSERT reads the fair order (``sql.FAIR_ORDER_ENTRY``), so it is not a bare
     Bind/Execute as :func:`_insert_on_driver`: the server would settle on a generic plan
     after five executions, and one made while the table was empty reads the fair order by
-    sequential scans, O(table) per enqueue for good. A session-prepared statement under
-    the claim's plan settings (``SET LOCAL``, one implicit transaction) reads it by index.
+    sequential scans, O(table) per enqueue for good. Here the session-prepared statement
+    runs after the claim's plan settings (``SET LOCAL``), in one query string on the driver
+    connection: one round trip, one implicit transaction, the order read by index.
     """
-    with connection.cursor() as cursor:
-        if not can_prepare(connection, cursor):
-            return None
-        rows = execute_prepared(
-            cursor,
-            connection,
-            kind="enqueue_fair",
-            statement=statement,
-            types=types,
-            params=params,
-            prefix=_FAIR_ENQUEUE_PLAN,
-        )
+    if not driver_path(connection):
+        return None
+    name, prepare = prepared_form("enqueue_fair", statement, types)
+    rows = run_script_on_driver(
+        connection,
+        name=name,
+        prepare=prepare,
+        script=f"{_FAIR_ENQUEUE_PLAN}EXECUTE {name}({', '.join(['%s'] * len(params))})",
+        params=params,
+        reuse_text=False,  # a new payload every time
+    )
     if not rows:  # fallen back, or a duplicate: _insert finds the holder
         return None
     return (*rows[0][:3], False)

@@ -254,8 +254,9 @@ def run_script_on_driver(
     name: str,
     prepare: str,
     script: str,
-    params: Mapping[str, Any],
+    params: Sequence[Any] | Mapping[str, Any],
     also: Sequence[tuple[str, str]] = (),
+    reuse_text: bool = True,
 ) -> list[tuple[Any, ...]] | None:
     """``script`` (``;``-separated statements ending in ``EXECUTE name(...)``) as one simple
     query on the driver connection, after ``prepare`` if this session has not run it: one
@@ -263,14 +264,18 @@ def run_script_on_driver(
     connection's own loaders. For a claim that must take a lock in a statement of its own
     first (flow control) on a worker's claim session: no Django cursor, no ``SET LOCAL``.
 
-    The script is bound once per connection and parameters (see :func:`execute_all`), and
-    falls back as :func:`run_on_driver`: ``None`` when the session lost the statement.
-    ``also``: more ``(name, PREPARE ...)`` the script executes, prepared the same way.
+    The script is bound once per connection and parameters (see :func:`execute_all`;
+    ``reuse_text=False`` for parameters that change every time), and falls back as
+    :func:`run_on_driver`: ``None`` when the session lost the statement. ``also``: more
+    ``(name, PREPARE ...)`` the script executes, prepared the same way.
     """
     connection.validate_thread_sharing()
     raw = connection.connection
     done = _prepared.setdefault(raw, set())
-    text = _bound_on(raw, script, params)
+    if reuse_text:
+        text = _bound_on(raw, script, params)
+    else:
+        text = psycopg.ClientCursor(raw).mogrify(script, params)
     with connection.wrap_database_errors, raw.lock:
         pgconn = raw.pgconn
         for each, statement in (*also, (name, prepare)):

@@ -295,18 +295,23 @@ def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
     assert drain(listener) == [("django_pgqueue", "default")] * 3
 
 
+@pytest.mark.parametrize("queue", ["default", "fair"])
 @pytest.mark.parametrize("use_tz", [True, False])
 @pytest.mark.parametrize("run_after", [None, dt.timedelta(minutes=5), "absolute"])
-def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after):
-    # In autocommit enqueue() skips Django's cursor (prepared.run_on_driver) and loads the
-    # binary timestamps itself: they must come back exactly as Django loads the row.
+def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after, queue):
+    # In autocommit enqueue() skips Django's cursor (prepared.run_on_driver, or for a fair
+    # queue run_script_on_driver) and loads the timestamps itself: they must come back
+    # exactly as Django loads the row.
     from django_pgqueue.core import prepared
 
     settings.TIME_ZONE = "America/New_York"
     settings.USE_TZ = use_tz
+    settings.PGQUEUE = {"QUEUES": {"fair": {"FAIRNESS": True}}}
     if run_after == "absolute":
         run_after = dt.datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
-    sent = django_pgqueue.enqueue("t", {"k": "v"}, run_after=run_after, priority=-7)
+    sent = django_pgqueue.enqueue(
+        "t", {"k": "v"}, run_after=run_after, priority=-7, queue=queue, tenant="acme"
+    )
     assert any(n.startswith("pgq_enqueue") for n in prepared._prepared[connection.connection])
     stored = Message.objects.get(pk=sent.id)
     assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
