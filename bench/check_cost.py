@@ -24,7 +24,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pg import dsn_for
+from bench.pg import drop_database, dsn_for, recreate_database
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = "pgq_check_bench"
@@ -62,14 +62,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=150)
     args = parser.parse_args()
-    with psycopg.connect(SERVER_DSN, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DBNAME}")
-        admin.execute(f"CREATE DATABASE {DBNAME}")
+    recreate_database(SERVER_DSN, DBNAME)
     try:
         run(dsn_for(SERVER_DSN, DBNAME), args.rounds)
     finally:
-        with psycopg.connect(SERVER_DSN, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DBNAME}")
+        drop_database(SERVER_DSN, DBNAME)  # WITH (FORCE): this process's sessions too
 
 
 def run(dsn: str, rounds: int) -> None:
@@ -122,9 +119,6 @@ def run(dsn: str, rounds: int) -> None:
         )
     print(f"\nServer time (EXPLAIN ANALYZE), median of {rounds} rounds, forms alternating.")
     conn.close()
-    from django.db import connections
-
-    connections.close_all()  # so that the database can be dropped
 
 
 if __name__ == "__main__":
