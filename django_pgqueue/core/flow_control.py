@@ -223,14 +223,15 @@ def claim_statement(
     # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
     head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
-    fair_candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock)
+    head_locked = "true" if head_lock else "false"
+    fair_candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock, head_locked=head_locked)
     save_state = sql.SAVE_STATE_OPTIMISTIC_CTES if optimistic else sql.SAVE_STATE_SERIALIZED_CTES
     save = [save_state] if queue_rate and shape != "fair" else []
     if key_rate and shape == "keyed":
         save.append(sql.SAVE_KEY_BUCKETS_CTES)
     if shape == "limits":
         ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget]
-        ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock))
+        ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock, head_locked=head_locked))
     elif shape == "fair_limits":
         ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES]
         ctes += [fair_candidates, sql.FAIR_CHOICE_CTES]
@@ -243,6 +244,7 @@ def claim_statement(
         ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates]
         ctes.append(sql.FAIR_CHOICE_CTES)
         save.append(sql.FAIR_SAVE_CTES)
+    ctes.append(sql.RELOCKED_CTES)
     lease = "WITH " + ",".join(ctes) + ",\n" + lease.removeprefix("WITH ")
     if save:
         lease = lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)

@@ -603,8 +603,9 @@ budget AS (
 # Queue-wide limits only: the plain claim order, at most ``budget`` messages.
 FLOW_QUEUE_CTES = """
 chosen AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id) AS k
-    FROM (SELECT id, priority, available_at FROM pgqueue_message
+    SELECT id, lease_token, {head_locked} AS locked,
+           row_number() OVER (ORDER BY priority DESC, available_at, id) AS k
+    FROM (SELECT id, lease_token, priority, available_at FROM pgqueue_message
           WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
           ORDER BY priority DESC, available_at, id
           LIMIT (SELECT n FROM budget)
@@ -632,26 +633,26 @@ chosen AS (
 #   messages not chosen keep their place (FAIR_SAVE_CTES).
 FAIR_CANDIDATE_CTES = f"""
 head AS (
-    SELECT id, tenant, priority, fair_order AS place FROM pgqueue_message
+    SELECT id, lease_token, tenant, priority, fair_order AS place FROM pgqueue_message
     WHERE queue = %(queue)s AND fair_order >= 0
     ORDER BY priority DESC, fair_order, id
     LIMIT (SELECT CASE WHEN b.n > 0 THEN b.n + (SELECT n FROM reach) ELSE 0 END FROM budget b)
     {{head_lock}}
 ), due_again AS (
-    (SELECT id, tenant, priority, available_at FROM pgqueue_message
+    (SELECT id, lease_token, tenant, priority, available_at FROM pgqueue_message
      WHERE queue = %(queue)s AND fair_order < 0 AND lease_token IS NULL
        AND attempts < max_attempts AND available_at <= now()
      ORDER BY available_at, id
      LIMIT %(place_limit)s)
   UNION ALL
-    (SELECT id, tenant, priority, available_at FROM pgqueue_message
+    (SELECT id, lease_token, tenant, priority, available_at FROM pgqueue_message
      WHERE queue = %(queue)s AND fair_order < 0 AND lease_token IS NOT NULL
        AND available_at <= now() AND attempts < max_attempts
      ORDER BY available_at
      LIMIT %(place_limit)s)
   UNION ALL
-    SELECT id, tenant, priority, available_at FROM (
-        SELECT id, tenant, priority, available_at, fair_order FROM pgqueue_message
+    SELECT id, lease_token, tenant, priority, available_at FROM (
+        SELECT id, lease_token, tenant, priority, available_at, fair_order FROM pgqueue_message
         WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
         ORDER BY priority DESC, available_at, id
         LIMIT %(unplaced_window)s) oldest
@@ -667,20 +668,20 @@ head AS (
                  1.0::float8 / COALESCE((%(weights)s::jsonb ->> tenant)::int, 1) AS step
           FROM due_again GROUP BY tenant, priority) g
 ), placed AS (
-    SELECT d.id, d.tenant, d.priority,
+    SELECT d.id, d.lease_token, d.tenant, d.priority,
            e.place + (row_number() OVER (PARTITION BY d.tenant, d.priority
                                          ORDER BY d.available_at, d.id) - 1) * e.step AS place
     FROM due_again d
     JOIN entry e ON e.tenant IS NOT DISTINCT FROM d.tenant AND e.priority = d.priority
 ), candidate AS (
-    SELECT id, tenant, priority, place FROM head
+    SELECT id, lease_token, {{head_locked}} AS locked, tenant, priority, place FROM head
   UNION ALL
-    SELECT id, tenant, priority, place FROM placed
+    SELECT id, lease_token, false, tenant, priority, place FROM placed
 )"""
 
 FAIR_CHOICE_CTES = """
 chosen AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, place, id) AS k
+    SELECT id, lease_token, locked, row_number() OVER (ORDER BY priority DESC, place, id) AS k
     FROM candidate
     ORDER BY priority DESC, place, id
     LIMIT (SELECT n FROM budget)
@@ -708,33 +709,46 @@ capacity AS (
              AS nth
     FROM candidate c
 ), keyed_chosen AS (
-    SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.place, r.id) AS k
+    SELECT r.id, r.lease_token, r.locked,
+           row_number() OVER (ORDER BY r.priority DESC, r.place, r.id) AS k
     FROM ranked r LEFT JOIN capacity c ON c.tenant = r.tenant
     WHERE r.tenant IS NULL OR r.nth <= c.n
     ORDER BY r.priority DESC, r.place, r.id
     LIMIT (SELECT n FROM budget)
 ), fair_chosen AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, place, id) AS k
+    SELECT id, lease_token, locked, row_number() OVER (ORDER BY priority DESC, place, id) AS k
     FROM candidate
     ORDER BY priority DESC, place, id
     LIMIT (SELECT n FROM budget)
 ), chosen AS (
     -- A CTE runs only when read: one of the two choices is computed.
-    SELECT id, k FROM fair_chosen WHERE (SELECT ok FROM uncapped)
+    SELECT * FROM fair_chosen WHERE (SELECT ok FROM uncapped)
   UNION ALL
-    SELECT id, k FROM keyed_chosen WHERE NOT (SELECT ok FROM uncapped)
+    SELECT * FROM keyed_chosen WHERE NOT (SELECT ok FROM uncapped)
 )"""
 
-# LEASE's ``{candidates}`` in a flow-controlled claim: the chosen ids, re-checked and locked,
-# by primary key. The re-check is written so that it does not match the partial claim index's
-# predicate (``attempts - max_attempts < 0``, not ``attempts < max_attempts``): with stale
-# statistics the planner would otherwise scan that index for the queue and filter by id.
-# Kept in deal order, which the claim's RETURNING then follows.
-FLOW_CANDIDATES = """SELECT m.id, m.lease_token FROM pgqueue_message m
-    WHERE m.id = ANY(ARRAY(SELECT id FROM chosen)) AND m.queue = %(queue)s
+# LEASE's ``{candidates}`` in a flow-controlled claim: the chosen messages, locked, in deal
+# order (which the claim's RETURNING then follows). Those read from a head taken FOR UPDATE
+# SKIP LOCKED (``locked``: fairness alone, optimistic claims) are locked already, re-checked
+# on the version locked; the others (placed by this claim, or a serialized claim's head) are
+# locked here, by primary key, and re-checked. The re-check is written so that it does not
+# match the partial claim index's predicate (``attempts - max_attempts < 0``, not ``attempts <
+# max_attempts``): with stale statistics the planner would otherwise scan that index for the
+# queue and filter by id. (Locking the head's rows a second time cost ~2 us a message.)
+RELOCKED_CTES = """
+relocked AS (
+    SELECT m.id, m.lease_token,
+           array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id) AS k
+    FROM pgqueue_message m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM chosen WHERE NOT locked)) AND m.queue = %(queue)s
       AND m.attempts - m.max_attempts < 0 AND m.available_at <= now()
-    ORDER BY array_position(ARRAY(SELECT id FROM chosen ORDER BY k), m.id)
-    FOR UPDATE OF m SKIP LOCKED"""
+    FOR UPDATE OF m SKIP LOCKED
+)"""
+FLOW_CANDIDATES = """SELECT id, lease_token FROM (
+        SELECT id, lease_token, k FROM chosen WHERE locked
+      UNION ALL
+        SELECT id, lease_token, k FROM relocked) c
+    ORDER BY k"""
 
 # Appended after LEASE's ``claimed`` in claims with limits: the queue's rate bucket
 # (SAVE_STATE_*_CTES, with a queue rate), the keys' buckets and a few idle (full again)
