@@ -146,6 +146,20 @@ class FlowConfig:
             return "fair"
         return "keyed" if self.key_limited else "fair_limits"
 
+    @property
+    def optimistic_shape(self) -> ClaimShape:
+        """The claim statement of an optimistic claim (see ``sql.BUDGET_OPTIMISTIC_CTES``).
+
+        With a default key limit alone (no per-key limits, no key rate), the statement without
+        the per-tenant counts (~25 plan nodes fewer to set up on every claim): it goes ahead
+        only while the queue's whole in flight leaves that limit ``margin`` away, so no tenant
+        can reach it and the keyed choice is the fair one. Closer to the limit it answers
+        ``contended`` (it cannot tell each tenant's room) and the claim runs serialized.
+        """
+        if self.shape == "keyed" and not (self.key_concurrency_limits or self.key_rate_limit):
+            return "fair_limits"
+        return self.shape
+
     def fair_step(self, tenant: str | None) -> float:
         """How far a tenant's next message goes behind its previous one in the fair order."""
         return 1.0 / int(self.tenant_weights.get(tenant, 1)) if tenant is not None else 1.0
@@ -384,7 +398,9 @@ def claim_with_flow_control(
             return rows
     optimistic = OPTIMISTIC_MIN_BATCH <= limit <= OPTIMISTIC_BATCH
     if config.serialized and optimistic and not connection.in_atomic_block:
-        rows = _claim(connection, alias, config.shape, True, sql.FLOW_LOCK_SHARED, params)
+        rows = _claim(
+            connection, alias, config.optimistic_shape, True, sql.FLOW_LOCK_SHARED, params
+        )
         if not any(row[0] == CONTENDED for row in rows):
             return rows
         # No room to spare: count exactly, one claim at a time (what the reaper buried in

@@ -459,10 +459,12 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 """
 
 # What a claim with limits computes first:
-# - leased: the queue's messages in flight, i.e. leased with the lease not expired. A flow
-#   claim marks what it leases (``fair_order`` -1), so the partial index pgq_message_leased
-#   holds exactly these queues' leases: a finished, failed, released or expired lease stops
-#   counting by itself, and a crashed worker never holds a slot past its lease;
+# - held: how many of the queue's messages are in flight, i.e. leased with the lease not
+#   expired. A flow claim marks what it leases (``fair_order`` -1), so the partial index
+#   pgq_message_leased holds exactly these queues' leases: a finished, failed, released or
+#   expired lease stops counting by itself, and a crashed worker never holds a slot past its
+#   lease. Counted from the index alone (no row read but for visibility); keyed queues count
+#   per tenant in KEY_ROOM_CTES, only when some tenant may reach its limit;
 # - shards: the queue's rate bucket, in ``tickets`` shards refilled to the database clock,
 #   each with that share of the rate and the burst: an optimistic claim takes tokens from its
 #   ticket's shard only, so claims side by side write different rows (one shared bucket row
@@ -470,12 +472,10 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
 FLOW_COMMON_CTES = """
-leased AS (
-    SELECT tenant FROM pgqueue_message
+held AS (
+    SELECT count(*)::int AS n FROM pgqueue_message
     WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
       AND available_at > now()
-), held AS (
-    SELECT count(*)::int AS n FROM leased
 ), shards AS (
     SELECT b.shard,
            LEAST(%(burst)s::float8 / %(tickets)s,
@@ -498,7 +498,9 @@ leased AS (
 # less than unlimited room (in flight under a key limit, a limit override, a rate bucket).
 KEY_ROOM_CTES = """
 in_flight AS (
-    SELECT tenant AS key, count(*)::int AS n FROM leased WHERE tenant IS NOT NULL
+    SELECT tenant AS key, count(*)::int AS n FROM pgqueue_message
+    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
+      AND available_at > now() AND tenant IS NOT NULL
     GROUP BY tenant
 ), key_room AS (
     SELECT i.key,
@@ -514,9 +516,12 @@ in_flight AS (
     FROM pgqueue_flow_key_bucket b
     WHERE b.queue = %(queue)s AND %(key_rate)s::float8 IS NOT NULL
 )"""
+# Without the per-tenant counts: no room to tell, none when a default key limit is set (an
+# optimistic claim of a keyed queue run without them then goes ahead only while the queue's
+# whole in flight leaves that limit ``margin`` away; see FlowConfig.optimistic_shape).
 NO_KEY_ROOM_CTES = """
 key_room AS (
-    SELECT NULL::text AS key, 0 AS room WHERE false
+    SELECT NULL::text AS key, 0 AS room WHERE %(key_limit)s::int IS NOT NULL
 )"""
 
 # How many messages this claim may take: the batch, the queue limit, whole tokens; 0 when

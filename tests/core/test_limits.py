@@ -304,7 +304,9 @@ def _optimistic_claim(n: int, worker: str = "w1") -> list[tuple[object, ...]]:
     params = flow_control.claim_params(config, "lim", worker, n, 30.0)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.FLOW_LOCK_SHARED, params)
-        cursor.execute(flow_control.claim_statement(config.shape, optimistic=True), params)
+        cursor.execute(
+            flow_control.claim_statement(config.optimistic_shape, optimistic=True), params
+        )
         return cursor.fetchall()
 
 
@@ -344,6 +346,21 @@ def test_an_optimistic_claim_needs_room_under_every_key():
     enqueue("a", 2)
     assert len(lease(1)) == 1  # serialized (creates the state row)
     assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
+
+
+def test_an_optimistic_claim_skips_the_per_key_machinery_only_when_no_key_can_refuse():
+    """A default key limit alone: an optimistic claim runs only ``margin`` away from it, so
+    it takes the fair choice as is. Per-key limits or a key rate keep the keyed statement."""
+    assert flow_control.FlowConfig(fairness=True, key_concurrency_limit=1_000).shape == "keyed"
+    assert (
+        flow_control.FlowConfig(fairness=True, key_concurrency_limit=1_000).optimistic_shape
+        == "fair_limits"
+    )
+    for extra in ({"key_concurrency_limits": {"a": 500}}, {"key_rate_limit": 1_000.0}):
+        config = flow_control.FlowConfig(fairness=True, key_concurrency_limit=1_000, **extra)
+        assert config.optimistic_shape == "keyed", extra
+    # Without fairness the claim order is the plain one: the shape stays "limits".
+    assert flow_control.FlowConfig(concurrency_limit=5).optimistic_shape == "limits"
 
 
 def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple[bool, bool]]:
