@@ -414,6 +414,62 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
             execution.end_claim_session(connection)
 
 
+def _relocked_rows(queue: str, n: int, optimistic: bool, lock: str) -> tuple[int, int]:
+    """``(claimed, locked again by id)`` of one claim of ``queue``, run under EXPLAIN ANALYZE
+    in a transaction rolled back afterwards."""
+    from tests.plans import nodes
+
+    config = flow_control.flow_config(queue)
+    assert config is not None
+    shape = config.optimistic_shape if optimistic else config.shape
+    params = flow_control.claim_params(config, queue, "w1", n, 30.0)
+    statement = flow_control.claim_statement(shape, optimistic)
+    with transaction.atomic(), connection.cursor() as cursor:
+        if lock:
+            cursor.execute(lock, params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    by_name = {node.get("Subplan Name"): node for node in nodes(plan)}
+    claimed = by_name["CTE claimed"]["Actual Rows"]
+    return claimed, by_name["CTE relocked"]["Actual Rows"]
+
+
+@pytest.mark.parametrize(
+    "settings, optimistic",
+    [
+        ({"FAIRNESS": True}, False),
+        ({"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000}, True),
+        ({"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 1_000}, True),
+        ({"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000}, False),
+    ],
+    ids=["fair", "optimistic", "optimistic-key-limit", "serialized"],
+)
+def test_a_claim_locks_by_id_only_what_its_head_did_not_lock(settings, optimistic):
+    """Fairness alone and optimistic claims take the fair order's head FOR UPDATE SKIP
+    LOCKED: those rows are leased as locked, not looked up and locked a second time. A
+    serialized claim reads the head without locking: it locks what it chose by id. A message
+    placed by the claim (a retry falling due) is locked by id in every shape."""
+    from django_pgqueue.core import sql
+
+    with override_settings(PGQUEUE={"QUEUES": {"fq": settings}}):
+        bulk("a", 20, queue="fq")
+        bulk("b", 20, queue="fq")
+        assert len(Message.objects.lease("fq", worker_id="w0", batch_size=1)) == 1  # state row
+        lock = ""
+        if flow_control.flow_config("fq").serialized:  # type: ignore[union-attr]
+            lock = sql.FLOW_LOCK_SHARED if optimistic else sql.FLOW_LOCK
+        locked_by_head = optimistic or settings == {"FAIRNESS": True}
+        assert _relocked_rows("fq", 10, optimistic, lock) == (10, 0 if locked_by_head else 10)
+        # A message due again (its retry now due): placed by the claim, then locked by id.
+        (retried,) = Message.objects.lease("fq", worker_id="w0", batch_size=1)
+        error = {"type": "E", "message": "again"}
+        transitions.fail([transitions.FailedAttempt(retried, error, retry_in=0)])
+        claimed, relocked = _relocked_rows("fq", 40, optimistic, lock)
+        assert claimed == 39  # all that is left, the retried message with them
+        assert relocked == (1 if locked_by_head else 39)
+
+
 @override_settings(PGQUEUE=FAIR)
 @pytest.mark.parametrize("rows_when_planned", [0, 2000])
 def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_later(
