@@ -368,7 +368,6 @@ def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple
     (optimistic, went ahead) outcomes the claims append to."""
     monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", claims)
     monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", batch)
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_MIN_BATCH", 1)
     outcomes: list[tuple[bool, bool]] = []
     real_claim = flow_control._claim
 
