@@ -24,7 +24,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pg import drop_database, dsn_for, recreate_database
+from bench.pg import scratch_database
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = "pgq_check_bench"
@@ -62,11 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=150)
     args = parser.parse_args()
-    recreate_database(SERVER_DSN, DBNAME)
-    try:
-        run(dsn_for(SERVER_DSN, DBNAME), args.rounds)
-    finally:
-        drop_database(SERVER_DSN, DBNAME)  # WITH (FORCE): this process's sessions too
+    with scratch_database(SERVER_DSN, DBNAME) as dsn:
+        run(dsn, args.rounds)
 
 
 def run(dsn: str, rounds: int) -> None:

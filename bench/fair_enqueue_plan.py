@@ -20,7 +20,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pg import drop_database, dsn_for, recreate_database
+from bench.pg import scratch_database
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = "pgq_fair_enqueue_bench"
@@ -36,11 +36,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000, help="timed enqueues per case")
     args = parser.parse_args()
-    recreate_database(SERVER_DSN, DBNAME)
-    try:
-        run(dsn_for(SERVER_DSN, DBNAME), args.n)
-    finally:
-        drop_database(SERVER_DSN, DBNAME)  # WITH (FORCE): this process's sessions too
+    with scratch_database(SERVER_DSN, DBNAME) as dsn:
+        run(dsn, args.n)
 
 
 def run(dsn: str, n: int) -> None:

@@ -40,6 +40,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.pg import scratch_database  # noqa: E402
+
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = "pgq_flow_bench"
 
@@ -89,29 +91,6 @@ def setup_django() -> None:
         },
     )
     django.setup()
-
-
-def recreate_database() -> None:
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    with psycopg.connect(make_conninfo(SERVER_DSN, dbname="postgres"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
-
-
-def drop_database() -> None:
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    with psycopg.connect(make_conninfo(SERVER_DSN, dbname="postgres"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME))
-        )
 
 
 def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -408,23 +387,21 @@ def main() -> None:
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 
-    recreate_database()
-    setup_django()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    try:
-        if args.only in (None, "throughput"):
-            report_throughput(totals, reps, args.procs)
-        if args.only in (None, "workers"):
-            report_workers(totals, reps, args.workers, concurrency=4)
-        if args.only in (None, "latency"):
-            report_latency(seconds, reps, args.procs, args.latency_batch)
-    finally:
+    with scratch_database(SERVER_DSN, DBNAME):
+        setup_django()
+        from django.core.management import call_command
         from django.db import connections
 
-        connections.close_all()
-        drop_database()
+        call_command("migrate", verbosity=0)
+        try:
+            if args.only in (None, "throughput"):
+                report_throughput(totals, reps, args.procs)
+            if args.only in (None, "workers"):
+                report_workers(totals, reps, args.workers, concurrency=4)
+            if args.only in (None, "latency"):
+                report_latency(seconds, reps, args.procs, args.latency_batch)
+        finally:
+            connections.close_all()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ their counters lazily (see measure.flush_stats).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,17 @@ def drop_database(server_dsn: str, dbname: str) -> None:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
         )
+
+
+@contextmanager
+def scratch_database(server_dsn: str, dbname: str) -> Iterator[str]:
+    """A new, empty ``dbname`` on the server for the block (its DSN), dropped afterwards
+    whatever happens, this process's own sessions too (``WITH (FORCE)``)."""
+    recreate_database(server_dsn, dbname)
+    try:
+        yield dsn_for(server_dsn, dbname)
+    finally:
+        drop_database(server_dsn, dbname)
 
 
 @dataclass(frozen=True)
