@@ -33,7 +33,8 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -90,6 +91,10 @@ LOCK_CLASS = 0x70677100
 
 #: Exhausted leases one claim buries at most (as the plain claim).
 REAP_LIMIT = 100
+
+#: How often a fair queue's claims place messages in its order when none were found waiting
+#: (see :class:`PlacingSchedule`), seconds.
+PLACING_INTERVAL = 1.0
 
 #: Rows written without a place (``fair_order`` NULL: raw SQL, or from before fairness was
 #: switched on) are looked for among this many oldest ready messages of the queue.
@@ -196,11 +201,18 @@ _ORDER_ANCHOR = "\nORDER BY position"
 
 #: The outcome of the marker row of an optimistic claim that had no room to spare.
 CONTENDED = "contended"
+#: The outcome of the marker row of a head-only claim that found messages to place.
+PLACING = "placing"
+MARKERS = frozenset({CONTENDED, PLACING})
 
 
 @functools.cache
 def claim_statement(
-    shape: ClaimShape, optimistic: bool = False, queue_rate: bool = True, key_rate: bool = True
+    shape: ClaimShape,
+    optimistic: bool = False,
+    queue_rate: bool = True,
+    key_rate: bool = True,
+    placing: bool = True,
 ) -> str:
     """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
 
@@ -212,7 +224,9 @@ def claim_statement(
     and rates): the variant run under the shared lock, which takes nothing and answers
     ``contended`` unless it has room to spare (see ``sql.py``). ``queue_rate`` /
     ``key_rate``: whether the claim saves the queue's / the keys' rate buckets (a statement
-    without what a queue does not use runs with fewer plan nodes to set up).
+    without what a queue does not use runs with fewer plan nodes to set up). ``placing=False``
+    (the fair order's shapes): the head-only claim, which places nothing and answers
+    ``placing`` instead when messages wait to be placed (see ``sql.HEAD_CANDIDATE_CTES``).
     """
     lease = sql.LEASE.format(
         candidates=sql.FLOW_CANDIDATES,
@@ -235,7 +249,10 @@ def claim_statement(
     head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
     head_locked = "true" if head_lock else "false"
-    fair_candidates = sql.FAIR_CANDIDATE_CTES.format(head_lock=head_lock, head_locked=head_locked)
+    head_only = not placing and shape != "limits"
+    candidates = sql.HEAD_CANDIDATE_CTES if head_only else sql.FAIR_CANDIDATE_CTES
+    fair_candidates = candidates.format(head_lock=head_lock, head_locked=head_locked)
+    fair_choice = sql.HEAD_CHOICE_CTES if head_only else sql.FAIR_CHOICE_CTES
     save_state = sql.SAVE_STATE_OPTIMISTIC_CTES if optimistic else sql.SAVE_STATE_SERIALIZED_CTES
     save = [save_state] if queue_rate and shape != "fair" else []
     if key_rate and shape == "keyed":
@@ -245,15 +262,13 @@ def claim_statement(
         ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock, head_locked=head_locked))
     elif shape == "fair_limits":
         ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES]
-        ctes += [fair_candidates, sql.FAIR_CHOICE_CTES]
-        save.append(sql.FAIR_SAVE_CTES)
+        ctes += [fair_candidates, fair_choice]
     elif shape == "keyed":
         ctes = [sql.FLOW_COMMON_CTES, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
         ctes += [fair_candidates, sql.KEYED_CHOICE_CTES]
-        save.append(sql.FAIR_SAVE_CTES)
     else:
-        ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates]
-        ctes.append(sql.FAIR_CHOICE_CTES)
+        ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates, fair_choice]
+    if shape != "limits" and not head_only:
         save.append(sql.FAIR_SAVE_CTES)
     ctes.append(sql.RELOCKED_CTES)
     lease = "WITH " + ",".join(ctes) + ",\n" + lease.removeprefix("WITH ")
@@ -261,8 +276,10 @@ def claim_statement(
         lease = lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)
     # The answer of a claim that went no further (optimistic, no room): one marker row.
     marker = ", ".join(["NULL"] * (len(sql.LEASED_COLUMNS) + 1))
-    contended = f"\nUNION ALL\nSELECT '{CONTENDED}', {marker}, 0 FROM budget WHERE contended"
-    return lease.removesuffix(_ORDER_ANCHOR) + contended + _ORDER_ANCHOR
+    markers = f"\nUNION ALL\nSELECT '{CONTENDED}', {marker}, 0 FROM budget WHERE contended"
+    if head_only:
+        markers += "\nUNION ALL" + sql.HEAD_ONLY_MARKERS.format(outcome=PLACING, nulls=marker)
+    return lease.removesuffix(_ORDER_ANCHOR) + markers + _ORDER_ANCHOR
 
 
 def claim_params(
@@ -319,9 +336,12 @@ _DRIVER_TYPES = tuple(sql_type for _, sql_type in _PARAM_TYPES)
 
 
 @functools.cache
-def numbered_claim(shape: ClaimShape, optimistic: bool = False, *rates: bool) -> str:
+def numbered_claim(
+    shape: ClaimShape, optimistic: bool = False, *rates: bool, placing: bool = True
+) -> str:
     """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
-    return _numbered(claim_statement(shape, optimistic, *rates), _PARAM_TYPES)
+    statement = claim_statement(shape, optimistic, *rates, placing=placing)
+    return _numbered(statement, _PARAM_TYPES)
 
 
 def _numbered(statement: str, param_types: tuple[tuple[str, str], ...]) -> str:
@@ -331,11 +351,14 @@ def _numbered(statement: str, param_types: tuple[tuple[str, str], ...]) -> str:
 
 
 @functools.cache
-def prepared_claim(shape: ClaimShape, optimistic: bool = False, *rates: bool) -> tuple[str, str]:
+def prepared_claim(
+    shape: ClaimShape, optimistic: bool = False, *rates: bool, placing: bool = True
+) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
-    body = numbered_claim(shape, optimistic, *rates).replace("%%", "%")
+    body = numbered_claim(shape, optimistic, *rates, placing=placing).replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
-    name = f"pgq_flow_{shape}{'_optimistic' if optimistic else ''}_{digest}"
+    variant = ("_optimistic" if optimistic else "") + ("" if placing else "_head")
+    name = f"pgq_flow_{shape}{variant}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
     return name, f"PREPARE {name} ({types}) AS {body}"
 
@@ -356,6 +379,48 @@ def prepared_lock(lock: str) -> tuple[str, str, str]:
     return name, f"PREPARE {name} ({types}) AS {body}", f"EXECUTE {name}({arguments});\n"
 
 
+class PlacingSchedule:
+    """Which claims of a fair queue place messages in its fair order, in this process.
+
+    Placing (due again, written without a place: ``sql.FAIR_CANDIDATE_CTES``) costs a third
+    of a fair claim's time whether or not anything waits, so the other claims read the head
+    of the order alone (``sql.HEAD_CANDIDATE_CTES``), whose probes find what is due again in
+    the database and ask for a placing claim at once. What they do not look for, rows written
+    without a place while the order has a head to serve, waits for the first claim of each
+    ``interval``, which places. After a claim found messages waiting, every claim places for
+    an ``interval`` (a stream of retries would otherwise cost two claims each). The clock only
+    paces this choice; what is due is decided by database time.
+    """
+
+    def __init__(
+        self, interval: float = PLACING_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = interval
+        self.clock = clock
+        # (alias, queue) -> (every claim places until, the next placing claim at)
+        self._times: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def placing_now(self, alias: str, queue: str) -> bool:
+        now = self.clock()
+        every_claim_until, next_at = self._times.get((alias, queue), (0.0, 0.0))
+        if now < every_claim_until:
+            return True
+        if now >= next_at:
+            self._times[(alias, queue)] = (every_claim_until, now + self.interval)
+            return True
+        return False
+
+    def found_waiting(self, alias: str, queue: str) -> None:
+        now = self.clock()
+        self._times[(alias, queue)] = (now + self.interval, now + 2 * self.interval)
+
+    def reset(self) -> None:
+        self._times.clear()
+
+
+PLACING_SCHEDULE = PlacingSchedule()
+
+
 def claim_with_flow_control(
     config: FlowConfig,
     queue: str,
@@ -372,12 +437,37 @@ def claim_with_flow_control(
     one query string, which runs as one implicit transaction: the queue's lock is held only
     while the server runs the claim, never across a round trip to this process. A queue with
     limits is first claimed optimistically (shared lock, see ``sql.py``); only when that finds
-    no room to spare is it claimed serialized, in a second round trip. The claim is a
-    session-level prepared statement (planning it costs more than running it), whatever the
-    connection's ``prepare_threshold``. Inside a transaction (``hold=True``) the claim is
-    serialized and the lock is held until that transaction ends; ``hold`` itself is implied
-    by the connection's transaction state.
+    no room to spare is it claimed serialized, in a second round trip. A fair queue's claim
+    reads the head of the fair order alone unless messages wait to be placed in it
+    (:class:`PlacingSchedule`); when they do, the placing claim follows in another round trip.
+    The claim is a session-level prepared statement (planning it costs more than running
+    it), whatever the connection's ``prepare_threshold``. Inside a transaction (``hold=True``)
+    the claim is serialized, places, and holds the lock until that transaction ends; ``hold``
+    itself is implied by the connection's transaction state.
     """
+    in_transaction = connections[alias].in_atomic_block
+    placing = not config.keyed or in_transaction or PLACING_SCHEDULE.placing_now(alias, queue)
+    rows = _claim_within_limits(config, queue, worker_id, limit, vt, alias, placing)
+    if placing or not any(row[0] == PLACING for row in rows):
+        return rows
+    # The head-only claim took nothing: messages wait to be placed. What its reaper buried
+    # is reported all the same.
+    PLACING_SCHEDULE.found_waiting(alias, queue)
+    buried = [row for row in rows if row[0] not in MARKERS]
+    return buried + _claim_within_limits(config, queue, worker_id, limit, vt, alias, True)
+
+
+def _claim_within_limits(
+    config: FlowConfig,
+    queue: str,
+    worker_id: str,
+    limit: int,
+    vt: float,
+    alias: str,
+    placing: bool,
+) -> list[Any]:
+    """One claim: on the driver (fairness alone, a claim session), optimistic then
+    serialized if need be (limits), or serialized."""
     params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]
     # driver_path first: its health check may replace the connection with a fresh one.
@@ -386,7 +476,7 @@ def claim_with_flow_control(
         rows = run_on_driver(
             connection,
             kind="flow_fair",
-            statement=numbered_claim("fair"),
+            statement=numbered_claim("fair", placing=placing),
             types=_DRIVER_TYPES,
             params=[params[name] for name, _ in _PARAM_TYPES],
             typed_rows=True,
@@ -395,17 +485,18 @@ def claim_with_flow_control(
             return rows
     optimistic = limit <= OPTIMISTIC_BATCH
     if config.serialized and optimistic and not connection.in_atomic_block:
-        rows = _claim(
-            connection, alias, config.optimistic_shape, True, sql.FLOW_LOCK_SHARED, params
-        )
+        shape = config.optimistic_shape
+        rows = _claim(connection, alias, shape, True, sql.FLOW_LOCK_SHARED, params, placing)
         if not any(row[0] == CONTENDED for row in rows):
             return rows
         # No room to spare: count exactly, one claim at a time (what the reaper buried in
         # the optimistic attempt is reported all the same).
-        buried = [row for row in rows if row[0] != CONTENDED]
-        return buried + _claim(connection, alias, config.shape, False, sql.FLOW_LOCK, params)
+        buried = [row for row in rows if row[0] not in MARKERS]
+        return buried + _claim(
+            connection, alias, config.shape, False, sql.FLOW_LOCK, params, placing
+        )
     lock = sql.FLOW_LOCK if config.serialized else ""
-    return _claim(connection, alias, config.shape, False, lock, params)
+    return _claim(connection, alias, config.shape, False, lock, params, placing)
 
 
 def _claim(
@@ -415,10 +506,12 @@ def _claim(
     optimistic: bool,
     lock: str,
     params: dict[str, Any],
+    placing: bool = True,
 ) -> list[Any]:
     """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
     rates = (params["rate"] is not None, params["key_rate"] is not None)
-    name, prepare = prepared_claim(shape, optimistic, *rates)
+    name, prepare = prepared_claim(shape, optimistic, *rates, placing=placing)
+    statement = claim_statement(shape, optimistic, *rates, placing=placing)
     arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
     also: tuple[tuple[str, str], ...] = ()
     execute_lock = ""
@@ -442,7 +535,7 @@ def _claim(
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
-                _execute_each(cursor, lock + claim_statement(shape, optimistic, *rates), params)
+                _execute_each(cursor, lock + statement, params)
                 rows = cursor.fetchall()
             return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
@@ -461,8 +554,7 @@ def _claim(
             also=also,
         )
         if rows is None:
-            statement = prefix + lock + claim_statement(shape, optimistic, *rates)
-            execute_all(cursor, statement, params)
+            execute_all(cursor, prefix + lock + statement, params)
             rows = cursor.fetchall()
     return rows
 

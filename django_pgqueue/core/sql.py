@@ -692,6 +692,60 @@ chosen AS (
     LIMIT (SELECT n FROM budget)
 )"""
 
+# A head-only claim: the head of the fair order alone, nothing placed (flow_control.py runs it
+# while nothing waits outside the order; placing messages costs a third of a fair claim's
+# time whether or not there is anything to place). Two probes tell the client to run the
+# placing claim (FAIR_CANDIDATE_CTES) instead:
+# - due: a message outside the order is due (a retry, a scheduled message, an expired lease):
+#   one index probe each in pgq_message_fair_due and pgq_message_leased. The head is then not
+#   taken, so the placing claim that follows at once serves the message in its turn;
+# - unplaced: the head came back empty while rows written without a place (``fair_order``
+#   NULL) are among the oldest ready ones. (With a head to serve, such rows wait for the
+#   periodic placing claim: flow_control.PLACING_INTERVAL.)
+# Neither probe runs when the claim may take nothing (paused, no room).
+HEAD_CANDIDATE_CTES = """
+due AS (
+    SELECT (SELECT n FROM budget) > 0
+           AND (EXISTS (SELECT 1 FROM pgqueue_message
+                        WHERE queue = %(queue)s AND fair_order < 0 AND lease_token IS NULL
+                          AND attempts < max_attempts AND available_at <= now())
+                OR EXISTS (SELECT 1 FROM pgqueue_message
+                           WHERE queue = %(queue)s AND fair_order < 0
+                             AND lease_token IS NOT NULL AND available_at <= now()
+                             AND attempts < max_attempts)) AS waiting
+), head AS (
+    SELECT id, lease_token, tenant, priority, fair_order AS place FROM pgqueue_message
+    WHERE queue = %(queue)s AND fair_order >= 0
+    ORDER BY priority DESC, fair_order, id
+    LIMIT (SELECT CASE WHEN b.n > 0 AND NOT d.waiting THEN b.n + (SELECT n FROM reach) ELSE 0 END
+           FROM budget b CROSS JOIN due d)
+    {head_lock}
+), unplaced AS (
+    SELECT EXISTS (SELECT 1 FROM (
+               SELECT fair_order FROM pgqueue_message
+               WHERE queue = %(queue)s AND attempts < max_attempts AND available_at <= now()
+               ORDER BY priority DESC, available_at, id
+               LIMIT %(unplaced_window)s) oldest
+           WHERE fair_order IS NULL) AS waiting
+    WHERE (SELECT n FROM budget) > 0 AND NOT (SELECT waiting FROM due)
+      AND NOT EXISTS (SELECT 1 FROM head)
+), candidate AS (
+    SELECT id, lease_token, {head_locked} AS locked, tenant, priority, place FROM head
+)"""
+
+# The head as read is the fair choice (no tenant can refuse a message): numbered in the order
+# the index gave it, without a sort (as LEASE's ``numbered``).
+HEAD_CHOICE_CTES = """
+chosen AS (
+    SELECT id, lease_token, locked, row_number() OVER () AS k FROM candidate
+)"""
+
+# The marker rows of a head-only claim that found messages to place.
+HEAD_ONLY_MARKERS = """
+SELECT '{outcome}', {nulls}, 0 FROM due WHERE waiting
+UNION ALL
+SELECT '{outcome}', {nulls}, 0 FROM unplaced WHERE waiting"""
+
 # Each tenant met may take least(key limit - in flight, whole tokens in its rate bucket); when
 # no tenant can reach its limit (``uncapped``), the fair choice as is.
 KEYED_CHOICE_CTES = """

@@ -343,6 +343,13 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
     # The head of the fair order plus the 100 leased rows: a few thousand buffers at most,
     # not the 1M-row table (~15,000 pages of heap, ~10,000 of index).
     assert _total_buffers(plan) < 5_000, _total_buffers(plan)
+    # The head-only claim (nothing to place) the same, and cheaper.
+    head_only = flow_control.claim_statement(config.shape, placing=False)
+    with transaction.atomic():
+        head_plan = _explain(head_only, params)
+        transaction.set_rollback(True)
+    assert "Seq Scan" not in head_plan and "Bitmap" not in head_plan
+    assert _total_buffers(head_plan) < 5_000, _total_buffers(head_plan)
     # And the real claims, through the public API, share the tenants.
     first = lease(100)
     assert len(first) == 100 and len({m.tenant for m in first}) == 100
@@ -383,7 +390,7 @@ FLOW_SHAPES = {
 @pytest.mark.parametrize("claim_session", [True, False], ids=["claim-session", "plain"])
 @pytest.mark.parametrize("shape", list(FLOW_SHAPES))
 def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
-    admin_conn, shape, claim_session
+    admin_conn, shape, claim_session, monkeypatch
 ):
     """As the plain claim (test_leasing.py): each shape's prepared claim, planned while the
     queue held 2,000 analyzed rows, still reaches every row of the live table through an
@@ -397,8 +404,12 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
         try:
             load_rows(admin_conn, "fq", 2_000, placed=shape != "limits")
             admin_conn.execute("ANALYZE pgqueue_message")
-            for batch in (10, 100):  # the optimistic and the serialized claims, planned now
-                assert Message.objects.lease("fq", worker_id="w1", batch_size=batch)
+            # Every variant planned now: optimistic and serialized, placing and head-only.
+            for placing in (True, False):
+                schedule = flow_control.PLACING_SCHEDULE
+                monkeypatch.setattr(schedule, "placing_now", lambda *_, p=placing: p)
+                for batch in (10, flow_control.OPTIMISTIC_BATCH + 1):
+                    assert Message.objects.lease("fq", worker_id="w1", batch_size=batch)
             load_rows(admin_conn, "fq", 20_000, placed=shape != "limits")  # plans stay
             config = flow_control.flow_config("fq")
             assert config is not None and config.shape == shape
@@ -496,3 +507,98 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
     assert plans
     for name, plan in plans.items():
         assert unbounded_reads(plan) == [], (name, plan)
+
+
+# --- head-only claims -------------------------------------------------------------------------
+
+
+def _head_only_claim(n: int, queue: str = "fair") -> list[str]:
+    """The outcomes of one head-only claim of ``queue`` (committed)."""
+    config = flow_control.flow_config(queue)
+    assert config is not None
+    params = flow_control.claim_params(config, queue, "w1", n, 30.0)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(flow_control.claim_statement(config.shape, placing=False), params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+@override_settings(PGQUEUE=FAIR)
+def test_a_head_only_claim_takes_the_head_and_asks_for_placing_when_messages_wait():
+    bulk("a", 5, max_attempts=3)
+    assert _head_only_claim(2) == ["claimed", "claimed"]
+    # A retry due: nothing taken, the placing claim asked for (it serves the retry in turn).
+    [m] = lease(1)
+    transitions.fail([transitions.FailedAttempt(m, {"type": "E", "message": "x"}, retry_in=0)])
+    assert _head_only_claim(2) == [flow_control.PLACING]
+    assert Message.objects.filter(leased_by__isnull=False).count() == 2
+    # Not due yet (scheduled later): not asked for.
+    Message.objects.filter(id=m.id).update(available_at=dt.datetime.now(dt.UTC) + HOUR)
+    assert _head_only_claim(1) == ["claimed"]
+    # An expired lease is due again.
+    Message.objects.filter(lease_token__isnull=False).update(
+        available_at=dt.datetime.now(dt.UTC) - HOUR
+    )
+    assert _head_only_claim(1) == [flow_control.PLACING]
+    Message.objects.all().delete()
+    # Rows without a place: looked for only when the head is empty.
+    raw_bulk("raw", 3)
+    enqueue_many("placed", 1)
+    assert _head_only_claim(2) == ["claimed"]
+    assert _head_only_claim(2) == [flow_control.PLACING]
+    # Paused: nothing to take, nothing asked for.
+    pause_queue("fair")
+    assert _head_only_claim(2) == []
+
+
+HOUR = dt.timedelta(hours=1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@override_settings(PGQUEUE=FAIR)
+def test_claims_place_once_an_interval_and_every_time_while_messages_wait(monkeypatch):
+    """Rows written without a place behind a head to serve wait for the interval's placing
+    claim; a message due again is placed by the claim that finds it, and every claim places
+    for an interval after."""
+    clock = FakeClock()
+    monkeypatch.setattr(flow_control.PLACING_SCHEDULE, "clock", clock)
+    interval = flow_control.PLACING_SCHEDULE.interval
+    placing: list[bool] = []
+    real = flow_control._claim_within_limits
+
+    def spy(*args):
+        placing.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(flow_control, "_claim_within_limits", spy)
+    bulk("a", 10, max_attempts=3)
+    assert len(lease(1)) == 1 and placing == [True]  # the first claim places
+    raw_bulk("raw", 2)
+    assert {m.tenant for m in lease(2)} == {"a"} and placing[1:] == [False]
+    assert Message.objects.filter(fair_order__isnull=True).count() == 2  # waiting
+    clock.now += interval
+    assert len(lease(1)) == 1 and placing[2:] == [True]
+    assert not Message.objects.filter(fair_order__isnull=True).exists()  # placed
+    assert len(lease(1)) == 1 and placing[3:] == [False]
+    # A retry due: the head-only claim finds it, the placing claim gives it its place (behind
+    # its tenant's waiting messages) at once...
+    [m] = lease(1)
+    transitions.fail([transitions.FailedAttempt(m, {"type": "E", "message": "x"}, retry_in=0)])
+    placing.clear()
+    assert len(lease(3)) == 3
+    assert placing == [False, True]
+    assert Message.objects.get(id=m.id).fair_order >= 0
+    # ... and claims place for an interval.
+    lease(1)
+    clock.now += interval / 2
+    lease(1)
+    assert placing[2:] == [True, True]
+    clock.now += interval
+    lease(1)
+    assert placing[4:] == [False]

@@ -371,8 +371,8 @@ def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple
     outcomes: list[tuple[bool, bool]] = []
     real_claim = flow_control._claim
 
-    def spy(connection, alias, shape, optimistic, lock, params):
-        rows = real_claim(connection, alias, shape, optimistic, lock, params)
+    def spy(connection, alias, shape, optimistic, lock, params, placing=True):
+        rows = real_claim(connection, alias, shape, optimistic, lock, params, placing)
         outcomes.append((optimistic, not any(r[0] == flow_control.CONTENDED for r in rows)))
         return rows
 
