@@ -228,8 +228,13 @@ def claim_statement(
     (the fair order's shapes): the head-only claim, which places nothing and answers
     ``placing`` instead when messages wait to be placed (see ``sql.HEAD_CANDIDATE_CTES``).
     """
+    # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
+    head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
+    head_only = not placing and shape != "limits"
+    # A head-only claim whose head is locked chose only locked rows: none to lock by id.
+    all_locked = head_only and bool(head_lock)
     lease = sql.LEASE.format(
-        candidates=sql.FLOW_CANDIDATES,
+        candidates=sql.LOCKED_CANDIDATES if all_locked else sql.FLOW_CANDIDATES,
         reap_limit=REAP_LIMIT,
         shared=sql.SHARED_COLUMNS,
         leased_columns=sql.leased_returning(),
@@ -245,11 +250,8 @@ def claim_statement(
         or not lease.endswith(_ORDER_ANCHOR)
     ):
         raise RuntimeError("sql.LEASE changed shape; update core/flow_control.claim_statement")
-    # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
-    head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
     head_locked = "true" if head_lock else "false"
-    head_only = not placing and shape != "limits"
     candidates = sql.HEAD_CANDIDATE_CTES if head_only else sql.FAIR_CANDIDATE_CTES
     fair_candidates = candidates.format(head_lock=head_lock, head_locked=head_locked)
     fair_choice = sql.HEAD_CHOICE_CTES if head_only else sql.FAIR_CHOICE_CTES
@@ -270,7 +272,8 @@ def claim_statement(
         ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates, fair_choice]
     if shape != "limits" and not head_only:
         save.append(sql.FAIR_SAVE_CTES)
-    ctes.append(sql.RELOCKED_CTES)
+    if not all_locked:
+        ctes.append(sql.RELOCKED_CTES)
     lease = "WITH " + ",".join(ctes) + ",\n" + lease.removeprefix("WITH ")
     if save:
         lease = lease.replace(_RESULT_ANCHOR, "," + ",".join(save) + _RESULT_ANCHOR)

@@ -809,6 +809,10 @@ FLOW_CANDIDATES = """SELECT id, lease_token FROM (
         SELECT id, lease_token, k FROM relocked) c
     ORDER BY k"""
 
+# The same when every chosen row was read locked (a head-only claim of a head taken FOR UPDATE
+# SKIP LOCKED): nothing to look up again.
+LOCKED_CANDIDATES = "SELECT id, lease_token FROM chosen ORDER BY k"
+
 # Appended after LEASE's ``claimed`` in claims with limits: the queue's rate bucket
 # (SAVE_STATE_*_CTES, with a queue rate), the keys' buckets and a few idle (full again)
 # buckets dropped (SAVE_KEY_BUCKETS_CTES, with a key rate).
