@@ -251,6 +251,7 @@ def claim_statement(
     ):
         raise RuntimeError("sql.LEASE changed shape; update core/flow_control.claim_statement")
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
+    common = sql.OPTIMISTIC_COMMON_CTES if optimistic else sql.FLOW_COMMON_CTES
     head_locked = "true" if head_lock else "false"
     candidates = sql.HEAD_CANDIDATE_CTES if head_only else sql.FAIR_CANDIDATE_CTES
     fair_candidates = candidates.format(head_lock=head_lock, head_locked=head_locked)
@@ -260,13 +261,13 @@ def claim_statement(
     if key_rate and shape == "keyed":
         save.append(sql.SAVE_KEY_BUCKETS_CTES)
     if shape == "limits":
-        ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget]
+        ctes = [common, sql.NO_KEY_ROOM_CTES, budget]
         ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock, head_locked=head_locked))
     elif shape == "fair_limits":
-        ctes = [sql.FLOW_COMMON_CTES, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES]
+        ctes = [common, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES]
         ctes += [fair_candidates, fair_choice]
     elif shape == "keyed":
-        ctes = [sql.FLOW_COMMON_CTES, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
+        ctes = [common, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
         ctes += [fair_candidates, sql.KEYED_CHOICE_CTES]
     else:
         ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates, fair_choice]
