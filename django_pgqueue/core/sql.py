@@ -471,12 +471,15 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 #   made them wait for each other); a serialized claim takes them from all;
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
-FLOW_COMMON_CTES = """
+_HELD_CTE = """
 held AS (
     SELECT count(*)::int AS n FROM pgqueue_message
     WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
       AND available_at > now()
-), shards AS (
+)"""
+FLOW_COMMON_CTES = (
+    _HELD_CTE
+    + """, shards AS (
     SELECT b.shard,
            LEAST(%(burst)s::float8 / %(tickets)s,
                  b.tokens + %(rate)s::float8 / %(tickets)s
@@ -493,16 +496,14 @@ held AS (
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused
     FROM (SELECT 1) one LEFT JOIN pgqueue_flow_state f ON f.queue = %(queue)s
 )"""
+)
 
 # The same for an optimistic claim, which reads only its own ticket's shard: fewer nodes to set
 # up on every claim (a missing shard reads as NULL: no room, the claim runs serialized, and
 # that creates it).
-OPTIMISTIC_COMMON_CTES = """
-held AS (
-    SELECT count(*)::int AS n FROM pgqueue_message
-    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
-      AND available_at > now()
-), state AS (
+OPTIMISTIC_COMMON_CTES = (
+    _HELD_CTE
+    + """, state AS (
     SELECT (SELECT LEAST(%(burst)s::float8 / %(tickets)s,
                          b.tokens + %(rate)s::float8 / %(tickets)s
                                     * extract(epoch FROM clock_timestamp() - b.refilled_at))
@@ -513,6 +514,7 @@ held AS (
            EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused
 )"""
+)
 
 # Keyed queues: what each tenant has in flight, and the room left to the tenants that have
 # less than unlimited room (in flight under a key limit, a limit override, a rate bucket).
