@@ -175,11 +175,50 @@ class FlowConfig:
     def key_rate_burst(self) -> float | None:
         return None if self.key_rate_limit is None else max(1.0, float(self.key_rate_limit))
 
+    @functools.cached_property
+    def settings_params(self) -> dict[str, Any]:
+        """The claim parameters that come from these settings alone (see
+        :func:`claim_params`): worked out once, not on every claim."""
+        return {
+            "queue_limit": self.concurrency_limit,
+            "rate": self.rate_limit,
+            "burst": self.rate_burst,
+            "weights": json.dumps(dict(self.tenant_weights)),
+            "key_limits": json.dumps(dict(self.key_concurrency_limits)),
+            "key_limit": self.key_concurrency_limit,
+            "key_rate": self.key_rate_limit,
+            "key_burst": self.key_rate_burst,
+            "window": WINDOW_SLACK,
+            "lock_class": LOCK_CLASS,
+            "tickets": OPTIMISTIC_CLAIMS,
+            "margin": OPTIMISTIC_CLAIMS * OPTIMISTIC_BATCH,
+            "unplaced_window": UNPLACED_WINDOW,
+        }
+
+
+# Every claim and enqueue asks for its queue's FlowConfig: built once per queue named in the
+# settings and per settings object (a change of settings builds a new one: conf.get_settings).
+_configs: tuple[object, dict[str, FlowConfig | None]] = (None, {})
+
 
 def flow_config(queue: str) -> FlowConfig | None:
     """The queue's flow-control settings, or ``None`` when it uses none (the plain claim)."""
-    overrides = get_settings().QUEUES.get(queue)
-    if not overrides or not FLOW_KEYS.intersection(overrides):
+    global _configs
+    settings = get_settings()
+    overrides = settings.QUEUES.get(queue)
+    if not overrides:
+        return None
+    built_for, configs = _configs
+    if built_for is not settings:
+        configs = {}
+        _configs = (settings, configs)
+    if queue not in configs:
+        configs[queue] = _flow_config(overrides)
+    return configs[queue]
+
+
+def _flow_config(overrides: Mapping[str, Any]) -> FlowConfig | None:
+    if not FLOW_KEYS.intersection(overrides):
         return None
     config = FlowConfig(
         fairness=bool(overrides.get("FAIRNESS", False)),
@@ -231,10 +270,16 @@ def claim_statement(
     # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
     head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
     head_only = not placing and shape != "limits"
-    # A head-only claim whose head is locked chose only locked rows: none to lock by id.
+    # A head-only claim whose head is locked chose only locked rows: none to lock by id; and
+    # unless some tenant may refuse a message (keyed), it chose the head as read.
     all_locked = head_only and bool(head_lock)
+    head_as_read = all_locked and shape != "keyed"
+    if head_as_read:
+        candidates = sql.LOCKED_HEAD_CANDIDATES
+    else:
+        candidates = sql.LOCKED_CANDIDATES if all_locked else sql.FLOW_CANDIDATES
     lease = sql.LEASE.format(
-        candidates=sql.LOCKED_CANDIDATES if all_locked else sql.FLOW_CANDIDATES,
+        candidates=candidates,
         reap_limit=REAP_LIMIT,
         shared=sql.SHARED_COLUMNS,
         leased_columns=sql.leased_returning(),
@@ -253,8 +298,9 @@ def claim_statement(
     budget = sql.BUDGET_OPTIMISTIC_CTES if optimistic else sql.BUDGET_SERIALIZED_CTES
     common = sql.OPTIMISTIC_COMMON_CTES if optimistic else sql.FLOW_COMMON_CTES
     head_locked = "true" if head_lock else "false"
-    candidates = sql.HEAD_CANDIDATE_CTES if head_only else sql.FAIR_CANDIDATE_CTES
-    fair_candidates = candidates.format(head_lock=head_lock, head_locked=head_locked)
+    fair_candidates = (sql.HEAD_CANDIDATE_CTES if head_only else sql.FAIR_CANDIDATE_CTES).format(
+        head_lock=head_lock, head_locked=head_locked
+    )
     fair_choice = sql.HEAD_CHOICE_CTES if head_only else sql.FAIR_CHOICE_CTES
     save_state = sql.SAVE_STATE_OPTIMISTIC_CTES if optimistic else sql.SAVE_STATE_SERIALIZED_CTES
     save = [save_state] if queue_rate and shape != "fair" else []
@@ -264,13 +310,14 @@ def claim_statement(
         ctes = [common, sql.NO_KEY_ROOM_CTES, budget]
         ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock, head_locked=head_locked))
     elif shape == "fair_limits":
-        ctes = [common, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES]
-        ctes += [fair_candidates, fair_choice]
+        ctes = [common, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES, fair_candidates]
     elif shape == "keyed":
         ctes = [common, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
         ctes += [fair_candidates, sql.KEYED_CHOICE_CTES]
     else:
-        ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates, fair_choice]
+        ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates]
+    if shape in ("fair_limits", "fair") and not head_as_read:
+        ctes.append(fair_choice)
     if shape != "limits" and not head_only:
         save.append(sql.FAIR_SAVE_CTES)
     if not all_locked:
@@ -291,22 +338,10 @@ def claim_params(
 ) -> dict[str, Any]:
     """The named parameters of :func:`claim_statement`."""
     return {
+        **config.settings_params,
         "queue": queue,
         "n": limit,
-        "queue_limit": config.concurrency_limit,
-        "rate": config.rate_limit,
-        "burst": config.rate_burst,
-        "weights": json.dumps(dict(config.tenant_weights)),
-        "key_limits": json.dumps(dict(config.key_concurrency_limits)),
-        "key_limit": config.key_concurrency_limit,
-        "key_rate": config.key_rate_limit,
-        "key_burst": config.key_rate_burst,
-        "window": WINDOW_SLACK,
-        "lock_class": LOCK_CLASS,
-        "tickets": OPTIMISTIC_CLAIMS,
-        "margin": OPTIMISTIC_CLAIMS * OPTIMISTIC_BATCH,
         "place_limit": limit + PLACE_SLACK,
-        "unplaced_window": UNPLACED_WINDOW,
         "worker_id": worker_id,
         "visibility_timeout": vt,
     }

@@ -463,23 +463,23 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 #   expired. A flow claim marks what it leases (``fair_order`` -1), so the partial index
 #   pgq_message_leased holds exactly these queues' leases: a finished, failed, released or
 #   expired lease stops counting by itself, and a crashed worker never holds a slot past its
-#   lease. Counted from the index alone (no row read but for visibility); keyed queues count
-#   per tenant in KEY_ROOM_CTES, only when some tenant may reach its limit;
+#   lease. Counted from the index alone (no row read but for visibility), and only with a
+#   queue limit or a default key limit to compare it with (a rate alone needs no count);
+#   keyed queues count per tenant in KEY_ROOM_CTES, only when some tenant may reach its limit;
 # - shards: the queue's rate bucket, in ``tickets`` shards refilled to the database clock,
 #   each with that share of the rate and the burst: an optimistic claim takes tokens from its
 #   ticket's shard only, so claims side by side write different rows (one shared bucket row
 #   made them wait for each other); a serialized claim takes them from all;
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
-_HELD_CTE = """
-held AS (
-    SELECT count(*)::int AS n FROM pgqueue_message
-    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
-      AND available_at > now()
-)"""
+_HELD = """
+           CASE WHEN %(queue_limit)s::int IS NULL AND %(key_limit)s::int IS NULL THEN 0
+                ELSE (SELECT count(*)::int FROM pgqueue_message
+                      WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
+                        AND available_at > now()) END AS held"""
 FLOW_COMMON_CTES = (
-    _HELD_CTE
-    + """, shards AS (
+    """
+shards AS (
     SELECT b.shard,
            LEAST(%(burst)s::float8 / %(tickets)s,
                  b.tokens + %(rate)s::float8 / %(tickets)s
@@ -493,7 +493,9 @@ FLOW_COMMON_CTES = (
             WHERE shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
              AS own_tokens,
            f.queue IS NOT NULL AS known,
-           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,"""
+    + _HELD
+    + """
     FROM (SELECT 1) one LEFT JOIN pgqueue_flow_state f ON f.queue = %(queue)s
 )"""
 )
@@ -502,8 +504,8 @@ FLOW_COMMON_CTES = (
 # up on every claim (a missing shard reads as NULL: no room, the claim runs serialized, and
 # that creates it).
 OPTIMISTIC_COMMON_CTES = (
-    _HELD_CTE
-    + """, state AS (
+    """
+state AS (
     SELECT (SELECT LEAST(%(burst)s::float8 / %(tickets)s,
                          b.tokens + %(rate)s::float8 / %(tickets)s
                                     * extract(epoch FROM clock_timestamp() - b.refilled_at))
@@ -512,7 +514,9 @@ OPTIMISTIC_COMMON_CTES = (
               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
              AS own_tokens,
            EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
-           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,"""
+    + _HELD
+    + """
 )"""
 )
 
@@ -556,7 +560,7 @@ new_state AS (
 ), budget AS (
     SELECT CASE WHEN s.paused THEN 0 ELSE GREATEST(0, LEAST(
                %(n)s::int,
-               COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),
+               COALESCE(%(queue_limit)s::int - s.held, %(n)s::int),
                COALESCE(floor(s.tokens + 1e-9)::int, %(n)s::int))) END AS n,
            false AS contended
     FROM state s
@@ -566,15 +570,14 @@ BUDGET_OPTIMISTIC_CTES = """
 room AS (
     SELECT COALESCE(current_setting('pgqueue.claim_ticket', true), '') <> ''
            AND s.known
-           AND COALESCE(%(queue_limit)s::int - (SELECT n FROM held) >= %(margin)s::int, true)
+           AND COALESCE(%(queue_limit)s::int - s.held >= %(margin)s::int, true)
            AND (%(rate)s::float8 IS NULL OR COALESCE(s.own_tokens >= %(n)s::int, false))
            AND COALESCE(%(key_limit)s::int >= %(margin)s::int, true)
            AND COALESCE(%(key_burst)s::float8 >= %(margin)s::int, true)
            -- Room for every key: the queue's whole in flight leaves the default key limit
            -- ``margin`` away (no key has more), or else counted key by key.
            AND CASE WHEN %(key_limits)s::jsonb = '{}'::jsonb AND %(key_rate)s::float8 IS NULL
-                         AND COALESCE(%(key_limit)s::int - (SELECT n FROM held)
-                                      >= %(margin)s::int, true)
+                         AND COALESCE(%(key_limit)s::int - s.held >= %(margin)s::int, true)
                     THEN true
                     ELSE NOT EXISTS (SELECT 1 FROM key_room WHERE room < %(margin)s::int) END
                AS ok
@@ -582,7 +585,7 @@ room AS (
 ), budget AS (
     SELECT CASE WHEN s.paused OR NOT r.ok THEN 0 ELSE GREATEST(0, LEAST(
                %(n)s::int,
-               COALESCE(%(queue_limit)s::int - (SELECT n FROM held), %(n)s::int),
+               COALESCE(%(queue_limit)s::int - s.held, %(n)s::int),
                COALESCE(floor(s.own_tokens + 1e-9)::int, %(n)s::int))) END AS n,
            NOT s.paused AND NOT r.ok AS contended
     FROM state s CROSS JOIN room r
@@ -601,8 +604,8 @@ room AS (
 REACH_CTES = """
 uncapped AS (
     SELECT %(key_limits)s::jsonb = '{}'::jsonb AND %(key_rate)s::float8 IS NULL
-           AND COALESCE(%(key_limit)s::int - (SELECT n FROM held) >= (SELECT n FROM budget),
-                        true) AS ok
+           AND COALESCE(%(key_limit)s::int - (SELECT held FROM state)
+                        >= (SELECT n FROM budget), true) AS ok
 ), short AS (
     SELECT count(DISTINCT key)::int AS n FROM key_room WHERE room < (SELECT n FROM budget)
 ), reach AS (
@@ -834,6 +837,9 @@ FLOW_CANDIDATES = """SELECT id, lease_token FROM (
 # The same when every chosen row was read locked (a head-only claim of a head taken FOR UPDATE
 # SKIP LOCKED): nothing to look up again.
 LOCKED_CANDIDATES = "SELECT id, lease_token FROM chosen ORDER BY k"
+# And when that head is the choice as read (HEAD_CHOICE_CTES): the head itself, in the order
+# its index gave it (LEASE's ``numbered`` keeps it), with no numbering and sort to undo.
+LOCKED_HEAD_CANDIDATES = "SELECT id, lease_token FROM head"
 
 # Appended after LEASE's ``claimed`` in claims with limits: the queue's rate bucket
 # (SAVE_STATE_*_CTES, with a queue rate), the keys' buckets and a few idle (full again)
