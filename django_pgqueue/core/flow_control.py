@@ -45,12 +45,12 @@ from ..conf import get_settings
 from . import sql
 from .execution import NO_SEQSCAN, async_commit, is_claim_session, set_local
 from .prepared import (
+    DriverStatement,
     can_prepare,
     driver_path,
     execute_all,
     run_on_driver,
     run_prepared,
-    run_script_on_driver,
 )
 
 logger = logging.getLogger("django_pgqueue")
@@ -370,8 +370,9 @@ _PARAM_TYPES = (
 )
 
 
-# The same types as the driver path names them.
+# The same types as the driver path names them; the arguments of an ``EXECUTE``.
 _DRIVER_TYPES = tuple(sql_type for _, sql_type in _PARAM_TYPES)
+_ARGUMENTS = ", ".join(f"%({name})s" for name, _ in _PARAM_TYPES)
 
 
 @functools.cache
@@ -406,11 +407,20 @@ def prepared_claim(
 _LOCK_PARAM_TYPES = (("queue", "text"), ("lock_class", "int"), ("tickets", "int"))
 
 
+_LOCK_DRIVER_TYPES = tuple(sql_type for _, sql_type in _LOCK_PARAM_TYPES)
+
+
+@functools.cache
+def _lock_body(lock: str) -> str:
+    """A lock statement with ``$n`` parameters in ``_LOCK_PARAM_TYPES`` order."""
+    return _numbered(lock.strip().rstrip(";"), _LOCK_PARAM_TYPES)
+
+
 @functools.cache
 def prepared_lock(lock: str) -> tuple[str, str, str]:
     """``(name, PREPARE statement, EXECUTE text)`` of a lock statement (``sql.FLOW_LOCK`` or
     ``sql.FLOW_LOCK_SHARED``): planned once per session, as the claim."""
-    body = _numbered(lock.strip().rstrip(";"), _LOCK_PARAM_TYPES)
+    body = _lock_body(lock)
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
     name = f"pgq_flow_lock_{digest}"
     types = ", ".join(sql_type for _, sql_type in _LOCK_PARAM_TYPES)
@@ -509,19 +519,6 @@ def _claim_within_limits(
     serialized if need be (limits), or serialized."""
     params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]
-    # driver_path first: its health check may replace the connection with a fresh one.
-    if config.shape == "fair" and driver_path(connection) and is_claim_session(connection):
-        # Fairness alone takes no lock: on a worker's claim session, a bare Bind/Execute.
-        rows = run_on_driver(
-            connection,
-            kind="flow_fair",
-            statement=numbered_claim("fair", placing=placing),
-            types=_DRIVER_TYPES,
-            params=[params[name] for name, _ in _PARAM_TYPES],
-            typed_rows=True,
-        )
-        if rows is not None:
-            return rows
     optimistic = limit <= OPTIMISTIC_BATCH
     if config.serialized and optimistic and not connection.in_atomic_block:
         shape = config.optimistic_shape
@@ -551,7 +548,7 @@ def _claim(
     rates = (params["rate"] is not None, params["key_rate"] is not None)
     name, prepare = prepared_claim(shape, optimistic, *rates, placing=placing)
     statement = claim_statement(shape, optimistic, *rates, placing=placing)
-    arguments = ", ".join(f"%({p})s" for p, _ in _PARAM_TYPES)
+    arguments = _ARGUMENTS
     also: tuple[tuple[str, str], ...] = ()
     execute_lock = ""
     if lock:
@@ -559,15 +556,20 @@ def _claim(
         also = ((lock_name, lock_prepare),)
     # driver_path first: its health check may replace the connection with a fresh one.
     if driver_path(connection) and is_claim_session(connection):
-        # A worker's claim session runs under the claim's settings already: lock and
-        # EXECUTE go straight to the driver as one query string.
-        rows = run_script_on_driver(
+        # A worker's claim session runs under the claim's settings already: the lock's and
+        # the claim's Bind/Execute go straight to the driver, one pipeline, one round trip.
+        first: DriverStatement | None = None
+        if lock:
+            lock_params = [params[p] for p, _ in _LOCK_PARAM_TYPES]
+            first = ("flow_lock", _lock_body(lock), _LOCK_DRIVER_TYPES, lock_params)
+        rows = run_on_driver(
             connection,
-            name=name,
-            prepare=prepare,
-            script=f"{execute_lock}EXECUTE {name}({arguments})",
-            params=params,
-            also=also,
+            kind=f"flow_{shape}",
+            statement=numbered_claim(shape, optimistic, *rates, placing=placing),
+            types=_DRIVER_TYPES,
+            params=[params[p] for p, _ in _PARAM_TYPES],
+            typed_rows=True,
+            first=first,
         )
         if rows is not None:
             return rows

@@ -410,26 +410,30 @@ def test_a_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
 
 @limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
 def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(monkeypatch, caplog):
-    """On a worker's claim session, a claim with limits sends its lock and EXECUTE straight
-    to the driver: the same messages, columns and types as Django's cursor path; a vanished
-    statement falls back to that path."""
+    """On a worker's claim session, a claim with limits sends its lock and its claim straight
+    to the driver, one pipeline: the same messages, columns and types as Django's cursor
+    path; a vanished statement falls back to that path."""
     from django_pgqueue.core import execution
 
     ids = enqueue("a", 3) + enqueue("b", 3)
     plain = lease(1)[0]  # serialized, through Django's cursor
     execution.dedicate_to_claims(connection)
-    sent: list[str] = []
-    real = flow_control.run_script_on_driver
+    sent: list[tuple[str, str]] = []
+    real = flow_control.run_on_driver
 
     def spy(*args, **kwargs):
-        sent.append(kwargs["script"])
+        sent.append((kwargs["first"][1], kwargs["statement"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(flow_control, "run_script_on_driver", spy)
+    monkeypatch.setattr(flow_control, "run_on_driver", spy)
     try:
-        fast = lease(10)  # optimistic: shared lock, then EXECUTE
-        shared_lock = flow_control.prepared_lock(sql.FLOW_LOCK_SHARED)[0]
-        assert len(sent) == 1 and sent[0].startswith(f"EXECUTE {shared_lock}(")
+        fast = lease(10)  # optimistic: shared lock, then the claim
+        shared_lock = flow_control._lock_body(sql.FLOW_LOCK_SHARED)
+        claims = {  # head-only or placing, by the placing schedule's clock
+            flow_control.numbered_claim("fair_limits", True, False, False, placing=placing)
+            for placing in (True, False)
+        }
+        assert len(sent) == 1 and sent[0][0] == shared_lock and sent[0][1] in claims
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
