@@ -20,8 +20,9 @@ Race freedom: a claim of a queue with a limit or a rate takes the queue's adviso
 in a statement of its own — exclusive (serialized: each sees what the previous one committed,
 READ COMMITTED taking a new snapshot per statement), or shared with a ticket (optimistic: a
 few side by side, each with room to spare for the others; see ``sql.py``). Lock and claim
-reach the server as one query string, run as one implicit transaction, so the lock is never
-held across a round trip to a worker. Fairness alone needs no lock: claims take the head of the
+reach the server in one round trip and run as one transaction (one query string, or on a
+worker's claim session one pipeline of two Bind/Executes), so the lock is never held across a
+round trip to a worker. Fairness alone needs no lock: claims take the head of the
 fair order with SKIP LOCKED, side by side. Everything is decided in the database, with
 database time.
 """
@@ -483,8 +484,9 @@ def claim_with_flow_control(
     claim's rows, as the plain claim's (``MessageManager`` makes them messages).
 
     Outside a transaction (``lease()``'s default), the lock and the claim go to the server as
-    one query string, which runs as one implicit transaction: the queue's lock is held only
-    while the server runs the claim, never across a round trip to this process. A queue with
+    one query string (on a worker's claim session, one pipeline of two Bind/Executes), which
+    runs as one transaction: the queue's lock is held only while the server runs the claim,
+    never across a round trip to this process. A queue with
     limits is first claimed optimistically (shared lock, see ``sql.py``); only when that finds
     no room to spare is it claimed serialized, in a second round trip. A fair queue's claim
     reads the head of the fair order alone unless messages wait to be placed in it
