@@ -47,6 +47,7 @@ from . import sql
 from .execution import NO_SEQSCAN, async_commit, is_claim_session, set_local
 from .prepared import (
     DriverStatement,
+    can_pipeline,
     can_prepare,
     driver_path,
     execute_all,
@@ -557,9 +558,10 @@ def _claim(
         lock_name, lock_prepare, execute_lock = prepared_lock(lock)
         also = ((lock_name, lock_prepare),)
     # driver_path first: its health check may replace the connection with a fresh one.
-    if driver_path(connection) and is_claim_session(connection):
+    if driver_path(connection) and is_claim_session(connection) and (not lock or can_pipeline()):
         # A worker's claim session runs under the claim's settings already: the lock's and
-        # the claim's Bind/Execute go straight to the driver, one pipeline, one round trip.
+        # the claim's Bind/Execute go straight to the driver, one pipeline, one round trip
+        # (with a libpq too old for pipelines, through Django's cursor below).
         first: DriverStatement | None = None
         if lock:
             lock_params = [params[p] for p, _ in _LOCK_PARAM_TYPES]

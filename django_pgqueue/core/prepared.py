@@ -201,6 +201,12 @@ def driver_path(connection: Any) -> bool:
     )
 
 
+@functools.cache
+def can_pipeline() -> bool:
+    """Whether the libpq under psycopg has pipeline mode (14+), which ``first`` needs."""
+    return psycopg.capabilities.has_pipeline()
+
+
 #: One statement for :func:`run_on_driver`: ``(kind, statement, types, params)``.
 DriverStatement = tuple[str, str, tuple[str, ...], Sequence[Any]]
 
@@ -231,7 +237,8 @@ def run_on_driver(
     lock): both go as one pipeline, Bind/Execute twice then Sync, still one round trip.
     The server runs them in order and commits at the Sync; each statement takes its own
     snapshot when it runs (READ COMMITTED), so the second sees what was committed before
-    the first one's lock was granted. An error in the first skips the second.
+    the first one's lock was granted. An error in the first skips the second. Check
+    :func:`can_pipeline` first.
     """
     connection.validate_thread_sharing()
     raw = connection.connection

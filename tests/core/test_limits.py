@@ -452,6 +452,24 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         execution.end_claim_session(connection)
 
 
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=2)
+def test_a_claim_session_without_pipelines_claims_with_limits_through_djangos_cursor(monkeypatch):
+    """With a libpq too old for pipeline mode, a claim session's claim with limits goes
+    through Django's cursor (lock and claim in one query string), limits and all."""
+    from django_pgqueue.core import execution
+
+    enqueue("a", 3)
+    execution.dedicate_to_claims(connection)
+    monkeypatch.setattr(flow_control, "can_pipeline", lambda: False)
+    on_driver: list[object] = []
+    monkeypatch.setattr(flow_control, "run_on_driver", lambda *a, **k: on_driver.append(k))
+    try:
+        assert [m.tenant for m in lease(5)] == ["a", "a"]  # the queue limit holds
+        assert lease(5) == [] and on_driver == []
+    finally:
+        execution.end_claim_session(connection)
+
+
 @limits(RATE_LIMIT=40, FAIRNESS=True)
 def test_a_sharded_rate_bucket_gives_the_burst_once_across_optimistic_and_serialized_claims(
     monkeypatch,
