@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -38,49 +39,46 @@ def test_both_statements_run_in_one_transaction_that_ends_with_the_round_trip():
     assert run("SELECT 1", first=None) == [(1,)]  # the session carries on, out of pipeline mode
 
 
-def test_the_second_statement_sees_what_was_committed_while_the_first_waited(admin_conn):
+@pytest.fixture
+def rows_in(admin_conn: psycopg.Connection[Any]) -> Iterator[Callable[[], int]]:
+    """A scratch table ``t_pipeline (n int)``; the fixture's value counts its rows."""
+    admin_conn.execute("CREATE TABLE t_pipeline (n int)")
+    yield lambda: admin_conn.execute("SELECT count(*)::int FROM t_pipeline").fetchone()[0]
+    admin_conn.execute("DROP TABLE t_pipeline")
+
+
+def test_the_second_statement_sees_what_was_committed_while_the_first_waited(rows_in):
     """What flow control relies on: the claim after the lock sees everything committed
     before the lock was granted (READ COMMITTED, a snapshot per statement)."""
-    admin_conn.execute("CREATE TABLE t_pipeline_seen (n int)")
-    holder = psycopg.connect(**connection_kwargs())
-    try:
+    with psycopg.connect(**connection_kwargs()) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
-        holder.execute("INSERT INTO t_pipeline_seen VALUES (1)")
+        holder.execute("INSERT INTO t_pipeline VALUES (1)")
 
         def commit_later() -> None:
             time.sleep(0.3)
             holder.commit()  # commits the row, then releases the lock
 
-        threading.Thread(target=commit_later).start()
-        assert run("SELECT count(*)::int FROM t_pipeline_seen") == [(1,)]
-    finally:
-        holder.close()
-        admin_conn.execute("DROP TABLE t_pipeline_seen")
+        committer = threading.Thread(target=commit_later)
+        committer.start()
+        assert run("SELECT count(*)::int FROM t_pipeline") == [(1,)]
+        committer.join()
 
 
-def test_an_error_in_the_first_statement_skips_the_second_and_is_raised(admin_conn):
-    admin_conn.execute("CREATE TABLE t_pipeline_skipped (n int)")
-    try:
-        broken = ("t_broken", "SELECT 1 / %s", ("int",), [0])
-        with pytest.raises(DataError):
-            run("INSERT INTO t_pipeline_skipped VALUES (1) RETURNING n", first=broken)
-        assert admin_conn.execute("SELECT count(*) FROM t_pipeline_skipped").fetchone() == (0,)
-        # The session is usable again, in and out of a pipeline.
-        assert run("INSERT INTO t_pipeline_skipped VALUES (2) RETURNING n") == [(2,)]
-        assert admin_conn.execute("SELECT count(*) FROM t_pipeline_skipped").fetchone() == (1,)
-    finally:
-        admin_conn.execute("DROP TABLE t_pipeline_skipped")
+def test_an_error_in_the_first_statement_skips_the_second_and_is_raised(rows_in):
+    broken = ("t_broken", "SELECT 1 / %s", ("int",), [0])
+    with pytest.raises(DataError):
+        run("INSERT INTO t_pipeline VALUES (1) RETURNING n", first=broken)
+    assert rows_in() == 0
+    # The session is usable again, in and out of a pipeline.
+    assert run("INSERT INTO t_pipeline VALUES (2) RETURNING n") == [(2,)]
+    assert rows_in() == 1
 
 
-def test_an_error_in_the_second_statement_rolls_the_first_back(admin_conn):
-    admin_conn.execute("CREATE TABLE t_pipeline_undone (n int)")
-    try:
-        insert = ("t_insert", "INSERT INTO t_pipeline_undone VALUES (%s)", ("int",), [1])
-        with pytest.raises(DataError):
-            run("SELECT 1 / 0", first=insert)
-        assert admin_conn.execute("SELECT count(*) FROM t_pipeline_undone").fetchone() == (0,)
-    finally:
-        admin_conn.execute("DROP TABLE t_pipeline_undone")
+def test_an_error_in_the_second_statement_rolls_the_first_back(rows_in):
+    insert = ("t_insert", "INSERT INTO t_pipeline VALUES (%s)", ("int",), [1])
+    with pytest.raises(DataError):
+        run("SELECT 1 / 0", first=insert)
+    assert rows_in() == 0
 
 
 def test_a_vanished_statement_answers_none_and_the_session_goes_the_plain_way(caplog):
