@@ -197,6 +197,12 @@ class FlowConfig:
             "unplaced_window": UNPLACED_WINDOW,
         }
 
+    @functools.cached_property
+    def settings_literals(self) -> SettingsLiterals:
+        """What :func:`claim_statement` writes into this queue's claims as literals."""
+        params = self.settings_params
+        return tuple((name, _literal(params[name], t)) for name, t in _SETTINGS_TYPES)
+
 
 # Every claim and enqueue asks for its queue's FlowConfig: built once per queue named in the
 # settings and per settings object (a change of settings builds a new one: conf.get_settings).
@@ -254,6 +260,7 @@ def claim_statement(
     queue_rate: bool = True,
     key_rate: bool = True,
     placing: bool = True,
+    settings: SettingsLiterals = (),
 ) -> str:
     """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
 
@@ -268,6 +275,8 @@ def claim_statement(
     without what a queue does not use runs with fewer plan nodes to set up). ``placing=False``
     (the fair order's shapes): the head-only claim, which places nothing and answers
     ``placing`` instead when messages wait to be placed (see ``sql.HEAD_CANDIDATE_CTES``).
+    ``settings``: the queue's settings written in as literals (FlowConfig.settings_literals;
+    claims always do); without them the statement takes them as parameters too.
     """
     # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
     head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
@@ -332,7 +341,10 @@ def claim_statement(
     markers = f"\nUNION ALL\nSELECT '{CONTENDED}', {marker}, 0 FROM budget WHERE contended"
     if head_only:
         markers += "\nUNION ALL" + sql.HEAD_ONLY_MARKERS.format(outcome=PLACING, nulls=marker)
-    return lease.removesuffix(_ORDER_ANCHOR) + markers + _ORDER_ANCHOR
+    statement = lease.removesuffix(_ORDER_ANCHOR) + markers + _ORDER_ANCHOR
+    for name, literal in settings:
+        statement = statement.replace(f"%({name})s", literal)
+    return statement
 
 
 def claim_params(
@@ -349,10 +361,21 @@ def claim_params(
     }
 
 
-# The claim's parameters as a prepared statement's, in order, with their types.
+# The claim's parameters as a prepared statement's, in order, with their types: what changes
+# from one claim to the next. What comes from the queue's settings is written into the
+# statement as literals instead (``_SETTINGS_TYPES``, FlowConfig.settings_literals): the
+# planner folds what they decide once (no rate: no bucket to read; no limit: nothing to
+# count), and there is less to send, parse and bind on every claim.
 _PARAM_TYPES = (
     ("queue", "text"),
     ("n", "int"),
+    ("place_limit", "int"),
+    ("worker_id", "text"),
+    ("visibility_timeout", "float8"),
+)
+
+# The settings' parameters of :func:`claim_statement`, with the types of their literals.
+_SETTINGS_TYPES = (
     ("queue_limit", "int"),
     ("rate", "float8"),
     ("burst", "float8"),
@@ -362,14 +385,26 @@ _PARAM_TYPES = (
     ("key_rate", "float8"),
     ("key_burst", "float8"),
     ("window", "int"),
-    ("lock_class", "int"),
     ("tickets", "int"),
     ("margin", "int"),
-    ("place_limit", "int"),
     ("unplaced_window", "int"),
-    ("worker_id", "text"),
-    ("visibility_timeout", "float8"),
 )
+
+#: ``(name, SQL literal)`` pairs written into a claim statement (``%`` doubled, as the
+#: statement's own).
+SettingsLiterals = tuple[tuple[str, str], ...]
+
+
+def _literal(value: Any, sql_type: str) -> str:
+    """A setting as a typed SQL literal for a ``%``-style statement."""
+    if value is None:
+        text = "NULL"
+    elif sql_type == "int":
+        text = str(int(value))
+    else:  # float8 and jsonb (already JSON text), quoted
+        value = repr(float(value)) if sql_type == "float8" else str(value)
+        text = "'" + value.replace("'", "''") + "'"
+    return f"({text}::{sql_type})".replace("%", "%%")
 
 
 # The same types as the driver path names them; the arguments of an ``EXECUTE``.
@@ -379,10 +414,14 @@ _ARGUMENTS = ", ".join(f"%({name})s" for name, _ in _PARAM_TYPES)
 
 @functools.cache
 def numbered_claim(
-    shape: ClaimShape, optimistic: bool = False, *rates: bool, placing: bool = True
+    shape: ClaimShape,
+    optimistic: bool = False,
+    *rates: bool,
+    placing: bool = True,
+    settings: SettingsLiterals,
 ) -> str:
     """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
-    statement = claim_statement(shape, optimistic, *rates, placing=placing)
+    statement = claim_statement(shape, optimistic, *rates, placing=placing, settings=settings)
     return _numbered(statement, _PARAM_TYPES)
 
 
@@ -394,10 +433,15 @@ def _numbered(statement: str, param_types: tuple[tuple[str, str], ...]) -> str:
 
 @functools.cache
 def prepared_claim(
-    shape: ClaimShape, optimistic: bool = False, *rates: bool, placing: bool = True
+    shape: ClaimShape,
+    optimistic: bool = False,
+    *rates: bool,
+    placing: bool = True,
+    settings: SettingsLiterals,
 ) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
-    body = numbered_claim(shape, optimistic, *rates, placing=placing).replace("%%", "%")
+    body = numbered_claim(shape, optimistic, *rates, placing=placing, settings=settings)
+    body = body.replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
     variant = ("_optimistic" if optimistic else "") + ("" if placing else "_head")
     name = f"pgq_flow_{shape}{variant}_{digest}"
@@ -525,22 +569,23 @@ def _claim_within_limits(
     optimistic = limit <= OPTIMISTIC_BATCH
     if config.serialized and optimistic and not connection.in_atomic_block:
         shape = config.optimistic_shape
-        rows = _claim(connection, alias, shape, True, sql.FLOW_LOCK_SHARED, params, placing)
+        rows = _claim(connection, alias, config, shape, True, sql.FLOW_LOCK_SHARED, params, placing)
         if not any(row[0] == CONTENDED for row in rows):
             return rows
         # No room to spare: count exactly, one claim at a time (what the reaper buried in
         # the optimistic attempt is reported all the same).
         buried = [row for row in rows if row[0] not in MARKERS]
         return buried + _claim(
-            connection, alias, config.shape, False, sql.FLOW_LOCK, params, placing
+            connection, alias, config, config.shape, False, sql.FLOW_LOCK, params, placing
         )
     lock = sql.FLOW_LOCK if config.serialized else ""
-    return _claim(connection, alias, config.shape, False, lock, params, placing)
+    return _claim(connection, alias, config, config.shape, False, lock, params, placing)
 
 
 def _claim(
     connection: Any,
     alias: str,
+    config: FlowConfig,
     shape: ClaimShape,
     optimistic: bool,
     lock: str,
@@ -548,9 +593,10 @@ def _claim(
     placing: bool = True,
 ) -> list[Any]:
     """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
-    rates = (params["rate"] is not None, params["key_rate"] is not None)
-    name, prepare = prepared_claim(shape, optimistic, *rates, placing=placing)
-    statement = claim_statement(shape, optimistic, *rates, placing=placing)
+    rates = (config.rate_limit is not None, config.key_rate_limit is not None)
+    settings = config.settings_literals
+    name, prepare = prepared_claim(shape, optimistic, *rates, placing=placing, settings=settings)
+    statement = claim_statement(shape, optimistic, *rates, placing=placing, settings=settings)
     arguments = _ARGUMENTS
     also: tuple[tuple[str, str], ...] = ()
     execute_lock = ""
@@ -569,7 +615,7 @@ def _claim(
         rows = run_on_driver(
             connection,
             kind=f"flow_{shape}",
-            statement=numbered_claim(shape, optimistic, *rates, placing=placing),
+            statement=numbered_claim(shape, optimistic, *rates, placing=placing, settings=settings),
             types=_DRIVER_TYPES,
             params=[params[p] for p, _ in _PARAM_TYPES],
             typed_rows=True,

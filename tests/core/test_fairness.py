@@ -96,6 +96,17 @@ def test_weights_give_a_tenant_that_many_messages_per_turn_even_one_claim_at_a_t
     assert batch == {"gold": 6, "iron": 2}
 
 
+@override_settings(
+    PGQUEUE={"QUEUES": {"fair": {"FAIRNESS": True, "TENANT_WEIGHTS": {"o'gold %s%%": 3}}}}
+)
+def test_weights_of_tenants_with_quotes_and_percent_signs_reach_the_claim_intact():
+    """Settings are written into the claim statement as literals: quoted and escaped."""
+    tenant = "o'gold %s%%"
+    enqueue_many(tenant, 6)
+    enqueue_many("iron", 6)
+    assert Counter(m.tenant for m in lease(4)) == {tenant: 3, "iron": 1}
+
+
 @override_settings(PGQUEUE=FAIR)
 def test_messages_without_a_tenant_are_one_more_group_in_the_rotation():
     enqueue_many("a", 5)
@@ -332,7 +343,7 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
         cursor.execute("ANALYZE pgqueue_message")
     config = flow_control.flow_config("fair")
     assert config is not None
-    statement = flow_control.claim_statement(config.shape)
+    statement = flow_control.claim_statement(config.shape, settings=config.settings_literals)
     params = flow_control.claim_params(config, "fair", "explainer", 100, 30.0)
     FlowState.objects.create(queue="fair")
     with transaction.atomic():  # EXPLAIN ANALYZE runs the claim: roll it back
@@ -344,7 +355,9 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
     # not the 1M-row table (~15,000 pages of heap, ~10,000 of index).
     assert _total_buffers(plan) < 5_000, _total_buffers(plan)
     # The head-only claim (nothing to place) the same, and cheaper.
-    head_only = flow_control.claim_statement(config.shape, placing=False)
+    head_only = flow_control.claim_statement(
+        config.shape, placing=False, settings=config.settings_literals
+    )
     with transaction.atomic():
         head_plan = _explain(head_only, params)
         transaction.set_rollback(True)
@@ -434,7 +447,7 @@ def _relocked_rows(queue: str, n: int, optimistic: bool, lock: str) -> tuple[int
     assert config is not None
     shape = config.optimistic_shape if optimistic else config.shape
     params = flow_control.claim_params(config, queue, "w1", n, 30.0)
-    statement = flow_control.claim_statement(shape, optimistic)
+    statement = flow_control.claim_statement(shape, optimistic, settings=config.settings_literals)
     with transaction.atomic(), connection.cursor() as cursor:
         if lock:
             cursor.execute(lock, params)
@@ -518,7 +531,12 @@ def _head_only_claim(n: int, queue: str = "fair") -> list[str]:
     assert config is not None
     params = flow_control.claim_params(config, queue, "w1", n, 30.0)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(flow_control.claim_statement(config.shape, placing=False), params)
+        cursor.execute(
+            flow_control.claim_statement(
+                config.shape, placing=False, settings=config.settings_literals
+            ),
+            params,
+        )
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -305,7 +305,10 @@ def _optimistic_claim(n: int, worker: str = "w1") -> list[tuple[object, ...]]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.FLOW_LOCK_SHARED, params)
         cursor.execute(
-            flow_control.claim_statement(config.optimistic_shape, optimistic=True), params
+            flow_control.claim_statement(
+                config.optimistic_shape, optimistic=True, settings=config.settings_literals
+            ),
+            params,
         )
         return cursor.fetchall()
 
@@ -371,8 +374,8 @@ def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple
     outcomes: list[tuple[bool, bool]] = []
     real_claim = flow_control._claim
 
-    def spy(connection, alias, shape, optimistic, lock, params, placing=True):
-        rows = real_claim(connection, alias, shape, optimistic, lock, params, placing)
+    def spy(connection, alias, config, shape, optimistic, lock, params, placing=True):
+        rows = real_claim(connection, alias, config, shape, optimistic, lock, params, placing)
         outcomes.append((optimistic, not any(r[0] == flow_control.CONTENDED for r in rows)))
         return rows
 
@@ -429,9 +432,13 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
     try:
         fast = lease(10)  # optimistic: shared lock, then the claim
         shared_lock = flow_control._lock_body(sql.FLOW_LOCK_SHARED)
+        config = flow_control.flow_config("lim")
+        assert config is not None
         claims = {  # head-only or placing, by the placing schedule's clock
-            flow_control.numbered_claim("fair_limits", True, False, False, placing=placing)
-            for placing in (True, False)
+            flow_control.numbered_claim(
+                "fair_limits", True, False, False, placing=p, settings=config.settings_literals
+            )
+            for p in (True, False)
         }
         assert len(sent) == 1 and sent[0][0] == shared_lock and sent[0][1] in claims
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
@@ -499,7 +506,9 @@ def test_optimistic_claims_with_a_rate_do_not_wait_for_each_other(monkeypatch):
     assert len(lease(10)) == 10  # serialized: creates the state row and the shards
     config = flow_control.flow_config("lim")
     assert config is not None
-    statement = flow_control.claim_statement(config.shape, optimistic=True)
+    statement = flow_control.claim_statement(
+        config.shape, optimistic=True, settings=config.settings_literals
+    )
     s = connection.settings_dict
     other = psycopg.connect(
         host=s["HOST"], port=s["PORT"], user=s["USER"], password=s["PASSWORD"], dbname=s["NAME"]
