@@ -513,7 +513,10 @@ state AS (
             WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
              AS own_tokens,
-           EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
+           -- With a rate, a shard to read implies the state row (the serialized claim that
+           -- created the shards created it too): no probe.
+           %(rate)s::float8 IS NOT NULL
+             OR EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,"""
     + _HELD
     + """
