@@ -342,9 +342,7 @@ def claim_statement(
     if head_only:
         markers += "\nUNION ALL" + sql.HEAD_ONLY_MARKERS.format(outcome=PLACING, nulls=marker)
     statement = lease.removesuffix(_ORDER_ANCHOR) + markers + _ORDER_ANCHOR
-    for name, literal in settings:
-        statement = statement.replace(f"%({name})s", literal)
-    return statement
+    return _substituted(statement, dict(settings))
 
 
 def claim_params(
@@ -427,8 +425,19 @@ def numbered_claim(
 
 def _numbered(statement: str, param_types: tuple[tuple[str, str], ...]) -> str:
     """``statement``'s ``%(name)s`` parameters as ``$n``, in ``param_types`` order."""
-    index = {name: n for n, (name, _) in enumerate(param_types, 1)}
-    return re.sub(r"%\((\w+)\)s", lambda m: f"${index[m.group(1)]}", statement)
+    index = {name: f"${n}" for n, (name, _) in enumerate(param_types, 1)}
+    return _substituted(statement, index)
+
+
+# A ``%``-style statement's placeholders; ``%%`` (a literal ``%``) is matched first so that
+# nothing inside it is taken for one.
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
+
+
+def _substituted(statement: str, values: Mapping[str, str]) -> str:
+    """``statement`` with its ``%(name)s`` placeholders for the names in ``values`` replaced,
+    in one pass: what a replacement brings in is never read as a placeholder."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1) or "", m.group()), statement)
 
 
 @functools.cache

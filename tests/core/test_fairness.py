@@ -96,15 +96,28 @@ def test_weights_give_a_tenant_that_many_messages_per_turn_even_one_claim_at_a_t
     assert batch == {"gold": 6, "iron": 2}
 
 
+ODD_TENANT = "o'gold %(queue)s %s%%"
+
+
+@pytest.mark.parametrize("claim_session", [False, True], ids=["cursor", "claim-session"])
 @override_settings(
-    PGQUEUE={"QUEUES": {"fair": {"FAIRNESS": True, "TENANT_WEIGHTS": {"o'gold %s%%": 3}}}}
+    PGQUEUE={"QUEUES": {"fair": {"FAIRNESS": True, "KEY_CONCURRENCY_LIMITS": {ODD_TENANT: 1}}}}
 )
-def test_weights_of_tenants_with_quotes_and_percent_signs_reach_the_claim_intact():
-    """Settings are written into the claim statement as literals: quoted and escaped."""
-    tenant = "o'gold %s%%"
-    enqueue_many(tenant, 6)
-    enqueue_many("iron", 6)
-    assert Counter(m.tenant for m in lease(4)) == {tenant: 3, "iron": 1}
+def test_settings_naming_tenants_with_quotes_and_placeholders_reach_the_claim_intact(
+    claim_session,
+):
+    """Settings are written into the claim statement as literals: quoted, with ``%`` and
+    what looks like a placeholder left alone, on Django's cursor and on the driver alike."""
+    from django_pgqueue.core import execution
+
+    enqueue_many(ODD_TENANT, 3)
+    enqueue_many("iron", 3)
+    if claim_session:
+        execution.dedicate_to_claims(connection)
+    try:
+        assert Counter(m.tenant for m in lease(4)) == {ODD_TENANT: 1, "iron": 3}
+    finally:
+        execution.end_claim_session(connection)
 
 
 @override_settings(PGQUEUE=FAIR)
