@@ -183,7 +183,6 @@ def _insert_fair_on_driver(
         prepare=prepare,
         script=f"{_FAIR_ENQUEUE_PLAN}EXECUTE {name}({', '.join(['%s'] * len(params))})",
         params=params,
-        reuse_text=False,  # a new payload every time
     )
     if not rows:  # fallen back, or a duplicate: _insert finds the holder
         return None

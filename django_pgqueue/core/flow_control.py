@@ -540,9 +540,9 @@ def claim_with_flow_control(
     Outside a transaction (``lease()``'s default), the lock and the claim go to the server as
     one query string (on a worker's claim session, one pipeline of two Bind/Executes), which
     runs as one transaction: the queue's lock is held only while the server runs the claim,
-    never across a round trip to this process. A queue with
-    limits is first claimed optimistically (shared lock, see ``sql.py``); only when that finds
-    no room to spare is it claimed serialized, in a second round trip. A fair queue's claim
+    never across a round trip to this process. A queue with limits is first claimed
+    optimistically (shared lock, see ``sql.py``); only when that finds no room to spare is it
+    claimed serialized, in a second round trip. A fair queue's claim
     reads the head of the fair order alone unless messages wait to be placed in it
     (:class:`PlacingSchedule`); when they do, the placing claim follows in another round trip.
     The claim is a session-level prepared statement (planning it costs more than running
@@ -571,8 +571,8 @@ def _claim_within_limits(
     alias: str,
     placing: bool,
 ) -> list[Any]:
-    """One claim: on the driver (fairness alone, a claim session), optimistic then
-    serialized if need be (limits), or serialized."""
+    """One claim: optimistic then serialized if need be (limits), serialized, or without a
+    lock (fairness alone); each on the driver on a worker's claim session (see ``_claim``)."""
     params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]
     optimistic = limit <= OPTIMISTIC_BATCH

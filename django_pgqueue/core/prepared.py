@@ -89,14 +89,8 @@ _BOUND_MAX = 256
 
 
 def _bound_text(cursor: Any, statements: str, params: Sequence[Any] | Mapping[str, Any]) -> str:
-    return _bound_on(cursor.cursor.connection, statements, params, cursor.cursor.mogrify)
-
-
-def _bound_on(
-    raw: Any, statements: str, params: Sequence[Any] | Mapping[str, Any], mogrify: Any = None
-) -> str:
-    """``statements`` bound to ``params`` for the driver connection ``raw``, cached."""
-    texts = _bound.setdefault(raw, {})
+    """``statements`` bound to ``params`` by the cursor, cached per driver connection."""
+    texts = _bound.setdefault(cursor.cursor.connection, {})
     key = (
         statements,
         tuple(params.items()) if isinstance(params, Mapping) else tuple(params),
@@ -105,8 +99,7 @@ def _bound_on(
     if text is None:
         if len(texts) >= _BOUND_MAX:
             texts.clear()
-        mogrify = mogrify or psycopg.ClientCursor(raw).mogrify
-        text = texts[key] = mogrify(statements, params)
+        text = texts[key] = cursor.cursor.mogrify(statements, params)
     return text
 
 
@@ -306,34 +299,24 @@ def run_script_on_driver(
     prepare: str,
     script: str,
     params: Sequence[Any] | Mapping[str, Any],
-    also: Sequence[tuple[str, str]] = (),
-    reuse_text: bool = True,
 ) -> list[tuple[Any, ...]] | None:
     """``script`` (``;``-separated statements ending in ``EXECUTE name(...)``) as one simple
     query on the driver connection, after ``prepare`` if this session has not run it: one
     round trip, one implicit transaction, the rows of the last statement loaded by the
-    connection's own loaders. For a claim that must take a lock in a statement of its own
-    first (flow control) on a worker's claim session: no Django cursor, no ``SET LOCAL``.
-
-    The script is bound once per connection and parameters (see :func:`execute_all`;
-    ``reuse_text=False`` for parameters that change every time), and falls back as
-    :func:`run_on_driver`: ``None`` when the session lost the statement. ``also``: more
-    ``(name, PREPARE ...)`` the script executes, prepared the same way.
+    connection's own loaders. For a statement that needs ``SET LOCAL`` settings in its own
+    transaction (a fair queue's enqueue): no Django cursor. Falls back as
+    :func:`run_on_driver`: ``None`` when the session lost the statement.
     """
     connection.validate_thread_sharing()
     raw = connection.connection
     done = _prepared.setdefault(raw, set())
-    if reuse_text:
-        text = _bound_on(raw, script, params)
-    else:
-        text = psycopg.ClientCursor(raw).mogrify(script, params)
+    text = psycopg.ClientCursor(raw).mogrify(script, params)
     with connection.wrap_database_errors, raw.lock:
         pgconn = raw.pgconn
-        for each, statement in (*also, (name, prepare)):
-            if each not in done:
-                pgconn.send_query(statement.encode())
-                _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
-                done.add(each)
+        if name not in done:
+            pgconn.send_query(prepare.encode())
+            _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
+            done.add(name)
         pgconn.send_query(text.encode())
         result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
     if result is None:
