@@ -21,7 +21,9 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
 
 Prints markdown tables; the ratios are the targets (throughput on/off >= 0.8; light p99
-with heavy / alone <= 2). Messages are written with ``enqueue_many`` (a fair queue's take
+with heavy / alone <= 2). A throughput ratio is the median of the repetitions' own ratios
+(the runs of one repetition follow each other, so slow drift of a shared machine moves both
+sides alike); the throughputs shown are medians. Messages are written with ``enqueue_many`` (a fair queue's take
 their place in its fair order at enqueue).
 """
 
@@ -285,6 +287,11 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def paired(on: list[float], off: list[float]) -> float:
+    """The median of each repetition's ratio ``on / off`` (runs of the same repetition)."""
+    return statistics.median(a / b for a, b in zip(on, off, strict=True))
+
+
 def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
     """Drain with no work per message (the claim's cost laid bare), then with 1 ms of work."""
     print(f"## Throughput: {procs} claimer processes (msgs/s, median of {reps})\n")
@@ -293,6 +300,7 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
         "| on / plain | plain, 1 ms work/msg | flow on, 1 ms work/msg | on / plain |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    spreads: dict[int, tuple[list[float], list[float]]] = {}
     for batch, total in totals.items():
         runs: dict[str, list[float]] = {k: [] for k in ("raw", "plain", "fair", "flow", "pw", "fw")}
         worked = max(1_000, total // 3)  # 1 ms a message: keep these runs short
@@ -306,10 +314,20 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
         m = {k: statistics.median(v) for k, v in runs.items()}
         print(
             f"| {batch} | {m['raw']:,.0f} | {m['plain']:,.0f} | {m['fair']:,.0f} | "
-            f"{m['fair'] / m['plain']:.2f} | {m['flow']:,.0f} | "
-            f"{m['flow'] / m['plain']:.2f} | {m['pw']:,.0f} | {m['fw']:,.0f} | "
-            f"{m['fw'] / m['pw']:.2f} |"
+            f"{paired(runs['fair'], runs['plain']):.2f} | {m['flow']:,.0f} | "
+            f"{paired(runs['flow'], runs['plain']):.2f} | {m['pw']:,.0f} | {m['fw']:,.0f} | "
+            f"{paired(runs['fw'], runs['pw']):.2f} |"
         )
+        spreads[batch] = (runs["flow"], runs["plain"])
+    print(
+        "\nRatios: median of each repetition's own ratio (its runs are minutes apart at most, so "
+        "a machine that drifts over the whole bench moves both); per repetition, flow on / "
+        "plain: "
+        + "; ".join(
+            f"batch {batch} " + ", ".join(f"{f / p:.2f}" for f, p in zip(*runs, strict=True))
+            for batch, runs in spreads.items()
+        )
+    )
 
 
 def report_workers(totals: dict[int, int], reps: int, workers: int, concurrency: int) -> None:
@@ -326,7 +344,8 @@ def report_workers(totals: dict[int, int], reps: int, workers: int, concurrency:
             for queue, results in runs.items():
                 results.append(worker_throughput(queue, total, workers, batch, concurrency))
         p, a, f = (statistics.median(runs[k]) for k in ("plain", "fair", "flow"))
-        print(f"| {batch} | {p:,.0f} | {a:,.0f} | {a / p:.2f} | {f:,.0f} | {f / p:.2f} |")
+        fair, flow = paired(runs["fair"], runs["plain"]), paired(runs["flow"], runs["plain"])
+        print(f"| {batch} | {p:,.0f} | {a:,.0f} | {fair:.2f} | {f:,.0f} | {flow:.2f} |")
 
 
 def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:
@@ -380,7 +399,7 @@ def main() -> None:
     args = parser.parse_args()
     # Messages drained per batch size: batch 1 costs a commit per message.
     totals = (
-        {1: 1_000, 10: 4_000, 100: 10_000} if args.quick else {1: 3_000, 10: 15_000, 100: 40_000}
+        {1: 1_000, 10: 4_000, 100: 10_000} if args.quick else {1: 6_000, 10: 30_000, 100: 80_000}
     )
     wanted = {int(b) for b in args.batches.split(",")}
     totals = {batch: total for batch, total in totals.items() if batch in wanted}
