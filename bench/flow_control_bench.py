@@ -23,8 +23,8 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
 Prints markdown tables; the ratios are the targets (throughput on/off >= 0.8; light p99
 with heavy / alone <= 2). A throughput ratio is the median of the repetitions' own ratios
 (the runs of one repetition follow each other, so slow drift of a shared machine moves both
-sides alike); the throughputs shown are medians. Messages are written with ``enqueue_many`` (a fair queue's take
-their place in its fair order at enqueue).
+sides alike); the throughputs shown are medians. Messages are written with ``enqueue_many``
+(a fair queue's take their place in its fair order at enqueue).
 """
 
 from __future__ import annotations
@@ -287,9 +287,14 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def ratios(on: list[float], off: list[float]) -> list[float]:
+    """Each repetition's own ratio ``on / off`` (runs of the same repetition)."""
+    return [a / b for a, b in zip(on, off, strict=True)]
+
+
 def paired(on: list[float], off: list[float]) -> float:
-    """The median of each repetition's ratio ``on / off`` (runs of the same repetition)."""
-    return statistics.median(a / b for a, b in zip(on, off, strict=True))
+    """The median of :func:`ratios`."""
+    return statistics.median(ratios(on, off))
 
 
 def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
@@ -300,7 +305,7 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
         "| on / plain | plain, 1 ms work/msg | flow on, 1 ms work/msg | on / plain |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    spreads: dict[int, tuple[list[float], list[float]]] = {}
+    spreads: dict[int, list[float]] = {}
     for batch, total in totals.items():
         runs: dict[str, list[float]] = {k: [] for k in ("raw", "plain", "fair", "flow", "pw", "fw")}
         worked = max(1_000, total // 3)  # 1 ms a message: keep these runs short
@@ -318,16 +323,12 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
             f"{paired(runs['flow'], runs['plain']):.2f} | {m['pw']:,.0f} | {m['fw']:,.0f} | "
             f"{paired(runs['fw'], runs['pw']):.2f} |"
         )
-        spreads[batch] = (runs["flow"], runs["plain"])
-    print(
-        "\nRatios: median of each repetition's own ratio (its runs are minutes apart at most, so "
-        "a machine that drifts over the whole bench moves both); per repetition, flow on / "
-        "plain: "
-        + "; ".join(
-            f"batch {batch} " + ", ".join(f"{f / p:.2f}" for f, p in zip(*runs, strict=True))
-            for batch, runs in spreads.items()
-        )
+        spreads[batch] = ratios(runs["flow"], runs["plain"])
+    each = "; ".join(
+        f"batch {batch} " + ", ".join(f"{r:.2f}" for r in spread)
+        for batch, spread in spreads.items()
     )
+    print(f"\nFlow on / plain, each repetition (the table shows their median): {each}")
 
 
 def report_workers(totals: dict[int, int], reps: int, workers: int, concurrency: int) -> None:
