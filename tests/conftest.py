@@ -43,9 +43,12 @@ def drain(conn: psycopg.Connection[Any], timeout: float = 0.5) -> list[tuple[str
 
 @pytest.fixture(autouse=True)
 def _fresh_placing_schedule() -> Iterator[None]:
-    """Each test starts as a new process would: its first fair claim places."""
-    from django_pgqueue.core.flow_control import PLACING_SCHEDULE
+    """Each test starts as a new process would: its first fair claim places, and it has seen
+    no leases in flight yet."""
+    from django_pgqueue.core.flow_control import LEASES_SEEN, PLACING_SCHEDULE
 
     PLACING_SCHEDULE.reset()
+    LEASES_SEEN.reset()
     yield
     PLACING_SCHEDULE.reset()
+    LEASES_SEEN.reset()

@@ -46,16 +46,26 @@ class FlowKeyBucket(models.Model):
 
 
 class FlowRateShard(models.Model):
-    """One shard of a queue's rate-limit bucket. The bucket is split in as many shards as
-    optimistic claims may run at once, each with that share of the rate and the burst: an
-    optimistic claim takes tokens from its own shard only, so claims side by side update
-    different rows; a serialized claim takes them from all (see ``core/sql.py``)."""
+    """One shard of a queue's rate-limit bucket and of its kept count of leases: twice as
+    many shards as optimistic claims may run at once, so that claims and acks side by side
+    update different rows (see ``core/sql.py``).
+
+    - ``tokens``: the shard's share of the rate bucket (a queue with a rate; the first half
+      of the shards): an optimistic claim takes tokens from its own shard, a serialized claim
+      from all.
+    - ``held``: the shard's part of the queue's leases not given back (a queue with a
+      concurrency limit): optimistic claims add what they lease to theirs, acks of a batch
+      take away what they end from one of the second half, a serialized claim counts them all
+      and stamps ``counted_at``. Only the sum over the shards means anything.
+    """
 
     pk = models.CompositePrimaryKey("queue", "shard")
     queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
     shard = models.SmallIntegerField()
     tokens = models.FloatField()
     refilled_at = models.DateTimeField()
+    held = models.BigIntegerField(default=0, db_default=0)
+    counted_at = models.DateTimeField(null=True)
 
     class Meta:
         db_table = FLOW_RATE_SHARD_TABLE

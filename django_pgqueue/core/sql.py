@@ -246,6 +246,25 @@ ORDER BY position
 LEASED_ORDER = "CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END"
 LEASED_OUT_OF_ORDER = "-1"
 
+# Acks of a queue whose claims count its leases (flow_control.FlowConfig.counted): the
+# CTE that takes the flow leases they end (``fair_order`` < 0) away from the queue's count,
+# in the shard of this backend (see "Flow control" below). ``{ended}``: the acked rows.
+# Parameters: the queue, twice.
+LEASES_ENDED_CTE = """, uncounted AS (
+    UPDATE pgqueue_flow_rate_shard b SET held = b.held - e.n
+    FROM (SELECT count(*)::int AS n FROM {ended} WHERE queue = %s AND fair_order < 0) e
+    WHERE b.queue = %s AND b.shard = 1 + {tickets} + pg_backend_pid() %% {tickets} AND e.n > 0
+)"""
+
+
+def counting_ack(statement: str, anchor: str, ended: str, tickets: int) -> str:
+    """``statement`` (an ack) with LEASES_ENDED_CTE after its CTE ending in ``anchor``."""
+    cte = LEASES_ENDED_CTE.format(ended=ended, tickets=tickets)
+    if statement.count(anchor) != 1:
+        raise RuntimeError("an ack statement changed shape; update sql.counting_ack")
+    return statement.replace(anchor, anchor + cte)
+
+
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
 COMPLETE = f"""
 WITH done AS (
@@ -270,7 +289,7 @@ WITH input AS (
 ), target AS (
     -- Each error records when its attempt started and failed (database time), unless the
     -- caller set them: the Tasks backend reports a task's first start from this history.
-    SELECT m.id,
+    SELECT m.id, m.queue, m.fair_order,
            jsonb_build_object('started_at', m.leased_at, 'at', now()) || i.error::jsonb AS error,
            i.final_reason, i.delay,
            (i.delay IS NOT NULL AND m.attempts < m.max_attempts) AS retry
@@ -314,12 +333,15 @@ RETURNING m.id
 # Give leases back so the messages run again at once (graceful shutdown past its grace
 # period). ``reset_attempt`` takes back the attempt counted at claim: it was not a failure.
 RELEASE = """
-UPDATE pgqueue_message m
-SET available_at = now(), lease_token = NULL, leased_by = NULL, leased_at = NULL,
-    attempts = CASE WHEN %s THEN GREATEST(m.attempts - 1, 0) ELSE m.attempts END
-FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
-WHERE m.id = l.id AND m.lease_token = l.token
-RETURNING m.id
+WITH released AS (
+    UPDATE pgqueue_message m
+    SET available_at = now(), lease_token = NULL, leased_by = NULL, leased_at = NULL,
+        attempts = CASE WHEN %s THEN GREATEST(m.attempts - 1, 0) ELSE m.attempts END
+    FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+    WHERE m.id = l.id AND m.lease_token = l.token
+    RETURNING m.id, m.queue, m.fair_order
+)
+SELECT id FROM released
 """
 
 # Operator: release leases by id, whoever holds them (a stuck worker).
@@ -459,52 +481,97 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 """
 
 # What a claim with limits computes first:
-# - held: how many of the queue's messages are in flight, i.e. leased with the lease not
-#   expired. A flow claim marks what it leases (``fair_order`` -1), so the partial index
-#   pgq_message_leased holds exactly these queues' leases: a finished, failed, released or
-#   expired lease stops counting by itself, and a crashed worker never holds a slot past its
-#   lease. Counted from the index alone (no row read but for visibility), and only with a
-#   queue limit or a default key limit to compare it with (a rate alone needs no count);
-#   keyed queues count per tenant in KEY_ROOM_CTES, only when some tenant may reach its limit;
-# - shards: the queue's rate bucket, in ``tickets`` shards refilled to the database clock,
-#   each with that share of the rate and the burst: an optimistic claim takes tokens from its
-#   ticket's shard only, so claims side by side write different rows (one shared bucket row
-#   made them wait for each other); a serialized claim takes them from all;
+# - leases: the queue's leases, counted exactly, by a serialized claim of a queue with a
+#   queue limit or a default key limit (``counted``; the others need no count). A flow claim
+#   marks what it leases (``fair_order`` -1), so the partial index pgq_message_leased holds
+#   exactly these queues' leases. ``held``: those in flight, lease not expired: a finished,
+#   failed, released or expired lease stops counting by itself, and a crashed worker never
+#   holds a slot past its lease. ``members``: all of them, expired or not, what the kept
+#   count stands for (below). Keyed queues count per tenant in KEY_ROOM_CTES, only when some
+#   tenant may reach its limit;
+# - shards: ``2 x tickets`` rows per queue (so that claims and acks side by side write
+#   different rows). Tokens, in the first ``tickets``: each has that share of the rate and
+#   the burst, refilled to the database clock; an optimistic claim takes tokens from its
+#   ticket's shard only, a serialized claim from all. The kept count of leases, ``held``
+#   summed over all of them: an optimistic claim adds what it leases to its ticket's shard, an
+#   ack takes away the flow leases it ends from one of the others (LEASES_ENDED_CTE, by its
+#   backend), and a serialized claim sets the sum to its exact count (``members``) while
+#   keeping, shard by shard, what acks committed since its snapshot (the shard as locked
+#   now, less the shard as read). So the sum is never below the leases not given back, hence
+#   never below those in flight, and an optimistic claim may read it instead of counting
+#   (flow_control.KEPT_COUNT_BATCH: a count under a high claim rate reads a row for every
+#   lease finished since the last WAL flush, acks committing asynchronously). What is not
+#   taken away (an expired lease claimed again, acks of a few or inside a caller's
+#   transaction, an operator's moves) only makes the sum err high; an optimistic claim trusts
+#   it only while every shard was counted in the last ``recount`` seconds;
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
-_HELD = """
-           CASE WHEN %(queue_limit)s::int IS NULL AND %(key_limit)s::int IS NULL THEN 0
-                ELSE (SELECT count(*)::int FROM pgqueue_message
-                      WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
-                        AND available_at > now()) END AS held"""
+_COUNTED = "(%(queue_limit)s::int IS NOT NULL OR %(key_limit)s::int IS NOT NULL)"
+LEASES_CTES = f"""
+leases AS (
+    SELECT count(*) FILTER (WHERE available_at > now())::int AS held,
+           count(*)::int AS members
+    FROM pgqueue_message
+    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0 AND {_COUNTED}
+)"""
 FLOW_COMMON_CTES = (
-    """
+    LEASES_CTES
+    + f""",
 shards AS (
     SELECT b.shard,
            LEAST(%(burst)s::float8 / %(tickets)s,
                  b.tokens + %(rate)s::float8 / %(tickets)s
-                            * extract(epoch FROM clock_timestamp() - b.refilled_at)) AS tokens
+                            * extract(epoch FROM clock_timestamp() - b.refilled_at)) AS tokens,
+           b.held
     FROM pgqueue_flow_rate_shard b
-    WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
+    WHERE b.queue = %(queue)s AND (%(rate)s::float8 IS NOT NULL OR {_COUNTED})
 ), state AS (
-    SELECT %(burst)s::float8 * (%(tickets)s - (SELECT count(*) FROM shards)) / %(tickets)s
-             + COALESCE((SELECT sum(tokens) FROM shards), 0) AS tokens,
+    SELECT %(burst)s::float8
+             * (%(tickets)s - (SELECT count(*) FROM shards WHERE shard <= %(tickets)s))
+             / %(tickets)s
+             + COALESCE((SELECT sum(tokens) FROM shards WHERE shard <= %(tickets)s), 0) AS tokens,
            (SELECT tokens FROM shards
             WHERE shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
              AS own_tokens,
            f.queue IS NOT NULL AS known,
-           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,"""
-    + _HELD
-    + """
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
+           (SELECT held FROM leases) AS held
     FROM (SELECT 1) one LEFT JOIN pgqueue_flow_state f ON f.queue = %(queue)s
 )"""
 )
 
-# The same for an optimistic claim, which reads only its own ticket's shard: fewer nodes to set
-# up on every claim (a missing shard reads as NULL: no room, the claim runs serialized, and
-# that creates it).
-OPTIMISTIC_COMMON_CTES = (
-    """
+# The same for an optimistic claim of a batch, which counts nothing: ``held`` is the shards' sum, NULL
+# (no room: the claim runs serialized, which counts) when a shard is missing or was not
+# counted in the last ``recount`` seconds. A missing shard also reads as no tokens.
+OPTIMISTIC_COMMON_CTES = f"""
+shards AS (
+    SELECT b.shard, b.tokens, b.refilled_at, b.held, b.counted_at
+    FROM pgqueue_flow_rate_shard b
+    WHERE b.queue = %(queue)s AND (%(rate)s::float8 IS NOT NULL OR {_COUNTED})
+), state AS (
+    SELECT (SELECT LEAST(%(burst)s::float8 / %(tickets)s,
+                         b.tokens + %(rate)s::float8 / %(tickets)s
+                                    * extract(epoch FROM clock_timestamp() - b.refilled_at))
+            FROM shards b
+            WHERE %(rate)s::float8 IS NOT NULL
+              AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
+             AS own_tokens,
+           -- Shards to read imply the state row (the serialized claim that created the shards
+           -- created it too): no probe.
+           %(rate)s::float8 IS NOT NULL OR {_COUNTED}
+             OR EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
+           CASE WHEN NOT {_COUNTED} THEN 0
+                WHEN (SELECT count(*) FROM shards
+                      WHERE counted_at > now() - make_interval(secs => %(recount)s::float8))
+                     = 2 * %(tickets)s
+                THEN (SELECT sum(held) FROM shards)::bigint END AS held
+)"""
+
+# An optimistic claim of a few messages counts instead (flow_control.KEPT_COUNT_BATCH: at
+# the rate such claims go, few finished leases wait for their entries to be marked dead) and
+# reads its ticket's shard alone, which must exist: it adds what it leases to the kept count.
+OPTIMISTIC_COUNTING_COMMON_CTES = f"""
 state AS (
     SELECT (SELECT LEAST(%(burst)s::float8 / %(tickets)s,
                          b.tokens + %(rate)s::float8 / %(tickets)s
@@ -513,15 +580,28 @@ state AS (
             WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
              AS own_tokens,
-           -- With a rate, a shard to read implies the state row (the serialized claim that
-           -- created the shards created it too): no probe.
-           %(rate)s::float8 IS NOT NULL
-             OR EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
-           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,"""
-    + _HELD
-    + """
+           -- With a rate, a missing shard reads as no tokens already; shards imply the state
+           -- row (the serialized claim that created them created it too).
+           CASE WHEN %(rate)s::float8 IS NOT NULL THEN true
+                WHEN {_COUNTED}
+                THEN EXISTS (SELECT 1 FROM pgqueue_flow_rate_shard b
+                             WHERE b.queue = %(queue)s
+                               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true),
+                                                    '')::int)
+                ELSE EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s)
+           END AS known,
+           EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
+           CASE WHEN {_COUNTED}
+                THEN (SELECT count(*)::int FROM pgqueue_message
+                      WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
+                        AND available_at > now())
+                ELSE 0 END AS held
 )"""
-)
+
+# The marker row telling a claim of a queue with a concurrency limit's caller the leases in
+# flight it saw (flow_control.LeasesSeen), in the ``position`` column.
+HELD_MARKER = f"""
+SELECT '{{outcome}}', {{nulls}}, held FROM state WHERE {_COUNTED} AND held IS NOT NULL"""
 
 # Keyed queues: what each tenant has in flight, and the room left to the tenants that have
 # less than unlimited room (in flight under a key limit, a limit override, a rate bucket).
@@ -572,7 +652,7 @@ new_state AS (
 BUDGET_OPTIMISTIC_CTES = """
 room AS (
     SELECT COALESCE(current_setting('pgqueue.claim_ticket', true), '') <> ''
-           AND s.known
+           AND s.known AND s.held IS NOT NULL
            AND COALESCE(%(queue_limit)s::int - s.held >= %(margin)s::int, true)
            AND (%(rate)s::float8 IS NULL OR COALESCE(s.own_tokens >= %(n)s::int, false))
            AND COALESCE(%(key_limit)s::int >= %(margin)s::int, true)
@@ -847,33 +927,49 @@ LOCKED_HEAD_CANDIDATES = "SELECT id, lease_token FROM head"
 # Appended after LEASE's ``claimed`` in claims with limits: the queue's rate bucket
 # (SAVE_STATE_*_CTES, with a queue rate), the keys' buckets and a few idle (full again)
 # buckets dropped (SAVE_KEY_BUCKETS_CTES, with a key rate).
-SAVE_STATE_SERIALIZED_CTES = """
+SAVE_STATE_SERIALIZED_CTES = f"""
 save_state AS (
-    -- Tokens taken from every shard in proportion; shards not written yet are created full.
-    INSERT INTO pgqueue_flow_rate_shard AS b (queue, shard, tokens, refilled_at)
+    -- Every shard written. Tokens: taken from every shard in proportion; shards not written
+    -- yet are created full. Leases: the exact count (and what this claim leased) in shard 1,
+    -- none in the others, each keeping what acks committed to it since this statement's
+    -- snapshot: EXCLUDED.held less the shard as read, plus the shard as locked now.
+    INSERT INTO pgqueue_flow_rate_shard AS b (queue, shard, tokens, refilled_at, held, counted_at)
     SELECT %(queue)s, g.shard,
-           t.tokens * (1 - LEAST(1.0::float8,
-                                 (SELECT count(*) FROM claimed)::float8
-                                 / GREATEST((SELECT tokens FROM state), 1e-9))),
-           clock_timestamp()
-    FROM generate_series(1, %(tickets)s) g(shard)
+           COALESCE(t.tokens * (1 - LEAST(1.0::float8,
+                                          (SELECT count(*) FROM claimed)::float8
+                                          / GREATEST((SELECT tokens FROM state), 1e-9))), 0),
+           clock_timestamp(),
+           CASE WHEN g.shard = 1 AND {_COUNTED}
+                THEN (SELECT members FROM leases) + (SELECT count(*) FROM claimed)::int
+                ELSE 0 END - t.held,
+           CASE WHEN {_COUNTED} THEN clock_timestamp() END
+    FROM generate_series(1, 2 * %(tickets)s) g(shard)
     CROSS JOIN LATERAL (
-        SELECT COALESCE((SELECT s.tokens FROM shards s WHERE s.shard = g.shard),
-                        %(burst)s::float8 / %(tickets)s) AS tokens) t
-    WHERE %(rate)s::float8 IS NOT NULL
+        SELECT CASE WHEN g.shard <= %(tickets)s
+                    THEN COALESCE((SELECT s.tokens FROM shards s WHERE s.shard = g.shard),
+                                  %(burst)s::float8 / %(tickets)s) END AS tokens,
+               COALESCE((SELECT s.held FROM shards s WHERE s.shard = g.shard), 0) AS held) t
+    WHERE %(rate)s::float8 IS NOT NULL OR {_COUNTED}
     ON CONFLICT (queue, shard) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at,
+        held = CASE WHEN {_COUNTED} THEN EXCLUDED.held + b.held ELSE 0 END,
+        counted_at = EXCLUDED.counted_at
 )"""
-SAVE_STATE_OPTIMISTIC_CTES = """
+SAVE_STATE_OPTIMISTIC_CTES = f"""
 save_state AS (
-    -- This claim's shard only: no other claim writes it meanwhile (one ticket, one claim).
+    -- This claim's shard only: no other claim writes it meanwhile (one ticket, one claim);
+    -- acks may have taken leases away from it since it was read: ``held`` as locked now.
     UPDATE pgqueue_flow_rate_shard b
-    SET tokens = LEAST(%(burst)s::float8 / %(tickets)s,
-                       b.tokens + %(rate)s::float8 / %(tickets)s
-                                  * extract(epoch FROM clock_timestamp() - b.refilled_at))
-                 - (SELECT count(*) FROM claimed),
-        refilled_at = clock_timestamp()
-    WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
+    SET tokens = CASE WHEN %(rate)s::float8 IS NULL THEN b.tokens
+                      ELSE LEAST(%(burst)s::float8 / %(tickets)s,
+                                 b.tokens + %(rate)s::float8 / %(tickets)s
+                                            * extract(epoch FROM clock_timestamp() - b.refilled_at))
+                           - (SELECT count(*) FROM claimed) END,
+        refilled_at = CASE WHEN %(rate)s::float8 IS NULL THEN b.refilled_at
+                           ELSE clock_timestamp() END,
+        held = CASE WHEN {_COUNTED} THEN b.held + (SELECT count(*) FROM claimed)::int
+                    ELSE b.held END
+    WHERE b.queue = %(queue)s AND (%(rate)s::float8 IS NOT NULL OR {_COUNTED})
       AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int
       AND EXISTS (SELECT 1 FROM claimed)
 )"""

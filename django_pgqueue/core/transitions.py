@@ -7,6 +7,7 @@ the message, or an operator moved it) changes nothing and is reported in ``stale
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import traceback as traceback_module
@@ -21,6 +22,7 @@ from ..conf import get_settings
 from ..models import DeadReason
 from . import sql
 from .execution import BY_ID_PLAN, ack_settings, execute, set_local
+from .flow_control import OPTIMISTIC_CLAIMS, counted_queue
 from .prepared import can_prepare, execute_prepared
 
 __all__ = [
@@ -53,9 +55,13 @@ class Outcome:
     buried: list[int] = field(default_factory=list)
 
 
-def _pairs(leases: Iterable[LeaseRef]) -> tuple[list[int], list[uuid.UUID | None]]:
+def _pairs(
+    leases: Iterable[LeaseRef],
+) -> tuple[list[int], list[uuid.UUID | None], str | None]:
+    """Ids and tokens, and the queue of the first lease that tells it (a ``Message``)."""
     ids: list[int] = []
     tokens: list[uuid.UUID | None] = []
+    queue: str | None = None
     for lease in leases:
         if isinstance(lease, tuple):
             ids.append(lease[0])
@@ -63,7 +69,9 @@ def _pairs(leases: Iterable[LeaseRef]) -> tuple[list[int], list[uuid.UUID | None
         else:
             ids.append(lease.id)
             tokens.append(lease.lease_token)
-    return ids, tokens
+            if queue is None:
+                queue = getattr(lease, "queue", None)
+    return ids, tokens, queue
 
 
 def _alias(using: str | None) -> str:
@@ -104,6 +112,47 @@ def _run(
         return list(cursor.fetchall())
 
 
+# Each ack with the CTE that takes the flow leases it ends away from their queue's lease count
+# (sql.LEASES_ENDED_CTE): the end of the ack's CTE of acked rows, and that CTE's name.
+_COUNTING_ACKS = {
+    "complete": (sql.COMPLETE, "RETURNING m.*, d.result\n)", "done"),
+    "fail": (sql.FAIL, "FOR UPDATE OF m\n)", "target"),
+    "release": (sql.RELEASE, "RETURNING m.id, m.queue, m.fair_order\n)", "released"),
+}
+
+
+@functools.cache
+def _counting_ack(kind: str) -> str:
+    statement, anchor, ended = _COUNTING_ACKS[kind]
+    return sql.counting_ack(statement, anchor, ended, OPTIMISTIC_CLAIMS)
+
+
+def _ack(
+    connection: Any,
+    kind: str,
+    params: list[Any],
+    types: tuple[str, ...],
+    local_settings: dict[str, str],
+    queue: str | None,
+    leases: int,
+) -> list[Any]:
+    """Run an ack of ``leases`` leases; one of a queue whose claims count its leases
+    (``queue``, when given, names it) may also take those it ends away from that count
+    (``flow_control.counted_queue``)."""
+    counted = counted_queue(queue, connection, leases)
+    if counted is None:
+        statement = _COUNTING_ACKS[kind][0]
+        return _run(connection, kind, statement, params, types, local_settings)
+    return _run(
+        connection,
+        f"{kind}_counting",
+        _counting_ack(kind),
+        [*params, counted, counted],
+        (*types, "text", "text"),
+        local_settings,
+    )
+
+
 def _stale(ids: Sequence[int], done: Iterable[int]) -> list[int]:
     finished = set(done)
     return [i for i in ids if i not in finished]
@@ -116,7 +165,7 @@ def complete(
     using: str | None = None,
 ) -> Outcome:
     """Archive finished messages with their JSON results (``None`` when not given)."""
-    ids, tokens = _pairs(leases)
+    ids, tokens, queue = _pairs(leases)
     if not ids:
         return Outcome()
     encoded: list[str | None] | None = None
@@ -124,7 +173,7 @@ def complete(
         if len(results) != len(ids):
             raise ValueError("complete(): one result per lease")
         encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
-    return complete_encoded(ids, tokens, encoded, using=using)
+    return complete_encoded(ids, tokens, encoded, using=using, queue=queue)
 
 
 def complete_encoded(
@@ -133,16 +182,18 @@ def complete_encoded(
     results_json: Sequence[str | None] | None,
     *,
     using: str | None = None,
+    queue: str | None = None,
 ) -> Outcome:
-    """:func:`complete` for results already encoded as JSON text (the worker's completer)."""
+    """:func:`complete` for results already encoded as JSON text (the worker's completer).
+    ``queue``: the leases' queue, if known (its lease count, if it keeps one, is kept)."""
     if not ids:
         return Outcome()
     if results_json is not None and all(r is None for r in results_json):
         results_json = None  # NULL: unnest() pads the results with NULLs
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), results_json]
-    rows = _run(
-        connection, "complete", sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
+    rows = _ack(
+        connection, "complete", params, _COMPLETE_TYPES, ack_settings(connection), queue, len(ids)
     )
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
@@ -220,7 +271,7 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     """Retry failed messages after their delay, or move them to dead with their reason."""
     if not attempts:
         return Outcome()
-    ids, tokens = _pairs(a.lease for a in attempts)
+    ids, tokens, queue = _pairs(a.lease for a in attempts)
     for a in attempts:
         if a.final_reason not in DeadReason.values:
             raise ValueError(f"Unknown dead reason {a.final_reason!r}")
@@ -229,7 +280,7 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     delays = [a.retry_in for a in attempts]
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), errors, reasons, delays]
-    rows = _run(connection, "fail", sql.FAIL, params, _FAIL_TYPES, ack_settings(connection))
+    rows = _ack(connection, "fail", params, _FAIL_TYPES, ack_settings(connection), queue, len(ids))
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
     return Outcome(
@@ -243,7 +294,7 @@ def extend(
     """Set the leases to expire ``visibility_timeout`` seconds from database now (``set_vt``)."""
     if visibility_timeout <= 0:
         raise ValueError("visibility_timeout must be > 0 seconds")
-    ids, tokens = _pairs(leases)
+    ids, tokens, _ = _pairs(leases)
     if not ids:
         return Outcome()
     connection = connections[_alias(using)]
@@ -261,10 +312,10 @@ def release(
     ``reset_attempt=True`` (default) takes back the attempt counted when it was leased: the
     message did not fail, its worker stopped (graceful shutdown past the grace period).
     """
-    ids, tokens = _pairs(leases)
+    ids, tokens, queue = _pairs(leases)
     if not ids:
         return Outcome()
     params = [reset_attempt, _array(ids), _array(tokens)]
-    rows = _run(connections[_alias(using)], "release", sql.RELEASE, params, _RELEASE_TYPES, {})
+    rows = _ack(connections[_alias(using)], "release", params, _RELEASE_TYPES, {}, queue, len(ids))
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))

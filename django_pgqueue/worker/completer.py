@@ -47,6 +47,9 @@ class Completer:
         self._done_ids: list[int] = []
         self._done_tokens: list[uuid.UUID | None] = []
         self._done_results: list[str | None] = []
+        # The queue of the first completed message buffered: the ack keeps its lease count
+        # (a queue with a concurrency limit; transitions.complete_encoded).
+        self._done_queue: str | None = None
         self._failed: list[tuple[transitions.FailedAttempt, Message]] = []
         self._oldest = 0.0
         self._busy = False
@@ -59,6 +62,8 @@ class Completer:
             first = not self._done_ids and not self._failed
             if first:
                 self._oldest = time.monotonic()
+            if not self._done_ids:
+                self._done_queue = message.queue
             self._done_ids.append(message.id)
             self._done_tokens.append(message.lease_token)
             self._done_results.append(result_json)
@@ -110,13 +115,14 @@ class Completer:
         """Write everything buffered so far (retrying through outages unless aborted)."""
         with self._cond:
             ids, tokens, results = self._done_ids, self._done_tokens, self._done_results
+            queue = self._done_queue
             failed = self._failed
             self._done_ids, self._done_tokens, self._done_results = [], [], []
             self._failed = []
             self._busy = bool(ids or failed)
         try:
             if ids:
-                self._archive(ids, tokens, results)
+                self._archive(ids, tokens, results, queue)
             if failed:
                 self._record_failures(failed)
         except Stopped:
@@ -130,10 +136,17 @@ class Completer:
                 self._busy = False
 
     def _archive(
-        self, ids: list[int], tokens: list[uuid.UUID | None], results: list[str | None]
+        self,
+        ids: list[int],
+        tokens: list[uuid.UUID | None],
+        results: list[str | None],
+        queue: str | None,
     ) -> None:
         def write() -> list[int]:
-            return transitions.complete_encoded(ids, tokens, results, using=self.alias).done
+            outcome = transitions.complete_encoded(
+                ids, tokens, results, using=self.alias, queue=queue
+            )
+            return outcome.done
 
         done = retrying("archiving completed messages", write, alias=self.alias, abort=self.abort)
         self.stats.add(processed=len(done))

@@ -310,7 +310,8 @@ def _optimistic_claim(n: int, worker: str = "w1") -> list[tuple[object, ...]]:
             ),
             params,
         )
-        return cursor.fetchall()
+        # Without the row telling the leases in flight seen (flow_control.keeps_count).
+        return [row for row in cursor.fetchall() if row[0] != flow_control.HELD]
 
 
 def _hold_tickets(count: int) -> psycopg.Connection:
@@ -434,9 +435,15 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         shared_lock = flow_control._lock_body(sql.FLOW_LOCK_SHARED)
         config = flow_control.flow_config("lim")
         assert config is not None
-        claims = {  # head-only or placing, by the placing schedule's clock
-            flow_control.numbered_claim(
-                "fair_limits", True, False, False, placing=p, settings=config.settings_literals
+        claims = {  # head-only or placing, by the placing schedule's clock; a batch of 10
+            flow_control.numbered_claim(  # reads the kept count of leases
+                "fair_limits",
+                True,
+                True,
+                False,
+                placing=p,
+                settings=config.settings_literals,
+                kept_count=True,
             )
             for p in (True, False)
         }
@@ -492,7 +499,11 @@ def test_a_sharded_rate_bucket_gives_the_burst_once_across_optimistic_and_serial
     # serialized (no state yet), optimistic (shard 1: 15 -> 5), then serialized from both
     assert outcomes[:2] == [(True, False), (False, True)]
     assert (True, True) in outcomes
-    assert FlowRateShard.objects.filter(queue="lim").count() == 2
+    # A shard per ticket, and as many more for acks to keep the count of leases in (unused
+    # here: no limit) with no tokens.
+    shards = FlowRateShard.objects.filter(queue="lim")
+    assert sorted(shards.values_list("shard", flat=True)) == [1, 2, 3, 4]
+    assert {s.tokens for s in shards if s.shard > 2} == {0.0}
     time.sleep(0.3)
     assert 8 <= len(lease(20)) <= 15  # ~12 tokens refilled
 
