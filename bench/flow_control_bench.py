@@ -16,7 +16,11 @@ by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres
 2. The same end to end: ``pgq_worker --burst`` processes (no-op handler) drain the backlog of
    the plain queue, then of the flow-controlled one. Here the claim overlaps with the handlers
    and the acknowledgements, as in production.
-3. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
+3. Claim cost with leases in flight (``--only held``): one process holds 0 to 10,000 leases
+   while another claims and completes batches, on a plain queue and on a queue with fairness,
+   a concurrency limit and a rate, its claims either counting the leases in flight or reading
+   the count that claims and acks keep (``flow_control.KEPT_COUNT_BATCH``), side by side.
+4. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
    producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
 
@@ -89,6 +93,8 @@ def setup_django() -> None:
             "QUEUES": {
                 "flow": FLOW_ON,
                 "fair": {"FAIRNESS": True},
+                # Many leases in flight: no key limit (it would bind), a queue limit far off.
+                "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
             },
         },
     )
@@ -382,6 +388,78 @@ def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:
     print(f"\nlight p99 with heavy / alone (fairness on): {fair / alone:.2f}")
 
 
+HELD = (0, 2_000, 10_000)
+
+
+def _claim_times(queue: str, batch: int, cycles: int) -> list[float]:
+    """Seconds each ``lease`` of ``cycles`` lease + complete cycles took, in this process."""
+    from django_pgqueue.core import transitions
+    from django_pgqueue.models import Message
+
+    times = []
+    for _ in range(cycles):
+        start = time.perf_counter()
+        leased = Message.objects.lease(queue, worker_id="bench", batch_size=batch)
+        times.append(time.perf_counter() - start)
+        assert leased, "the backlog ran out"
+        transitions.complete(leased)
+    return times
+
+
+def report_held(reps: int, cycles: int) -> None:
+    """What a claim costs with many leases in flight: counted, or read from the kept count."""
+    from django_pgqueue.core import flow_control
+    from django_pgqueue.models import Message
+
+    print(
+        f"## Claim with leases in flight (one claimer, us per claim, median of {reps} x {cycles})"
+    )
+    print()
+    print(
+        "| in flight | batch | plain | flow, counting | flow, kept count "
+        "| counting / plain | kept / plain |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    # (KEPT_COUNT_BATCH, KEPT_COUNT_HELD) that make every claim count, or read the kept count.
+    variants = {"counting": (10**9, 10**9), "kept": (1, 0)}
+    saved = (flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD)
+    try:
+        for held in HELD:
+            for batch in (1, 100):
+                reset_tables()
+                backlog = held + (1 + 2 * reps) * cycles * batch
+                prefill("plain", backlog)
+                prefill("limited", backlog)
+                for queue in ("plain", "limited"):  # another process's leases, long ones
+                    taken = 0
+                    while taken < held:
+                        taken += len(
+                            Message.objects.lease(
+                                queue,
+                                worker_id="holder",
+                                batch_size=min(100, held - taken),
+                                visibility_timeout=3600,
+                            )
+                        )
+                times: dict[str, list[float]] = {"plain": [], "counting": [], "kept": []}
+                for _ in range(reps):
+                    times["plain"] += _claim_times("plain", batch, cycles)
+                    for name, knobs in variants.items():
+                        flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = knobs
+                        flow_control.LEASES_SEEN.reset()
+                        times[name] += _claim_times("limited", batch, cycles)
+                m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+                print(
+                    f"| {held:,} | {batch} | {m['plain']:,.0f} | {m['counting']:,.0f} | "
+                    f"{m['kept']:,.0f} | {m['counting'] / m['plain']:.2f} | "
+                    f"{m['kept'] / m['plain']:.2f} |"
+                )
+    finally:
+        flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved
+        flow_control.LEASES_SEEN.reset()
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller backlog, shorter runs")
@@ -392,7 +470,9 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=2, help="pgq_worker processes")
     parser.add_argument(
-        "--only", choices=("throughput", "workers", "latency"), help="run one part only"
+        "--only",
+        choices=("throughput", "workers", "held", "latency"),
+        help="run one part only",
     )
     parser.add_argument(
         "--batches", default="1,10,100", help="batch sizes to run, comma-separated (1, 10, 100)"
@@ -418,6 +498,8 @@ def main() -> None:
                 report_throughput(totals, reps, args.procs)
             if args.only in (None, "workers"):
                 report_workers(totals, reps, args.workers, concurrency=4)
+            if args.only in (None, "held"):
+                report_held(reps, cycles=50 if args.quick else 100)
             if args.only in (None, "latency"):
                 report_latency(seconds, reps, args.procs, args.latency_batch)
         finally:
