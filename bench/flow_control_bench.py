@@ -232,11 +232,25 @@ def run_pool(jobs: list[tuple[Any, tuple[Any, ...]]]) -> list[int]:
 # --- scenarios -----------------------------------------------------------------------------
 
 
+def checkpoint() -> None:
+    """Start a run right after a checkpoint: a drain writes hundreds of MB of WAL, and a
+    checkpoint that starts during a run (every 15-60 s at ``max_wal_size`` 1 GB) makes it
+    write a full page image on the first change of every page after it; with one just
+    before, every run pays that alike (superuser or ``pg_checkpoint``; skipped otherwise)."""
+    from django.db import DatabaseError
+
+    try:
+        execute("CHECKPOINT")
+    except DatabaseError:
+        pass
+
+
 def throughput(
     queue: str, mode: str, total: int, procs: int, batch: int, work_ms: float = 0.0
 ) -> float:
     reset_tables()
     prefill(queue, total)
+    checkpoint()
     start = time.monotonic()
     counts = run_pool([(_drain, (queue, batch, work_ms, start + 600, mode))] * procs)
     elapsed = time.monotonic() - start
@@ -247,6 +261,7 @@ def throughput(
 def worker_throughput(queue: str, total: int, workers: int, batch: int, concurrency: int) -> float:
     reset_tables()
     prefill(queue, total)
+    checkpoint()
     start = time.monotonic()
     run_pool([(_work, (queue, batch, concurrency))] * workers)
     elapsed = time.monotonic() - start
@@ -391,8 +406,8 @@ def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:
 HELD = (0, 2_000, 10_000)
 
 
-def _claim_times(queue: str, batch: int, cycles: int) -> list[float]:
-    """Seconds each ``lease`` of ``cycles`` lease + complete cycles took, in this process."""
+def _cycle_times(queue: str, batch: int, cycles: int) -> list[float]:
+    """Seconds each of ``cycles`` lease + complete cycles took, in this process."""
     from django_pgqueue.core import transitions
     from django_pgqueue.models import Message
 
@@ -400,14 +415,15 @@ def _claim_times(queue: str, batch: int, cycles: int) -> list[float]:
     for _ in range(cycles):
         start = time.perf_counter()
         leased = Message.objects.lease(queue, worker_id="bench", batch_size=batch)
-        times.append(time.perf_counter() - start)
         assert leased, "the backlog ran out"
         transitions.complete(leased)
+        times.append(time.perf_counter() - start)
     return times
 
 
 def report_held(reps: int, cycles: int) -> None:
-    """What a claim costs with many leases in flight: counted, or read from the kept count."""
+    """What a claim and its ack cost with many leases in flight: counted, or read from (and
+    kept in) the kept count."""
     from django_pgqueue.core import flow_control
     from django_pgqueue.models import Message
 
@@ -425,7 +441,7 @@ def report_held(reps: int, cycles: int) -> None:
     saved = (flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD)
     try:
         for held in HELD:
-            for batch in (1, 100):
+            for batch in (1, 10, 100):
                 reset_tables()
                 backlog = held + (1 + 2 * reps) * cycles * batch
                 prefill("plain", backlog)
@@ -443,11 +459,11 @@ def report_held(reps: int, cycles: int) -> None:
                         )
                 times: dict[str, list[float]] = {"plain": [], "counting": [], "kept": []}
                 for _ in range(reps):
-                    times["plain"] += _claim_times("plain", batch, cycles)
+                    times["plain"] += _cycle_times("plain", batch, cycles)
                     for name, knobs in variants.items():
                         flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = knobs
                         flow_control.LEASES_SEEN.reset()
-                        times[name] += _claim_times("limited", batch, cycles)
+                        times[name] += _cycle_times("limited", batch, cycles)
                 m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
                 print(
                     f"| {held:,} | {batch} | {m['plain']:,.0f} | {m['counting']:,.0f} | "
