@@ -20,9 +20,8 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..models import DeadReason
-from . import sql
+from . import flow_control, sql
 from .execution import BY_ID_PLAN, ack_settings, execute, set_local
-from .flow_control import OPTIMISTIC_CLAIMS, counted_queue
 from .prepared import can_prepare, execute_prepared
 
 __all__ = [
@@ -122,9 +121,9 @@ _COUNTING_ACKS = {
 
 
 @functools.cache
-def _counting_ack(kind: str) -> str:
+def _counting_ack(kind: str, tickets: int) -> str:
     statement, anchor, ended = _COUNTING_ACKS[kind]
-    return sql.counting_ack(statement, anchor, ended, OPTIMISTIC_CLAIMS)
+    return sql.counting_ack(statement, anchor, ended, tickets)
 
 
 def _ack(
@@ -139,14 +138,14 @@ def _ack(
     """Run an ack of ``leases`` leases; one of a queue whose claims count its leases
     (``queue``, when given, names it) may also take those it ends away from that count
     (``flow_control.counted_queue``)."""
-    counted = counted_queue(queue, connection, leases)
+    counted = flow_control.counted_queue(queue, connection, leases)
     if counted is None:
         statement = _COUNTING_ACKS[kind][0]
         return _run(connection, kind, statement, params, types, local_settings)
     return _run(
         connection,
         f"{kind}_counting",
-        _counting_ack(kind),
+        _counting_ack(kind, flow_control.OPTIMISTIC_CLAIMS),
         [*params, counted, counted],
         (*types, "text", "text"),
         local_settings,

@@ -148,7 +148,8 @@ def test_a_recount_keeps_what_an_ack_commits_while_it_counts():
         ids = "{" + ",".join(str(m.id) for m in leased[:30]) + "}"
         tokens = "{" + ",".join(str(m.lease_token) for m in leased[:30]) + "}"
         acker.execute(
-            transitions._counting_ack("complete"), [ids, tokens, None, "lim", "lim"]
+            transitions._counting_ack("complete", flow_control.OPTIMISTIC_CLAIMS),
+            [ids, tokens, None, "lim", "lim"],
         ).fetchall()
         claim = threading.Thread(target=serialized_claim)
         claim.start()
@@ -200,7 +201,7 @@ def test_a_queue_without_a_concurrency_limit_keeps_no_count(monkeypatch):
 
 def test_the_ack_statements_take_away_only_flow_leases_of_their_queue():
     for kind in ("complete", "fail", "release"):
-        statement = transitions._counting_ack(kind)
+        statement = transitions._counting_ack(kind, flow_control.OPTIMISTIC_CLAIMS)
         assert statement.count("uncounted AS (") == 1
         assert "fair_order < 0" in statement
         assert f"1 + {flow_control.OPTIMISTIC_CLAIMS} + pg_backend_pid()" in statement
