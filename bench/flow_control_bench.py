@@ -428,7 +428,8 @@ def report_held(reps: int, cycles: int) -> None:
     from django_pgqueue.models import Message
 
     print(
-        f"## Claim with leases in flight (one claimer, us per claim, median of {reps} x {cycles})"
+        "## Claim + ack with leases in flight (one claimer, us per lease() + complete(), "
+        f"median of {reps} x {cycles})"
     )
     print()
     print(
