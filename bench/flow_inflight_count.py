@@ -1,7 +1,9 @@
 """What counting a limited queue's leases in flight costs under a steady load, over time.
 
-Every claim of a queue with a concurrency limit counts the queue's leases in flight: an
-index-only range scan of ``pgq_message_leased``. The range also holds the entries of leases
+A serialized claim of a queue with a concurrency limit counts the queue's leases in flight
+(as does an optimistic claim of a few messages while few are in flight; the others read the
+count that claims and acks keep, see ``flow_control.KEPT_COUNT_BATCH``): an index-only range
+scan of ``pgq_message_leased``. The range also holds the entries of leases
 finished moments ago (acks commit asynchronously: until a finished lease's commit is on disk
 its entry cannot be marked dead, so the count visits the row). Does that grow with the claim
 rate times the visibility timeout, as entries pile up until vacuum? This runs claimer
