@@ -288,12 +288,13 @@ class LeasesSeen:
 
     def noted(self, alias: str, queue: str, rows: list[Any]) -> list[Any]:
         """``rows`` without the ``held`` marker row, whose count (last column) is noted."""
-        if not any(row[0] == HELD for row in rows):
-            return rows
+        kept = []
         for row in rows:
             if row[0] == HELD:
                 self._held[(alias, queue)] = int(row[-1])
-        return [row for row in rows if row[0] != HELD]
+            else:
+                kept.append(row)
+        return kept
 
     def reset(self) -> None:
         self._held.clear()
@@ -502,14 +503,14 @@ _ARGUMENTS = ", ".join(f"%({name})s" for name, _ in _PARAM_TYPES)
 def numbered_claim(
     shape: ClaimShape,
     optimistic: bool = False,
-    *rates: bool,
+    *saves: bool,
     placing: bool = True,
     settings: SettingsLiterals,
     kept_count: bool = False,
 ) -> str:
     """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
     statement = claim_statement(
-        shape, optimistic, *rates, placing=placing, settings=settings, kept_count=kept_count
+        shape, optimistic, *saves, placing=placing, settings=settings, kept_count=kept_count
     )
     return _numbered(statement, _PARAM_TYPES)
 
@@ -535,14 +536,14 @@ def _substituted(statement: str, values: Mapping[str, str]) -> str:
 def prepared_claim(
     shape: ClaimShape,
     optimistic: bool = False,
-    *rates: bool,
+    *saves: bool,
     placing: bool = True,
     settings: SettingsLiterals,
     kept_count: bool = False,
 ) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
     body = numbered_claim(
-        shape, optimistic, *rates, placing=placing, settings=settings, kept_count=kept_count
+        shape, optimistic, *saves, placing=placing, settings=settings, kept_count=kept_count
     )
     body = body.replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
@@ -697,14 +698,15 @@ def _claim(
     placing: bool = True,
 ) -> list[Any]:
     """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
-    rates = (config.rate_limit is not None or config.counted, config.key_rate_limit is not None)
+    # What the claim saves: the queue's shards (a rate, a lease count), the keys' buckets.
+    saves = (config.rate_limit is not None or config.counted, config.key_rate_limit is not None)
     settings = config.settings_literals
     # An optimistic claim may read the kept count of leases instead of counting them.
     queue = params["queue"]
     kept = optimistic and config.counted and LEASES_SEEN.keeps_count(alias, queue, params["n"])
     variant = {"placing": placing, "settings": settings, "kept_count": kept}
-    name, prepare = prepared_claim(shape, optimistic, *rates, **variant)
-    statement = claim_statement(shape, optimistic, *rates, **variant)
+    name, prepare = prepared_claim(shape, optimistic, *saves, **variant)
+    statement = claim_statement(shape, optimistic, *saves, **variant)
     arguments = _ARGUMENTS
     also: tuple[tuple[str, str], ...] = ()
     execute_lock = ""
@@ -723,7 +725,7 @@ def _claim(
         rows = run_on_driver(
             connection,
             kind=f"flow_{shape}",
-            statement=numbered_claim(shape, optimistic, *rates, **variant),
+            statement=numbered_claim(shape, optimistic, *saves, **variant),
             types=_DRIVER_TYPES,
             params=[params[p] for p, _ in _PARAM_TYPES],
             typed_rows=True,

@@ -507,6 +507,12 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
 _COUNTED = "(%(queue_limit)s::int IS NOT NULL OR %(key_limit)s::int IS NOT NULL)"
+# A rate shard ``b``'s tokens now: its share of the rate since it was refilled, at most its
+# share of the burst.
+_SHARD_TOKENS = (
+    "LEAST(%(burst)s::float8 / %(tickets)s, b.tokens + %(rate)s::float8 / %(tickets)s"
+    " * extract(epoch FROM clock_timestamp() - b.refilled_at))"
+)
 LEASES_CTES = f"""
 leases AS (
     SELECT count(*) FILTER (WHERE available_at > now())::int AS held,
@@ -519,9 +525,7 @@ FLOW_COMMON_CTES = (
     + f""",
 shards AS (
     SELECT b.shard,
-           LEAST(%(burst)s::float8 / %(tickets)s,
-                 b.tokens + %(rate)s::float8 / %(tickets)s
-                            * extract(epoch FROM clock_timestamp() - b.refilled_at)) AS tokens,
+           {_SHARD_TOKENS} AS tokens,
            b.held
     FROM pgqueue_flow_rate_shard b
     WHERE b.queue = %(queue)s AND (%(rate)s::float8 IS NOT NULL OR {_COUNTED})
@@ -549,9 +553,7 @@ shards AS (
     FROM pgqueue_flow_rate_shard b
     WHERE b.queue = %(queue)s AND (%(rate)s::float8 IS NOT NULL OR {_COUNTED})
 ), state AS (
-    SELECT (SELECT LEAST(%(burst)s::float8 / %(tickets)s,
-                         b.tokens + %(rate)s::float8 / %(tickets)s
-                                    * extract(epoch FROM clock_timestamp() - b.refilled_at))
+    SELECT (SELECT {_SHARD_TOKENS}
             FROM shards b
             WHERE %(rate)s::float8 IS NOT NULL
               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
@@ -573,9 +575,7 @@ shards AS (
 # reads its ticket's shard alone, which must exist: it adds what it leases to the kept count.
 OPTIMISTIC_COUNTING_COMMON_CTES = f"""
 state AS (
-    SELECT (SELECT LEAST(%(burst)s::float8 / %(tickets)s,
-                         b.tokens + %(rate)s::float8 / %(tickets)s
-                                    * extract(epoch FROM clock_timestamp() - b.refilled_at))
+    SELECT (SELECT {_SHARD_TOKENS}
             FROM pgqueue_flow_rate_shard b
             WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
@@ -961,9 +961,7 @@ save_state AS (
     -- acks may have taken leases away from it since it was read: ``held`` as locked now.
     UPDATE pgqueue_flow_rate_shard b
     SET tokens = CASE WHEN %(rate)s::float8 IS NULL THEN b.tokens
-                      ELSE LEAST(%(burst)s::float8 / %(tickets)s,
-                                 b.tokens + %(rate)s::float8 / %(tickets)s
-                                            * extract(epoch FROM clock_timestamp() - b.refilled_at))
+                      ELSE {_SHARD_TOKENS}
                            - (SELECT count(*) FROM claimed) END,
         refilled_at = CASE WHEN %(rate)s::float8 IS NULL THEN b.refilled_at
                            ELSE clock_timestamp() END,
