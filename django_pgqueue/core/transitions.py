@@ -133,12 +133,11 @@ def _ack(
     types: tuple[str, ...],
     local_settings: dict[str, str],
     queue: str | None,
-    leases: int,
 ) -> list[Any]:
-    """Run an ack of ``leases`` leases; one of a queue whose claims count its leases
-    (``queue``, when given, names it) may also take those it ends away from that count
+    """Run an ack; one of a queue whose claims count its leases (``queue``, when given,
+    names it) may also take those it ends away from its kept count
     (``flow_control.counted_queue``)."""
-    counted = flow_control.counted_queue(queue, connection, leases)
+    counted = flow_control.counted_queue(queue, connection)
     if counted is None:
         statement = _COUNTING_ACKS[kind][0]
         return _run(connection, kind, statement, params, types, local_settings)
@@ -191,9 +190,7 @@ def complete_encoded(
         results_json = None  # NULL: unnest() pads the results with NULLs
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), results_json]
-    rows = _ack(
-        connection, "complete", params, _COMPLETE_TYPES, ack_settings(connection), queue, len(ids)
-    )
+    rows = _ack(connection, "complete", params, _COMPLETE_TYPES, ack_settings(connection), queue)
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
 
@@ -279,7 +276,7 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     delays = [a.retry_in for a in attempts]
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), errors, reasons, delays]
-    rows = _ack(connection, "fail", params, _FAIL_TYPES, ack_settings(connection), queue, len(ids))
+    rows = _ack(connection, "fail", params, _FAIL_TYPES, ack_settings(connection), queue)
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
     return Outcome(
@@ -315,6 +312,6 @@ def release(
     if not ids:
         return Outcome()
     params = [reset_attempt, _array(ids), _array(tokens)]
-    rows = _ack(connections[_alias(using)], "release", params, _RELEASE_TYPES, {}, queue, len(ids))
+    rows = _ack(connections[_alias(using)], "release", params, _RELEASE_TYPES, {}, queue)
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))

@@ -21,6 +21,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LIMITED = override_settings(PGQUEUE={"QUEUES": {"lim": {"CONCURRENCY_LIMIT": 10_000}}})
 
 
+@pytest.fixture(autouse=True)
+def _small_batches_read_the_kept_count(monkeypatch):
+    """Claims of 10 or more read the kept count here (100 by default): small tests."""
+    monkeypatch.setattr(flow_control, "KEPT_COUNT_BATCH", 10)
+
+
 def enqueue(count: int) -> None:
     django_pgqueue.enqueue_many("t", [{}] * count, queue="lim")
 
@@ -84,7 +90,7 @@ def test_claims_and_acks_of_a_few_count_and_leave_theirs_counted_until_a_recount
     few = lease(5)  # optimistic, counts (a few in flight): adds its own all the same
     assert runs[-1] == (True, False)
     assert kept() == leases() == 55
-    transitions.complete(few)  # too few to update a shard for: left counted
+    transitions.complete(few)  # after a claim that counted: left counted
     assert (kept(), leases()) == (55, 50)
     # An optimistic claim that sees the kept count too old runs serialized, which counts.
     FlowRateShard.objects.filter(queue="lim").update(counted_at=None)
@@ -114,11 +120,13 @@ def test_a_claim_that_saw_many_leases_in_flight_reads_the_kept_count_even_for_on
 def test_an_ack_inside_a_transaction_leaves_its_leases_counted():
     """Its shard's row lock would hold the queue's claims until the caller's transaction
     ends: the count errs high instead (safe) until the next recount."""
-    enqueue(60)
-    leased = lease(50)
+    enqueue(100)
+    leased = lease(50) + lease(50)  # the second read the kept count: acks keep it
     with transaction.atomic():
         transitions.complete(leased[:20])
-    assert (kept(), leases()) == (50, 30)
+    assert (kept(), leases()) == (100, 80)
+    transitions.complete(leased[20:30])  # the same, outside a transaction
+    assert (kept(), leases()) == (90, 70)
 
 
 @LIMITED
@@ -196,7 +204,7 @@ def test_a_queue_without_a_concurrency_limit_keeps_no_count(monkeypatch):
     assert runs == [(True, False), (False, False), (True, False)]
     assert kept() == 0 and not FlowRateShard.objects.filter(counted_at__isnull=False).exists()
     # Its acks are the plain ones.
-    assert flow_control.counted_queue("lim", connection, 20) is None
+    assert flow_control.counted_queue("lim", connection) is None
 
 
 def test_the_ack_statements_take_away_only_flow_leases_of_their_queue():

@@ -395,6 +395,8 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch, 
     knobs = (1, 0) if kept_count else (10**9, 10**9)
     monkeypatch.setattr(flow_control, "KEPT_COUNT_BATCH", knobs[0])
     monkeypatch.setattr(flow_control, "KEPT_COUNT_HELD", knobs[1])
+    # Every ack keeps it (not only those after a claim that read it): exact to the end.
+    monkeypatch.setattr(flow_control.LEASES_SEEN, "keeps_count", lambda *_: kept_count)
     for tenant in ("a", "b", "c", "d", "e", "f"):
         enqueue(tenant, 15)
     done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
@@ -444,15 +446,9 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         shared_lock = flow_control._lock_body(sql.FLOW_LOCK_SHARED)
         config = flow_control.flow_config("lim")
         assert config is not None
-        claims = {  # head-only or placing, by the placing schedule's clock; a batch of 10
-            flow_control.numbered_claim(  # reads the kept count of leases
-                "fair_limits",
-                True,
-                True,
-                False,
-                placing=p,
-                settings=config.settings_literals,
-                kept_count=True,
+        claims = {  # head-only or placing, by the placing schedule's clock
+            flow_control.numbered_claim(
+                "fair_limits", True, True, False, placing=p, settings=config.settings_literals
             )
             for p in (True, False)
         }

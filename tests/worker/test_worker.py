@@ -49,12 +49,14 @@ def test_the_workers_acks_keep_a_limited_queues_count_of_leases(
     start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The completer names its batches' queue: its acks take what they end away from the
-    queue's kept count of leases (every ack here: flow_control.KEPT_COUNT_BATCH), which is
-    exactly 0 once all is done; without the queue they could not, and it would err high."""
+    queue's kept count of leases (every ack here), which is exactly 0 once all is done;
+    without the queue they could not, and it would err high."""
     from django_pgqueue.core import flow_control
     from django_pgqueue.models import FlowRateShard
 
     monkeypatch.setattr(flow_control, "KEPT_COUNT_BATCH", 1)
+    # Every ack keeps it, not only those after a claim that read it (the first one counts).
+    monkeypatch.setattr(flow_control.LEASES_SEEN, "keeps_count", lambda *_: True)
     django_pgqueue.enqueue_many("tests.echo", [{"n": n} for n in range(60)], queue="lim")
     assert start_worker(queues=["lim"], burst=True, concurrency=4, batch_size=20).join() == 0
     assert ArchivedMessage.objects.filter(queue="lim").count() == 60
