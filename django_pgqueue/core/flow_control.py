@@ -12,8 +12,9 @@ by the plain single-statement claim in ``manager.py``, untouched.
 - Concurrency limits count the queue's messages in flight — leased, lease not expired —
   from the leases themselves (a flow claim marks them, a partial index holds them), so a
   finished, failed, released or expired lease frees its slot by itself and a crashed worker
-  never leaks one. Optimistic claims of a batch read instead a count of the leases that
-  claims and acks keep, which may err high but never low (:data:`KEPT_COUNT_BATCH`).
+  never leaks one. Optimistic claims of a full batch, or with many in flight, read instead a
+  count of the leases that claims and acks keep, which may err high but never low
+  (:data:`KEPT_COUNT_BATCH`).
 - Rate limits are token buckets refilled from ``clock_timestamp()`` (a queue's bucket in
   shards, one per optimistic claim).
 

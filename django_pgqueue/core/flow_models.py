@@ -54,9 +54,9 @@ class FlowRateShard(models.Model):
       of the shards): an optimistic claim takes tokens from its own shard, a serialized claim
       from all.
     - ``held``: the shard's part of the queue's leases not given back (a queue with a
-      concurrency limit): optimistic claims add what they lease to theirs, acks of a batch
-      take away what they end from one of the second half, a serialized claim counts them all
-      and stamps ``counted_at``. Only the sum over the shards means anything.
+      concurrency limit): optimistic claims add what they lease to theirs, acks take away
+      what they end from one of the second half, a serialized claim counts them all and
+      stamps ``counted_at``. Only the sum over the shards means anything.
     """
 
     pk = models.CompositePrimaryKey("queue", "shard")

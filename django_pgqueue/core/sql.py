@@ -501,9 +501,9 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 #   never below those in flight, and an optimistic claim may read it instead of counting
 #   (flow_control.KEPT_COUNT_BATCH: a count under a high claim rate reads a row for every
 #   lease finished since the last WAL flush, acks committing asynchronously). What is not
-#   taken away (an expired lease claimed again, acks of a few or inside a caller's
-#   transaction, an operator's moves) only makes the sum err high; an optimistic claim trusts
-#   it only while every shard was counted in the last ``recount`` seconds;
+#   taken away (an expired lease claimed again, acks after a claim that counted or inside a
+#   caller's transaction, an operator's moves) only makes the sum err high; an optimistic
+#   claim trusts it only while every shard was counted in the last ``recount`` seconds;
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
 _COUNTED = "(%(queue_limit)s::int IS NOT NULL OR %(key_limit)s::int IS NOT NULL)"
@@ -544,7 +544,7 @@ shards AS (
 )"""
 )
 
-# The same for an optimistic claim of a batch, which counts nothing: ``held`` is the shards' sum, NULL
+# The same for an optimistic claim that reads the kept count: ``held`` is the shards' sum, NULL
 # (no room: the claim runs serialized, which counts) when a shard is missing or was not
 # counted in the last ``recount`` seconds. A missing shard also reads as no tokens.
 OPTIMISTIC_COMMON_CTES = f"""
@@ -570,9 +570,9 @@ shards AS (
                 THEN (SELECT sum(held) FROM shards)::bigint END AS held
 )"""
 
-# An optimistic claim of a few messages counts instead (flow_control.KEPT_COUNT_BATCH: at
-# the rate such claims go, few finished leases wait for their entries to be marked dead) and
-# reads its ticket's shard alone, which must exist: it adds what it leases to the kept count.
+# An optimistic claim of fewer messages, with few in flight, counts instead
+# (flow_control.KEPT_COUNT_BATCH: then the count reads few rows) and reads its ticket's shard
+# alone, which must exist: it adds what it leases to the kept count all the same.
 OPTIMISTIC_COUNTING_COMMON_CTES = f"""
 state AS (
     SELECT (SELECT {_SHARD_TOKENS}
