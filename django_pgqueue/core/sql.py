@@ -959,6 +959,11 @@ SAVE_STATE_OPTIMISTIC_CTES = f"""
 save_state AS (
     -- This claim's shard only: no other claim writes it meanwhile (one ticket, one claim);
     -- acks may have taken leases away from it since it was read: ``held`` as locked now.
+    -- The lease count is added to while the shard was counted in the last ``recount``
+    -- seconds; past that the shard is marked uncounted in the same write (``counted_at``
+    -- NULL: no claim reads the kept count until a serialized claim counts again), and once
+    -- it is, a claim of a queue without a rate writes nothing: claims that count (a few
+    -- messages, few in flight) write no row while nobody reads the kept count.
     UPDATE pgqueue_flow_rate_shard b
     SET tokens = CASE WHEN %(rate)s::float8 IS NULL THEN b.tokens
                       ELSE {_SHARD_TOKENS}
@@ -966,8 +971,11 @@ save_state AS (
         refilled_at = CASE WHEN %(rate)s::float8 IS NULL THEN b.refilled_at
                            ELSE clock_timestamp() END,
         held = CASE WHEN {_COUNTED} THEN b.held + (SELECT count(*) FROM claimed)::int
-                    ELSE b.held END
-    WHERE b.queue = %(queue)s AND (%(rate)s::float8 IS NOT NULL OR {_COUNTED})
+                    ELSE b.held END,
+        counted_at = CASE WHEN b.counted_at > now() - make_interval(secs => %(recount)s::float8)
+                          THEN b.counted_at END
+    WHERE b.queue = %(queue)s
+      AND (%(rate)s::float8 IS NOT NULL OR ({_COUNTED} AND b.counted_at IS NOT NULL))
       AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int
       AND EXISTS (SELECT 1 FROM claimed)
 )"""

@@ -4,12 +4,14 @@ trusting it could exceed the limit); it may err high, and a serialized claim cou
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
 import psycopg
 import pytest
 from django.db import connection, connections, transaction
+from django.db.models.functions import Now
 from django.test import override_settings
 
 import django_pgqueue
@@ -97,6 +99,33 @@ def test_claims_and_acks_of_a_few_count_and_leave_theirs_counted_until_a_recount
     lease(20)
     assert runs[-2:] == [(True, True), (False, False)]
     assert kept() == leases() == 70
+
+
+@LIMITED
+def test_claims_that_count_stop_writing_their_shard_once_nobody_reads_the_kept_count(
+    monkeypatch,
+):
+    """A queue without a rate: a claim that counts writes its ticket's shard only to keep the
+    kept count. Once no serialized claim counted for RECOUNT_INTERVAL (nobody reads it), the
+    next one marks its shard uncounted instead, and those after it write nothing; a claim
+    that would read the kept count then runs serialized and counts everything again."""
+    runs = spy_on_claims(monkeypatch)
+    enqueue(100)
+    lease(50)
+    shards = FlowRateShard.objects.filter(queue="lim")
+    shards.update(counted_at=Now() - dt.timedelta(seconds=2))
+    lease(5)  # counts; marks its shard
+    [marked] = shards.filter(counted_at__isnull=True)
+    assert marked.shard <= flow_control.OPTIMISTIC_CLAIMS and marked.held == 5 + (
+        50 if marked.shard == 1 else 0
+    )
+    lease(5)  # counts; writes nothing
+    assert shards.get(shard=marked.shard).held == marked.held
+    assert runs[-2:] == [(True, False), (True, False)]
+    lease(20)  # would read the kept count: a shard is uncounted, so it runs serialized
+    assert runs[-2:] == [(True, True), (False, False)]
+    assert not shards.filter(counted_at__isnull=True).exists()
+    assert kept() == leases() == 80
 
 
 @LIMITED
