@@ -704,14 +704,30 @@ def _claim(
     params: dict[str, Any],
     placing: bool = True,
 ) -> list[Any]:
-    """One claim statement after ``lock``, in one implicit transaction (or the caller's)."""
+    """One claim statement after ``lock``, in one implicit transaction (or the caller's);
+    a queue with a concurrency limit's ``held`` marker row noted (:class:`LeasesSeen`)."""
     # What the claim saves: the queue's shards (a rate, a lease count), the keys' buckets.
     saves = (config.rate_limit is not None or config.counted, config.key_rate_limit is not None)
-    settings = config.settings_literals
     # An optimistic claim may read the kept count of leases instead of counting them.
     queue = params["queue"]
     kept = optimistic and config.counted and LEASES_SEEN.reads_kept_count(alias, queue, params["n"])
-    variant = {"placing": placing, "settings": settings, "kept_count": kept}
+    variant = {"placing": placing, "settings": config.settings_literals, "kept_count": kept}
+    rows = _send_claim(connection, alias, shape, optimistic, saves, variant, lock, params)
+    return LEASES_SEEN.noted(alias, queue, rows, kept) if config.counted else rows
+
+
+def _send_claim(
+    connection: Any,
+    alias: str,
+    shape: ClaimShape,
+    optimistic: bool,
+    saves: tuple[bool, bool],
+    variant: dict[str, Any],
+    lock: str,
+    params: dict[str, Any],
+) -> list[Any]:
+    """The claim statement of ``shape`` and ``variant`` after ``lock``: on the driver on a
+    worker's claim session, else a session-prepared statement through Django's cursor."""
     name, prepare = prepared_claim(shape, optimistic, *saves, **variant)
     statement = claim_statement(shape, optimistic, *saves, **variant)
     arguments = _ARGUMENTS
@@ -739,13 +755,13 @@ def _claim(
             first=first,
         )
         if rows is not None:
-            return LEASES_SEEN.noted(alias, queue, rows, kept)
+            return rows
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
                 _execute_each(cursor, lock + statement, params)
                 rows = cursor.fetchall()
-            return LEASES_SEEN.noted(alias, queue, rows, kept)
+            return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
         # forgets the lease, and with it the slot, together).
         plan = {"plan_cache_mode": "force_generic_plan", **NO_SEQSCAN, **async_commit()}
@@ -764,7 +780,7 @@ def _claim(
         if rows is None:
             execute_all(cursor, prefix + lock + statement, params)
             rows = cursor.fetchall()
-    return LEASES_SEEN.noted(alias, queue, rows, kept)
+    return rows
 
 
 def _execute_each(cursor: Any, statements: str, params: dict[str, Any]) -> None:

@@ -507,6 +507,9 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
 _COUNTED = "(%(queue_limit)s::int IS NOT NULL OR %(key_limit)s::int IS NOT NULL)"
+# This claim's ticket (FLOW_LOCK_SHARED), and a shard's kept count recent enough to trust.
+_TICKET = "NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int"
+_RECENTLY = "> now() - make_interval(secs => %(recount)s::float8)"
 # A rate shard ``b``'s tokens now: its share of the rate since it was refilled, at most its
 # share of the burst.
 _SHARD_TOKENS = (
@@ -534,9 +537,7 @@ shards AS (
              * (%(tickets)s - (SELECT count(*) FROM shards WHERE shard <= %(tickets)s))
              / %(tickets)s
              + COALESCE((SELECT sum(tokens) FROM shards WHERE shard <= %(tickets)s), 0) AS tokens,
-           (SELECT tokens FROM shards
-            WHERE shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
-             AS own_tokens,
+           (SELECT tokens FROM shards WHERE shard = {_TICKET}) AS own_tokens,
            f.queue IS NOT NULL AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
            (SELECT held FROM leases) AS held
@@ -555,18 +556,14 @@ shards AS (
 ), state AS (
     SELECT (SELECT {_SHARD_TOKENS}
             FROM shards b
-            WHERE %(rate)s::float8 IS NOT NULL
-              AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
-             AS own_tokens,
+            WHERE %(rate)s::float8 IS NOT NULL AND b.shard = {_TICKET}) AS own_tokens,
            -- Shards to read imply the state row (the serialized claim that created the shards
            -- created it too): no probe.
            %(rate)s::float8 IS NOT NULL OR {_COUNTED}
              OR EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s) AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
            CASE WHEN NOT {_COUNTED} THEN 0
-                WHEN (SELECT count(*) FROM shards
-                      WHERE counted_at > now() - make_interval(secs => %(recount)s::float8))
-                     = 2 * %(tickets)s
+                WHEN (SELECT count(*) FROM shards WHERE counted_at {_RECENTLY}) = 2 * %(tickets)s
                 THEN (SELECT sum(held) FROM shards)::bigint END AS held
 )"""
 
@@ -578,16 +575,14 @@ state AS (
     SELECT (SELECT {_SHARD_TOKENS}
             FROM pgqueue_flow_rate_shard b
             WHERE b.queue = %(queue)s AND %(rate)s::float8 IS NOT NULL
-              AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int)
+              AND b.shard = {_TICKET})
              AS own_tokens,
            -- With a rate, a missing shard reads as no tokens already; shards imply the state
            -- row (the serialized claim that created them created it too).
            CASE WHEN %(rate)s::float8 IS NOT NULL THEN true
                 WHEN {_COUNTED}
                 THEN EXISTS (SELECT 1 FROM pgqueue_flow_rate_shard b
-                             WHERE b.queue = %(queue)s
-                               AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true),
-                                                    '')::int)
+                             WHERE b.queue = %(queue)s AND b.shard = {_TICKET})
                 ELSE EXISTS (SELECT 1 FROM pgqueue_flow_state f WHERE f.queue = %(queue)s)
            END AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
@@ -972,11 +967,11 @@ save_state AS (
                            ELSE clock_timestamp() END,
         held = CASE WHEN {_COUNTED} THEN b.held + (SELECT count(*) FROM claimed)::int
                     ELSE b.held END,
-        counted_at = CASE WHEN b.counted_at > now() - make_interval(secs => %(recount)s::float8)
+        counted_at = CASE WHEN b.counted_at {_RECENTLY}
                           THEN b.counted_at END
     WHERE b.queue = %(queue)s
       AND (%(rate)s::float8 IS NOT NULL OR ({_COUNTED} AND b.counted_at IS NOT NULL))
-      AND b.shard = NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int
+      AND b.shard = {_TICKET}
       AND EXISTS (SELECT 1 FROM claimed)
 )"""
 SAVE_KEY_BUCKETS_CTES = """
