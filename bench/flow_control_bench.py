@@ -1,7 +1,8 @@
 """Flow control: what fairness and limits cost, and what they buy a light tenant.
 
-Self-contained: creates and drops its own database (``pgq_flow_bench``) on the server named
-by ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``)::
+Self-contained: creates and drops its own database (``pgq_flow_bench``, or ``BENCH_FLOW_DB``)
+on the server named by ``BENCH_SERVER_DSN`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``)::
 
     .venv/bin/python bench/flow_control_bench.py [--quick] [--reps N]
 
@@ -49,7 +50,7 @@ sys.path.insert(0, str(REPO))
 from bench.pg import scratch_database  # noqa: E402
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-DBNAME = "pgq_flow_bench"
+DBNAME = os.environ.get("BENCH_FLOW_DB", "pgq_flow_bench")
 
 FLOW_ON = {
     "FAIRNESS": True,
@@ -95,6 +96,10 @@ def setup_django() -> None:
                 "fair": {"FAIRNESS": True},
                 # Many leases in flight: no key limit (it would bind), a queue limit far off.
                 "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
+                # Each limit of FLOW_ON alone, with fairness (bench/claim_cpu.py).
+                "flow_rate": {"FAIRNESS": True, "RATE_LIMIT": 1_000_000},
+                "flow_limit": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000},
+                "flow_key": {"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 1_000},
             },
         },
     )
