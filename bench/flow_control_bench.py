@@ -20,7 +20,8 @@ on the server named by ``BENCH_SERVER_DSN`` (default
 3. Claim cost with leases in flight (``--only held``): one process holds 0 to 10,000 leases
    while another claims and completes batches, on a plain queue and on a queue with fairness,
    a concurrency limit and a rate, its claims either counting the leases in flight or reading
-   the count that claims and acks keep (``flow_control.KEPT_COUNT_BATCH``), side by side.
+   the count that claims and acks keep (``flow_control.KEPT_COUNT_BATCH``), side by side; and
+   on a queue with key limits (a default one and a tenant's own), as claims choose.
 4. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
    producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
@@ -96,6 +97,12 @@ def setup_django() -> None:
                 "fair": {"FAIRNESS": True},
                 # Many leases in flight: no key limit (it would bind), a queue limit far off.
                 "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
+                # Key limits, a default and one of a tenant's own (--only held).
+                "keyed": {
+                    "FAIRNESS": True,
+                    "KEY_CONCURRENCY_LIMIT": 50_000,
+                    "KEY_CONCURRENCY_LIMITS": {"heavy": 100_000},
+                },
                 # Each limit of FLOW_ON alone, with fairness (bench/claim_cpu.py).
                 "flow_rate": {"FAIRNESS": True, "RATE_LIMIT": 1_000_000},
                 "flow_limit": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000},
@@ -438,10 +445,10 @@ def report_held(reps: int, cycles: int) -> None:
     )
     print()
     print(
-        "| in flight | batch | plain | flow, counting | flow, kept count "
-        "| counting / plain | kept / plain |"
+        "| in flight | batch | plain | flow, counting | flow, kept count | key limits "
+        "| counting / plain | kept / plain | key limits / plain |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     # (KEPT_COUNT_BATCH, KEPT_COUNT_HELD) that make every claim count, or read the kept count.
     variants = {"counting": (10**9, 10**9), "kept": (1, 0)}
     saved = (flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD)
@@ -450,9 +457,9 @@ def report_held(reps: int, cycles: int) -> None:
             for batch in (1, 10, 100):
                 reset_tables()
                 backlog = held + (1 + 2 * reps) * cycles * batch
-                prefill("plain", backlog)
-                prefill("limited", backlog)
-                for queue in ("plain", "limited"):  # another process's leases, long ones
+                for queue in ("plain", "limited", "keyed"):
+                    prefill(queue, backlog)
+                for queue in ("plain", "limited", "keyed"):  # another process's leases, long ones
                     taken = 0
                     while taken < held:
                         taken += len(
@@ -463,18 +470,26 @@ def report_held(reps: int, cycles: int) -> None:
                                 visibility_timeout=3600,
                             )
                         )
-                times: dict[str, list[float]] = {"plain": [], "counting": [], "kept": []}
+                times: dict[str, list[float]] = {
+                    "plain": [],
+                    "counting": [],
+                    "kept": [],
+                    "keyed": [],
+                }
                 for _ in range(reps):
                     times["plain"] += _cycle_times("plain", batch, cycles)
                     for name, knobs in variants.items():
                         flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = knobs
                         flow_control.LEASES_SEEN.reset()
                         times[name] += _cycle_times("limited", batch, cycles)
+                    flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved
+                    flow_control.LEASES_SEEN.reset()
+                    times["keyed"] += _cycle_times("keyed", batch, cycles)
                 m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
                 print(
                     f"| {held:,} | {batch} | {m['plain']:,.0f} | {m['counting']:,.0f} | "
-                    f"{m['kept']:,.0f} | {m['counting'] / m['plain']:.2f} | "
-                    f"{m['kept'] / m['plain']:.2f} |"
+                    f"{m['kept']:,.0f} | {m['keyed']:,.0f} | {m['counting'] / m['plain']:.2f} | "
+                    f"{m['kept'] / m['plain']:.2f} | {m['keyed'] / m['plain']:.2f} |"
                 )
     finally:
         flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved

@@ -153,9 +153,17 @@ class FlowConfig:
 
     @property
     def counted(self) -> bool:
-        """Claims need the queue's leases in flight: a queue limit or a default key limit
-        (kept in the rate shards' ``held`` for optimistic claims, acks taking theirs away)."""
-        return self.concurrency_limit is not None or self.key_concurrency_limit is not None
+        """Claims need the queue's leases in flight: a queue limit or a key limit (kept in the
+        rate shards' ``held`` for optimistic claims, acks taking theirs away)."""
+        return self.concurrency_limit is not None or self.least_key_limit is not None
+
+    @property
+    def least_key_limit(self) -> int | None:
+        """The smallest limit any key has: the default key limit and every per-key limit."""
+        limits = list(self.key_concurrency_limits.values())
+        if self.key_concurrency_limit is not None:
+            limits.append(self.key_concurrency_limit)
+        return min(limits, default=None)
 
     @property
     def shape(self) -> ClaimShape:
@@ -170,13 +178,15 @@ class FlowConfig:
     def optimistic_shape(self) -> ClaimShape:
         """The claim statement of an optimistic claim (see ``sql.BUDGET_OPTIMISTIC_CTES``).
 
-        With a default key limit alone (no per-key limits, no key rate), the statement without
-        the per-tenant counts (~25 plan nodes fewer to set up on every claim): it goes ahead
-        only while the queue's whole in flight leaves that limit ``margin`` away, so no tenant
-        can reach it and the keyed choice is the fair one. Closer to the limit it answers
-        ``contended`` (it cannot tell each tenant's room) and the claim runs serialized.
+        With key limits and no key rate, the statement without the per-tenant counts (~25 plan
+        nodes fewer to set up on every claim, and no count of every tenant's leases): it goes
+        ahead only while the queue's whole in flight leaves the smallest key limit (the
+        default or a per-key one, :attr:`least_key_limit`) ``margin`` away, so no tenant can
+        reach its limit and the keyed choice is the fair one. Closer to it the claim answers
+        ``contended`` (it cannot tell each tenant's room) and runs serialized, which counts
+        key by key. A key rate needs its buckets: the keyed statement.
         """
-        if self.shape == "keyed" and not (self.key_concurrency_limits or self.key_rate_limit):
+        if self.shape == "keyed" and not self.key_rate_limit:
             return "fair_limits"
         return self.shape
 
@@ -204,6 +214,7 @@ class FlowConfig:
             "weights": json.dumps(dict(self.tenant_weights)),
             "key_limits": json.dumps(dict(self.key_concurrency_limits)),
             "key_limit": self.key_concurrency_limit,
+            "least_key_limit": self.least_key_limit,
             "key_rate": self.key_rate_limit,
             "key_burst": self.key_rate_burst,
             "window": WINDOW_SLACK,
@@ -212,13 +223,27 @@ class FlowConfig:
             "margin": OPTIMISTIC_CLAIMS * OPTIMISTIC_BATCH,
             "unplaced_window": UNPLACED_WINDOW,
             "recount": RECOUNT_INTERVAL,
+            "counted": self.counted,
         }
 
     @functools.cached_property
     def settings_literals(self) -> SettingsLiterals:
         """What :func:`claim_statement` writes into this queue's claims as literals."""
-        params = self.settings_params
-        return tuple((name, _literal(params[name], t)) for name, t in _SETTINGS_TYPES)
+        return _literals(self.settings_params)
+
+    @functools.cached_property
+    def optimistic_settings_literals(self) -> SettingsLiterals:
+        """The same for its optimistic claims: where those run the statement without the
+        per-tenant counts (:attr:`optimistic_shape`), one key limit, the smallest."""
+        if self.optimistic_shape == self.shape:
+            return self.settings_literals
+        return _literals(
+            {**self.settings_params, "key_limit": self.least_key_limit, "key_limits": "{}"}
+        )
+
+    def literals(self, optimistic: bool) -> SettingsLiterals:
+        """The settings literals of an optimistic or a serialized claim."""
+        return self.optimistic_settings_literals if optimistic else self.settings_literals
 
 
 # Every claim and enqueue asks for its queue's FlowConfig: built once per queue named in the
@@ -475,6 +500,7 @@ _SETTINGS_TYPES = (
     ("weights", "jsonb"),
     ("key_limits", "jsonb"),
     ("key_limit", "int"),
+    ("least_key_limit", "int"),
     ("key_rate", "float8"),
     ("key_burst", "float8"),
     ("window", "int"),
@@ -482,11 +508,16 @@ _SETTINGS_TYPES = (
     ("margin", "int"),
     ("unplaced_window", "int"),
     ("recount", "float8"),
+    ("counted", "boolean"),
 )
 
 #: ``(name, SQL literal)`` pairs written into a claim statement (``%`` doubled, as the
 #: statement's own).
 SettingsLiterals = tuple[tuple[str, str], ...]
+
+
+def _literals(params: Mapping[str, Any]) -> SettingsLiterals:
+    return tuple((name, _literal(params[name], t)) for name, t in _SETTINGS_TYPES)
 
 
 def _literal(value: Any, sql_type: str) -> str:
@@ -495,6 +526,8 @@ def _literal(value: Any, sql_type: str) -> str:
         text = "NULL"
     elif sql_type == "int":
         text = str(int(value))
+    elif sql_type == "boolean":
+        text = "true" if value else "false"
     else:  # float8 and jsonb (already JSON text), quoted
         value = repr(float(value)) if sql_type == "float8" else str(value)
         text = "'" + value.replace("'", "''") + "'"
@@ -711,7 +744,7 @@ def _claim(
     # An optimistic claim may read the kept count of leases instead of counting them.
     queue = params["queue"]
     kept = optimistic and config.counted and LEASES_SEEN.reads_kept_count(alias, queue, params["n"])
-    variant = {"placing": placing, "settings": config.settings_literals, "kept_count": kept}
+    variant = {"placing": placing, "settings": config.literals(optimistic), "kept_count": kept}
     rows = _send_claim(connection, alias, shape, optimistic, saves, variant, lock, params)
     return LEASES_SEEN.noted(alias, queue, rows, kept) if config.counted else rows
 

@@ -482,9 +482,9 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 
 # What a claim with limits computes first:
 # - leases: the queue's leases, counted exactly, by a serialized claim of a queue with a
-#   queue limit or a default key limit (``counted``; the others need no count). A flow claim
-#   marks what it leases (``fair_order`` -1), so the partial index pgq_message_leased holds
-#   exactly these queues' leases. ``held``: those in flight, lease not expired: a finished,
+#   queue limit or key limits (``counted``: FlowConfig.counted; the others need no count). A
+#   flow claim marks what it leases (``fair_order`` -1), so the partial index
+#   pgq_message_leased holds exactly these queues' leases. ``held``: those in flight, lease not expired: a finished,
 #   failed, released or expired lease stops counting by itself, and a crashed worker never
 #   holds a slot past its lease. ``members``: all of them, expired or not, what the kept
 #   count stands for (below). Keyed queues count per tenant in KEY_ROOM_CTES, only when some
@@ -506,7 +506,7 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 #   claim trusts it only while every shard was counted in the last ``recount`` seconds;
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
-_COUNTED = "(%(queue_limit)s::int IS NOT NULL OR %(key_limit)s::int IS NOT NULL)"
+_COUNTED = "%(counted)s::boolean"
 # This claim's ticket (FLOW_LOCK_SHARED), and a shard's kept count recent enough to trust.
 _TICKET = "NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int"
 _RECENTLY = "> now() - make_interval(secs => %(recount)s::float8)"
@@ -620,9 +620,10 @@ in_flight AS (
     FROM pgqueue_flow_key_bucket b
     WHERE b.queue = %(queue)s AND %(key_rate)s::float8 IS NOT NULL
 )"""
-# Without the per-tenant counts: no room to tell, none when a default key limit is set (an
-# optimistic claim of a keyed queue run without them then goes ahead only while the queue's
-# whole in flight leaves that limit ``margin`` away; see FlowConfig.optimistic_shape).
+# Without the per-tenant counts: no room to tell, none when a key limit is set (an optimistic
+# claim of a keyed queue run without them sees the smallest key limit as ``key_limit`` and
+# goes ahead only while the queue's whole in flight leaves it ``margin`` away; see
+# FlowConfig.optimistic_shape).
 NO_KEY_ROOM_CTES = """
 key_room AS (
     SELECT NULL::text AS key, 0 AS room WHERE %(key_limit)s::int IS NOT NULL
@@ -675,14 +676,14 @@ room AS (
 # interleaves the tenants, so that covers what the ones at their limit hold there.
 # Otherwise no tenant can refuse a message: the batch alone.
 #
-# uncapped: no tenant can reach a key limit in this claim (no per-key overrides or rates, and
-# the queue's whole in flight plus the budget within the default key limit: no tenant has
+# uncapped: no tenant can reach a key limit in this claim (no key rate, and the queue's whole
+# in flight plus the budget within the smallest key limit, default or per key: no tenant has
 # more in flight than the queue). Then the keyed choice is the fair choice, and neither the
 # per-tenant counts nor the reach past the batch are computed (see KEYED_CHOICE_CTES).
 REACH_CTES = """
 uncapped AS (
-    SELECT %(key_limits)s::jsonb = '{}'::jsonb AND %(key_rate)s::float8 IS NULL
-           AND COALESCE(%(key_limit)s::int - (SELECT held FROM state)
+    SELECT %(key_rate)s::float8 IS NULL
+           AND COALESCE(%(least_key_limit)s::int - (SELECT held FROM state)
                         >= (SELECT n FROM budget), true) AS ok
 ), short AS (
     SELECT count(DISTINCT key)::int AS n FROM key_room WHERE room < (SELECT n FROM budget)

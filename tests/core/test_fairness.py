@@ -473,7 +473,9 @@ def _relocked_rows(queue: str, n: int, optimistic: bool, lock: str) -> tuple[int
     assert config is not None
     shape = config.optimistic_shape if optimistic else config.shape
     params = flow_control.claim_params(config, queue, "w1", n, 30.0)
-    statement = flow_control.claim_statement(shape, optimistic, settings=config.settings_literals)
+    statement = flow_control.claim_statement(
+        shape, optimistic, settings=config.literals(optimistic)
+    )
     with transaction.atomic(), connection.cursor() as cursor:
         if lock:
             cursor.execute(lock, params)

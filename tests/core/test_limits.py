@@ -306,7 +306,7 @@ def _optimistic_claim(n: int, worker: str = "w1") -> list[tuple[object, ...]]:
         cursor.execute(sql.FLOW_LOCK_SHARED, params)
         cursor.execute(
             flow_control.claim_statement(
-                config.optimistic_shape, optimistic=True, settings=config.settings_literals
+                config.optimistic_shape, optimistic=True, settings=config.literals(True)
             ),
             params,
         )
@@ -352,19 +352,48 @@ def test_an_optimistic_claim_needs_room_under_every_key():
     assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
 
 
-def test_an_optimistic_claim_skips_the_per_key_machinery_only_when_no_key_can_refuse():
-    """A default key limit alone: an optimistic claim runs only ``margin`` away from it, so
-    it takes the fair choice as is. Per-key limits or a key rate keep the keyed statement."""
-    assert flow_control.FlowConfig(fairness=True, key_concurrency_limit=1_000).shape == "keyed"
-    assert (
-        flow_control.FlowConfig(fairness=True, key_concurrency_limit=1_000).optimistic_shape
-        == "fair_limits"
-    )
-    for extra in ({"key_concurrency_limits": {"a": 500}}, {"key_rate_limit": 1_000.0}):
-        config = flow_control.FlowConfig(fairness=True, key_concurrency_limit=1_000, **extra)
-        assert config.optimistic_shape == "keyed", extra
+def test_an_optimistic_claim_skips_the_per_key_machinery_unless_a_key_has_a_rate():
+    """Key limits, default or per key: an optimistic claim runs only ``margin`` away from the
+    smallest, so it takes the fair choice as is. A key rate keeps the keyed statement."""
+    FlowConfig = flow_control.FlowConfig
+    for config in (
+        FlowConfig(fairness=True, key_concurrency_limit=1_000),
+        FlowConfig(fairness=True, key_concurrency_limit=1_000, key_concurrency_limits={"a": 500}),
+        FlowConfig(key_concurrency_limits={"a": 500, "b": 2_000}),
+    ):
+        assert (config.shape, config.optimistic_shape) == ("keyed", "fair_limits"), config
+        assert config.counted
+    keyed_rate = FlowConfig(fairness=True, key_concurrency_limit=1_000, key_rate_limit=1_000.0)
+    assert keyed_rate.optimistic_shape == "keyed"
+    assert keyed_rate.optimistic_settings_literals == keyed_rate.settings_literals
     # Without fairness the claim order is the plain one: the shape stays "limits".
-    assert flow_control.FlowConfig(concurrency_limit=5).optimistic_shape == "limits"
+    assert FlowConfig(concurrency_limit=5).optimistic_shape == "limits"
+    assert not FlowConfig(fairness=True, rate_limit=5.0).counted
+
+
+def test_the_smallest_key_limit_is_the_one_an_optimistic_claim_keeps_its_margin_from():
+    FlowConfig = flow_control.FlowConfig
+    assert FlowConfig(key_concurrency_limit=1_000).least_key_limit == 1_000
+    assert FlowConfig(key_concurrency_limits={"a": 500, "b": 2_000}).least_key_limit == 500
+    config = FlowConfig(key_concurrency_limit=300, key_concurrency_limits={"vip": 5_000})
+    assert config.least_key_limit == 300
+    assert FlowConfig(concurrency_limit=9).least_key_limit is None
+    optimistic = dict(config.optimistic_settings_literals)
+    assert optimistic["key_limit"] == "(300::int)" and optimistic["key_limits"] == "('{}'::jsonb)"
+    assert dict(config.settings_literals)["key_limits"] == """('{"vip": 5000}'::jsonb)"""
+
+
+@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMITS={"a": 401, "vip": 5_000})
+def test_an_optimistic_claim_keeps_its_margin_from_the_smallest_per_key_limit():
+    """Per-key limits alone (no default): "a" may have 401 in flight, one more than the
+    margin (4 tickets x 100). With one message in flight, whichever key's, an optimistic claim
+    still has room; with two the queue's whole in flight no longer leaves "a"'s limit the
+    margin away: it answers contended, and the claim runs serialized, counting key by key."""
+    enqueue("vip", 4)
+    assert len(lease(1)) == 1  # serialized: creates the state row and the shards
+    assert [o for o, *_ in _optimistic_claim(1)] == ["claimed"]  # 401 - 1 >= 400
+    assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]  # 401 - 2 < 400
+    assert len(lease(1)) == 1  # served all the same, serialized
 
 
 def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple[bool, bool]]:
@@ -411,6 +440,21 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch, 
     assert (kept == 0) if kept_count else (kept >= 0), kept
 
 
+@limits(CONCURRENCY_LIMIT=10, FAIRNESS=True, KEY_CONCURRENCY_LIMITS=dict.fromkeys("abcdef", 8))
+def test_per_key_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
+    """Every tenant with a limit of its own (8) and no default: claims of 3 are optimistic
+    while the queue's whole in flight leaves 8 a margin of 2 x 3 away (2 or fewer in flight),
+    without counting key by key, and serialized beyond: the limits hold across both."""
+    outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=3)
+    for tenant in "abcdef":
+        enqueue(tenant, 15)
+    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
+    assert len(done) == len(set(done)) == 90
+    assert queue_peak <= 10 and key_peak <= 8
+    assert queue_peak >= 7  # the limit was actually reached
+    assert (True, True) in outcomes and (False, True) in outcomes
+
+
 @limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=3)
 def test_a_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
     """While the queue's whole in flight plus the batch stays within the key limit, no key
@@ -421,6 +465,17 @@ def test_a_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
     assert lease(2) == []
     enqueue("b", 2)
     assert [m.tenant for m in lease(2)] == ["b", "b"]
+
+
+@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMITS={"a": 3})
+def test_a_per_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
+    """The same with a tenant's own limit and no default: the smallest key limit decides."""
+    enqueue("a", 6)
+    assert len(lease(2)) == 2  # 0 in flight + 2 <= 3: the fair choice as is
+    assert len(lease(2)) == 1  # 2 + 2 > 3: counted per key, "a" has room for one
+    assert lease(2) == []
+    enqueue("b", 2)
+    assert [m.tenant for m in lease(2)] == ["b", "b"]  # "b" has no limit of its own
 
 
 @limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
@@ -448,7 +503,7 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         assert config is not None
         claims = {  # head-only or placing, by the placing schedule's clock
             flow_control.numbered_claim(
-                "fair_limits", True, True, False, placing=p, settings=config.settings_literals
+                "fair_limits", True, True, False, placing=p, settings=config.literals(True)
             )
             for p in (True, False)
         }
@@ -523,7 +578,7 @@ def test_optimistic_claims_with_a_rate_do_not_wait_for_each_other(monkeypatch):
     config = flow_control.flow_config("lim")
     assert config is not None
     statement = flow_control.claim_statement(
-        config.shape, optimistic=True, settings=config.settings_literals
+        config.shape, optimistic=True, settings=config.literals(True)
     )
     s = connection.settings_dict
     other = psycopg.connect(
