@@ -21,7 +21,8 @@ on the server named by ``BENCH_SERVER_DSN`` (default
    while another claims and completes batches, on a plain queue and on a queue with fairness,
    a concurrency limit and a rate, its claims either counting the leases in flight or reading
    the count that claims and acks keep (``flow_control.KEPT_COUNT_BATCH``), side by side; and
-   on a queue with key limits (a default one and a tenant's own), as claims choose.
+   on a queue with key limits (a default one and a tenant's own), and one with a key limit
+   and a key rate, as claims choose.
 4. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
    producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
@@ -102,6 +103,11 @@ def setup_django() -> None:
                     "FAIRNESS": True,
                     "KEY_CONCURRENCY_LIMIT": 50_000,
                     "KEY_CONCURRENCY_LIMITS": {"heavy": 100_000},
+                },
+                "key_rate": {
+                    "FAIRNESS": True,
+                    "KEY_CONCURRENCY_LIMIT": 50_000,
+                    "KEY_RATE_LIMIT": 1e6,
                 },
                 # Each limit of FLOW_ON alone, with fairness (bench/claim_cpu.py).
                 "flow_rate": {"FAIRNESS": True, "RATE_LIMIT": 1_000_000},
@@ -446,9 +452,10 @@ def report_held(reps: int, cycles: int) -> None:
     print()
     print(
         "| in flight | batch | plain | flow, counting | flow, kept count | key limits "
-        "| counting / plain | kept / plain | key limits / plain |"
+        "| key limit + key rate | counting / plain | kept / plain | key limits / plain "
+        "| + key rate / plain |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     # (KEPT_COUNT_BATCH, KEPT_COUNT_HELD) that make every claim count, or read the kept count.
     variants = {"counting": (10**9, 10**9), "kept": (1, 0)}
     saved = (flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD)
@@ -457,9 +464,10 @@ def report_held(reps: int, cycles: int) -> None:
             for batch in (1, 10, 100):
                 reset_tables()
                 backlog = held + (1 + 2 * reps) * cycles * batch
-                for queue in ("plain", "limited", "keyed"):
+                queues = ("plain", "limited", "keyed", "key_rate")
+                for queue in queues:
                     prefill(queue, backlog)
-                for queue in ("plain", "limited", "keyed"):  # another process's leases, long ones
+                for queue in queues:  # another process's leases, long ones
                     taken = 0
                     while taken < held:
                         taken += len(
@@ -475,6 +483,7 @@ def report_held(reps: int, cycles: int) -> None:
                     "counting": [],
                     "kept": [],
                     "keyed": [],
+                    "key_rate": [],
                 }
                 for _ in range(reps):
                     times["plain"] += _cycle_times("plain", batch, cycles)
@@ -484,12 +493,16 @@ def report_held(reps: int, cycles: int) -> None:
                         times[name] += _cycle_times("limited", batch, cycles)
                     flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved
                     flow_control.LEASES_SEEN.reset()
-                    times["keyed"] += _cycle_times("keyed", batch, cycles)
+                    for queue in ("keyed", "key_rate"):
+                        times[queue] += _cycle_times(queue, batch, cycles)
                 m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+                flows = ("counting", "kept", "keyed", "key_rate")
                 print(
-                    f"| {held:,} | {batch} | {m['plain']:,.0f} | {m['counting']:,.0f} | "
-                    f"{m['kept']:,.0f} | {m['keyed']:,.0f} | {m['counting'] / m['plain']:.2f} | "
-                    f"{m['kept'] / m['plain']:.2f} | {m['keyed'] / m['plain']:.2f} |"
+                    f"| {held:,} | {batch} | {m['plain']:,.0f} | "
+                    + " | ".join(f"{m[k]:,.0f}" for k in flows)
+                    + " | "
+                    + " | ".join(f"{m[k] / m['plain']:.2f}" for k in flows)
+                    + " |"
                 )
     finally:
         flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved

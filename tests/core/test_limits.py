@@ -162,6 +162,22 @@ def test_key_rate_limit_holds_per_key_and_leaves_other_keys_alone():
     assert FlowKeyBucket.objects.filter(queue="lim").count() == 2
 
 
+@limits(KEY_RATE_LIMIT=50)
+def test_full_key_buckets_are_dropped_and_the_claimed_keys_kept():
+    """A key's bucket is full again burst / rate = 1 s after its last claim: claims then drop
+    it (up to 16 a claim statement), never the bucket of a key they claim from."""
+    for n in range(20):
+        enqueue(f"t{n}", 2)
+    assert len(lease(20)) == 20
+    buckets = FlowKeyBucket.objects.filter(queue="lim")
+    assert buckets.count() == 20
+    assert len(lease(1)) == 1  # within the second: nothing is idle yet
+    assert buckets.count() == 20
+    time.sleep(1.1)
+    claimed = {m.tenant for m in lease(1)} | {m.tenant for m in lease(1)}
+    assert set(buckets.values_list("key", flat=True)) == claimed
+
+
 # --- pause -----------------------------------------------------------------------------------
 
 
@@ -465,6 +481,51 @@ def test_a_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
     assert lease(2) == []
     enqueue("b", 2)
     assert [m.tenant for m in lease(2)] == ["b", "b"]
+
+
+def _tenants_counted(n: int) -> int:
+    """How many times a serialized claim of ``n`` from queue 'lim' counted its tenants' leases
+    in flight (EXPLAIN ANALYZE, rolled back)."""
+    from tests.plans import nodes
+
+    config = flow_control.flow_config("lim")
+    assert config is not None
+    params = flow_control.claim_params(config, "lim", "w1", n, 30.0)
+    statement = flow_control.claim_statement(config.shape, settings=config.literals(False))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.FLOW_LOCK, params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    in_flight = next(node for node in nodes(plan) if node.get("Subplan Name") == "CTE in_flight")
+    # Planned away altogether when the settings decide (no key limit): no scan at all.
+    scans = [n for n in nodes([{"Plan": in_flight}]) if n.get("Relation Name") == "pgqueue_message"]
+    return sum(scan["Actual Loops"] for scan in scans)
+
+
+@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=20, KEY_RATE_LIMIT=1_000)
+def test_a_keyed_claim_counts_tenants_leases_only_near_the_smallest_key_limit(monkeypatch):
+    """With a margin of 2 x 3 = 6: while the queue's whole in flight leaves the key limit 20
+    at least max(6, the batch) away, no tenant can reach it, and the claim does not count
+    each tenant's leases (it does once closer); the limit holds across the switch."""
+    _small_optimistic_claims(monkeypatch, claims=2, batch=3)
+    enqueue("a", 30)
+    assert _tenants_counted(2) == 0
+    assert len(lease(14)) == 14  # 20 - 14 = 6 >= max(6, 2): still far
+    assert _tenants_counted(2) == 0
+    assert _tenants_counted(7) == 1  # a batch of 7 might reach it
+    assert len(lease(1)) == 1  # 20 - 15 < 6: counted from here on
+    assert _tenants_counted(2) == 1
+    assert len(lease(10)) == 5  # "a" is at its limit of 20
+    assert lease(1) == []
+
+
+@limits(FAIRNESS=True, KEY_RATE_LIMIT=1_000)
+def test_a_key_rate_alone_never_counts_tenants_leases(monkeypatch):
+    _small_optimistic_claims(monkeypatch, claims=2, batch=3)
+    enqueue("a", 30)
+    assert len(lease(20)) == 20
+    assert _tenants_counted(5) == 0
 
 
 @limits(FAIRNESS=True, KEY_CONCURRENCY_LIMITS={"a": 3})
