@@ -484,11 +484,11 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 # - leases: the queue's leases, counted exactly, by a serialized claim of a queue with a
 #   queue limit or key limits (``counted``: FlowConfig.counted; the others need no count). A
 #   flow claim marks what it leases (``fair_order`` -1), so the partial index
-#   pgq_message_leased holds exactly these queues' leases. ``held``: those in flight, lease not expired: a finished,
-#   failed, released or expired lease stops counting by itself, and a crashed worker never
-#   holds a slot past its lease. ``members``: all of them, expired or not, what the kept
-#   count stands for (below). Keyed queues count per tenant in KEY_ROOM_CTES, only when some
-#   tenant may reach its limit;
+#   pgq_message_leased holds exactly these queues' leases. ``held``: those in flight, lease
+#   not expired: a finished, failed, released or expired lease stops counting by itself, and
+#   a crashed worker never holds a slot past its lease. ``members``: all of them, expired or
+#   not, what the kept count stands for (below). Keyed queues count per tenant in
+#   KEY_ROOM_CTES, only when some tenant may reach its limit;
 # - shards: ``2 x tickets`` rows per queue (so that claims and acks side by side write
 #   different rows). Tokens, in the first ``tickets``: each has that share of the rate and
 #   the burst, refilled to the database clock; an optimistic claim takes tokens from its
