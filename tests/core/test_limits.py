@@ -429,6 +429,19 @@ def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple
     return outcomes
 
 
+def _drain_six_tenants_within_limits(outcomes: list[tuple[bool, bool]]) -> None:
+    """Six tenants' 15 messages each drained by 6 claimers in batches of 3: each leased once,
+    the queue limit 10 and the key limit 8 held (and the queue's reached), and both
+    optimistic and serialized claims went ahead (``outcomes``: _small_optimistic_claims)."""
+    for tenant in "abcdef":
+        enqueue(tenant, 15)
+    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
+    assert len(done) == len(set(done)) == 90
+    assert queue_peak <= 10 and key_peak <= 8
+    assert queue_peak >= 7  # the limit was actually reached
+    assert (True, True) in outcomes and (False, True) in outcomes
+
+
 @pytest.mark.parametrize("kept_count", [False, True], ids=["counting", "kept-count"])
 @limits(CONCURRENCY_LIMIT=10, KEY_CONCURRENCY_LIMIT=8, FAIRNESS=True)
 def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch, kept_count):
@@ -442,14 +455,7 @@ def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch, 
     monkeypatch.setattr(flow_control, "KEPT_COUNT_HELD", knobs[1])
     # Every ack keeps it (not only those after a claim that read it): exact to the end.
     monkeypatch.setattr(flow_control.LEASES_SEEN, "keeps_count", lambda *_: kept_count)
-    for tenant in ("a", "b", "c", "d", "e", "f"):
-        enqueue(tenant, 15)
-    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
-    assert len(done) == len(set(done)) == 90
-    assert queue_peak <= 10 and key_peak <= 8
-    assert queue_peak >= 7  # the limit was actually reached
-    # Both kinds of claims happened.
-    assert (True, True) in outcomes and (False, True) in outcomes
+    _drain_six_tenants_within_limits(outcomes)
     kept = sum(FlowRateShard.objects.filter(queue="lim").values_list("held", flat=True))
     # Every lease given back: the kept count is exactly 0 when every ack kept it, whatever
     # the interleaving of claims, acks and recounts; it errs high when none did.
@@ -462,13 +468,7 @@ def test_per_key_limits_hold_while_claims_go_from_optimistic_to_serialized(monke
     while the queue's whole in flight leaves 8 a margin of 2 x 3 away (2 or fewer in flight),
     without counting key by key, and serialized beyond: the limits hold across both."""
     outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=3)
-    for tenant in "abcdef":
-        enqueue(tenant, 15)
-    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
-    assert len(done) == len(set(done)) == 90
-    assert queue_peak <= 10 and key_peak <= 8
-    assert queue_peak >= 7  # the limit was actually reached
-    assert (True, True) in outcomes and (False, True) in outcomes
+    _drain_six_tenants_within_limits(outcomes)
 
 
 @limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=3)
