@@ -507,6 +507,9 @@ SELECT pg_advisory_xact_lock_shared(%(lock_class)s, hashtext(%(queue)s)),
 # - state: the whole bucket (shards not written yet are full), this claim's shard, whether
 #   the queue has its state row, whether it is paused.
 _COUNTED = "%(counted)s::boolean"
+# A flow lease of the queue (pgq_message_leased), expired or not; in flight while
+# ``available_at > now()``.
+_QUEUE_LEASE = "queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0"
 # This claim's ticket (FLOW_LOCK_SHARED), and a shard's kept count recent enough to trust.
 _TICKET = "NULLIF(current_setting('pgqueue.claim_ticket', true), '')::int"
 _RECENTLY = "> now() - make_interval(secs => %(recount)s::float8)"
@@ -521,7 +524,7 @@ leases AS (
     SELECT count(*) FILTER (WHERE available_at > now())::int AS held,
            count(*)::int AS members
     FROM pgqueue_message
-    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0 AND {_COUNTED}
+    WHERE {_QUEUE_LEASE} AND {_COUNTED}
 )"""
 FLOW_COMMON_CTES = (
     LEASES_CTES
@@ -588,8 +591,7 @@ state AS (
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
            CASE WHEN {_COUNTED}
                 THEN (SELECT count(*)::int FROM pgqueue_message
-                      WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
-                        AND available_at > now())
+                      WHERE {_QUEUE_LEASE} AND available_at > now())
                 ELSE 0 END AS held
 )"""
 
@@ -604,11 +606,10 @@ SELECT '{{outcome}}', {{nulls}}, held FROM state WHERE {_COUNTED} AND held IS NO
 # limits (a key rate alone), nor while the queue's whole in flight leaves the smallest key
 # limit the margin and the batch away (no tenant has more in flight than the queue, and a
 # tenant counted as having none may take at most the batch). An O(in flight) count saved.
-KEY_ROOM_CTES = """
+KEY_ROOM_CTES = f"""
 in_flight AS (
     SELECT tenant AS key, count(*)::int AS n FROM pgqueue_message
-    WHERE queue = %(queue)s AND lease_token IS NOT NULL AND fair_order < 0
-      AND available_at > now() AND tenant IS NOT NULL
+    WHERE {_QUEUE_LEASE} AND available_at > now() AND tenant IS NOT NULL
       AND %(least_key_limit)s::int IS NOT NULL
       AND NOT COALESCE(%(least_key_limit)s::int - (SELECT held FROM state)
                        >= GREATEST(%(margin)s::int, %(n)s::int), false)
