@@ -43,12 +43,14 @@ def drain(conn: psycopg.Connection[Any], timeout: float = 0.5) -> list[tuple[str
 
 @pytest.fixture(autouse=True)
 def _fresh_placing_schedule() -> Iterator[None]:
-    """Each test starts as a new process would: its first fair claim places, and it has seen
-    no leases in flight yet."""
-    from django_pgqueue.core.flow_control import LEASES_SEEN, PLACING_SCHEDULE
+    """Each test starts as a new process would: its first fair claim places, it has seen no
+    leases in flight yet and holds no claim credit."""
+    from django_pgqueue.core.flow_control import CREDITS, LEASES_SEEN, PLACING_SCHEDULE
 
     PLACING_SCHEDULE.reset()
     LEASES_SEEN.reset()
+    CREDITS.reset()
     yield
     PLACING_SCHEDULE.reset()
     LEASES_SEEN.reset()
+    CREDITS.reset()

@@ -35,8 +35,11 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import time
+import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -111,6 +114,15 @@ RECOUNT_INTERVAL = 1.0
 #: Rows written without a place (``fair_order`` NULL: raw SQL, or from before fairness was
 #: switched on) are looked for among this many oldest ready messages of the queue.
 UNPLACED_WINDOW = 32
+
+#: Claim credits (:class:`CreditBook`, ``sql.py`` "Claim credits"): an optimistic claim that
+#: took its whole batch far from every limit grants its session an allowance of up to
+#: ``CREDIT_CLAIMS`` times its batch, which the session leases with claims of fairness alone
+#: for ``CREDIT_WINDOW`` seconds (database time). 0 switches credits off. A rate may be
+#: exceeded by the allowances of the credits live at once (their tokens are spent when
+#: granted, and leased within the window): at most the rate times the window.
+CREDIT_CLAIMS = 32
+CREDIT_WINDOW = 0.2
 
 
 ClaimShape = Literal["limits", "fair_limits", "keyed", "fair"]
@@ -224,6 +236,7 @@ class FlowConfig:
             "unplaced_window": UNPLACED_WINDOW,
             "recount": RECOUNT_INTERVAL,
             "counted": self.counted,
+            "credit_window": CREDIT_WINDOW,
         }
 
     @functools.cached_property
@@ -335,6 +348,89 @@ class LeasesSeen:
 LEASES_SEEN = LeasesSeen()
 
 
+@dataclass
+class Credit:
+    """A claim credit of one session and queue: what it may still lease, and until when."""
+
+    left: int
+    until: float  # seconds since the epoch, database time: the database checks it
+    stale_at: float  # host monotonic clock: past it, not worth trying (a hint only)
+
+
+class CreditBook:
+    """The claim credits of this process: one holder per connection (a claiming session,
+    one thread) and at most one credit per holder and queue, with what is left of it.
+
+    The database decides whether a credit is live (``sql.CREDIT_COMMON_CTES``); the host
+    clock only spares a claim that would find it ended. The count of what is left is the
+    holder's own: nobody else claims under its credit."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._books: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Credit]]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _book(self, connection: Any) -> tuple[str, dict[str, Credit]]:
+        book = self._books.get(connection)
+        if book is None:
+            holder = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
+            book = self._books[connection] = (holder, {})
+        return book
+
+    def holder(self, connection: Any) -> str:
+        return self._book(connection)[0]
+
+    def usable(self, connection: Any, queue: str, messages: int) -> Credit | None:
+        """The holder's credit of ``queue`` if it has ``messages`` left and may be live."""
+        credit = self._book(connection)[1].get(queue)
+        if credit is None:
+            return None
+        if credit.left < messages or self.clock() >= credit.stale_at:
+            self.drop(connection, queue)
+            return None
+        return credit
+
+    def spent(self, connection: Any, queue: str, messages: int) -> None:
+        credit = self._book(connection)[1].get(queue)
+        if credit is not None:
+            credit.left -= messages
+
+    def drop(self, connection: Any, queue: str) -> None:
+        self._book(connection)[1].pop(queue, None)
+
+    def noted(self, connection: Any, queue: str, rows: list[Any]) -> list[Any]:
+        """``rows`` without a grant's marker rows, whose credit is noted (a new grant
+        replaces the holder's credit, in the database as here)."""
+        allowance = until = None
+        kept = []
+        for row in rows:
+            if row[0] == CREDIT:
+                allowance = int(row[-1])
+            elif row[0] == CREDIT_UNTIL:
+                until = int(row[-1]) / 1e6
+            else:
+                kept.append(row)
+        if allowance is not None and until is not None:
+            stale_at = self.clock() + CREDIT_WINDOW
+            self._book(connection)[1][queue] = Credit(allowance, until, stale_at)
+        return kept
+
+    def reset(self) -> None:
+        self._books = weakref.WeakKeyDictionary()
+
+
+CREDITS = CreditBook()
+
+
+def credit_size(config: FlowConfig, messages: int) -> int:
+    """The largest credit an optimistic claim of ``messages`` may grant: none for a key rate
+    (its buckets are per key) or with credits switched off (:data:`CREDIT_CLAIMS`)."""
+    if not config.serialized or config.key_rate_limit is not None:
+        return 0
+    return messages * CREDIT_CLAIMS
+
+
 def counted_queue(queue: str | None, connection: Any) -> str | None:
     """``queue`` if an ack of its leases on ``connection`` keeps its kept count
     (``sql.LEASES_ENDED_CTE``): its claims count leases, the last one here read the kept count
@@ -359,7 +455,11 @@ PLACING = "placing"
 #: The outcome of the marker row of a claim of a queue with a concurrency limit that tells
 #: the leases in flight it saw (counted, or the kept count): see :class:`LeasesSeen`.
 HELD = "held"
-MARKERS = frozenset({CONTENDED, PLACING, HELD})
+#: The outcomes of the marker rows of an optimistic claim that granted a claim credit: its
+#: allowance, its end (microseconds since the epoch, database time). See :class:`CreditBook`.
+CREDIT = "credit"
+CREDIT_UNTIL = "credit_until"
+MARKERS = frozenset({CONTENDED, PLACING, HELD, CREDIT, CREDIT_UNTIL})
 
 
 @functools.cache
@@ -371,6 +471,7 @@ def claim_statement(
     placing: bool = True,
     settings: SettingsLiterals = (),
     kept_count: bool = False,
+    credit: bool = False,
 ) -> str:
     """The core's LEASE statement (reaper and all) wrapped in the flow-control CTEs.
 
@@ -389,15 +490,22 @@ def claim_statement(
     ``settings``: the queue's settings written in as literals (FlowConfig.settings_literals;
     claims always do); without them the statement takes them as parameters too.
     ``kept_count`` (optimistic): the queue's leases in flight read from the count its claims
-    and acks keep instead of counted (see ``sql.py``, and :data:`KEPT_COUNT_BATCH`).
+    and acks keep instead of counted (see ``sql.py``, and :data:`KEPT_COUNT_BATCH`); it may
+    grant a claim credit (``sql.SAVE_CREDIT_CTES``). ``credit`` (shape ``fair``, or
+    ``limits`` for the plain claim order): a claim under a credit (``sql.CREDIT_COMMON_CTES``),
+    after the shared lock, without counting anything.
     """
-    # Side by side (fairness alone, optimistic claims), heads are taken with SKIP LOCKED.
-    head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or shape == "fair" else ""
+    if credit and (optimistic or shape not in ("fair", "limits")):
+        raise ValueError("a claim under a credit takes the fair or the plain order as is")
+    # Side by side (fairness alone, optimistic claims, claims under a credit), heads are
+    # taken with SKIP LOCKED.
+    head_lock = "FOR UPDATE SKIP LOCKED" if optimistic or credit or shape == "fair" else ""
     head_only = not placing and shape != "limits"
     # A head-only claim whose head is locked chose only locked rows: none to lock by id; and
-    # unless some tenant may refuse a message (keyed), it chose the head as read.
-    all_locked = head_only and bool(head_lock)
-    head_as_read = all_locked and shape != "keyed"
+    # unless some tenant may refuse a message (keyed), it chose the head as read. So does a
+    # claim of the plain order under a credit (FLOW_QUEUE_CTES: the head, locked, numbered).
+    all_locked = (head_only or (credit and shape == "limits")) and bool(head_lock)
+    head_as_read = head_only and all_locked and shape != "keyed"
     if head_as_read:
         candidates = sql.LOCKED_HEAD_CANDIDATES
     else:
@@ -432,11 +540,17 @@ def claim_statement(
     )
     fair_choice = sql.HEAD_CHOICE_CTES if head_only else sql.FAIR_CHOICE_CTES
     save_state = sql.SAVE_STATE_OPTIMISTIC_CTES if optimistic else sql.SAVE_STATE_SERIALIZED_CTES
-    save = [save_state] if queue_shards and shape != "fair" else []
+    save = [save_state] if queue_shards and shape != "fair" and not credit else []
+    # An optimistic claim may grant a credit; its shard spends it (save_state reads it).
+    grants = optimistic and shape != "fair"
+    if grants:
+        save.insert(0, sql.SAVE_CREDIT_CTES)
+    elif shape != "fair" and not credit:
+        save.append(sql.END_OWN_CREDIT_CTES)
     if key_rate and shape == "keyed":
         save.append(sql.SAVE_KEY_BUCKETS_CTES)
     if shape == "limits":
-        ctes = [common, sql.NO_KEY_ROOM_CTES, budget]
+        ctes = [sql.CREDIT_COMMON_CTES] if credit else [common, sql.NO_KEY_ROOM_CTES, budget]
         ctes.append(sql.FLOW_QUEUE_CTES.format(head_lock=head_lock, head_locked=head_locked))
     elif shape == "fair_limits":
         ctes = [common, sql.NO_KEY_ROOM_CTES, budget, sql.NO_REACH_CTES, fair_candidates]
@@ -444,7 +558,8 @@ def claim_statement(
         ctes = [common, sql.KEY_ROOM_CTES, budget, sql.REACH_CTES]
         ctes += [fair_candidates, sql.KEYED_CHOICE_CTES]
     else:
-        ctes = [sql.NO_REACH_CTES, sql.FAIR_ONLY_COMMON_CTES, fair_candidates]
+        budget = sql.CREDIT_COMMON_CTES if credit else sql.FAIR_ONLY_COMMON_CTES
+        ctes = [sql.NO_REACH_CTES, budget, fair_candidates]
     if shape in ("fair_limits", "fair") and not head_as_read:
         ctes.append(fair_choice)
     if shape != "limits" and not head_only:
@@ -459,16 +574,29 @@ def claim_statement(
     markers = f"\nUNION ALL\nSELECT '{CONTENDED}', {marker}, 0 FROM budget WHERE contended"
     if head_only:
         markers += "\nUNION ALL" + sql.HEAD_ONLY_MARKERS.format(outcome=PLACING, nulls=marker)
-    if shape != "fair":
+    if shape != "fair" and not credit:
         markers += "\nUNION ALL" + sql.HELD_MARKER.format(outcome=HELD, nulls=marker)
+    if grants:
+        markers += "\nUNION ALL" + sql.CREDIT_MARKERS.format(
+            outcome=CREDIT, until=CREDIT_UNTIL, nulls=marker
+        )
     statement = lease.removesuffix(_ORDER_ANCHOR) + markers + _ORDER_ANCHOR
     return _substituted(statement, dict(settings))
 
 
 def claim_params(
-    config: FlowConfig, queue: str, worker_id: str, limit: int, vt: float
+    config: FlowConfig,
+    queue: str,
+    worker_id: str,
+    limit: int,
+    vt: float,
+    holder: str | None = None,
+    credit_size: int = 0,
+    credit_until: float | None = None,
 ) -> dict[str, Any]:
-    """The named parameters of :func:`claim_statement`."""
+    """The named parameters of :func:`claim_statement`: an optimistic claim may grant
+    ``holder`` a credit of up to ``credit_size`` messages; a claim under a credit goes ahead
+    until ``credit_until`` (seconds since the epoch, database time)."""
     return {
         **config.settings_params,
         "queue": queue,
@@ -476,6 +604,9 @@ def claim_params(
         "place_limit": limit + PLACE_SLACK,
         "worker_id": worker_id,
         "visibility_timeout": vt,
+        "holder": holder,
+        "credit_size": credit_size,
+        "credit_until": credit_until,
     }
 
 
@@ -490,6 +621,9 @@ _PARAM_TYPES = (
     ("place_limit", "int"),
     ("worker_id", "text"),
     ("visibility_timeout", "float8"),
+    ("holder", "text"),
+    ("credit_size", "int"),
+    ("credit_until", "float8"),
 )
 
 # The settings' parameters of :func:`claim_statement`, with the types of their literals.
@@ -509,6 +643,7 @@ _SETTINGS_TYPES = (
     ("unplaced_window", "int"),
     ("recount", "float8"),
     ("counted", "boolean"),
+    ("credit_window", "float8"),
 )
 
 #: ``(name, SQL literal)`` pairs written into a claim statement (``%`` doubled, as the
@@ -547,10 +682,17 @@ def numbered_claim(
     placing: bool = True,
     settings: SettingsLiterals,
     kept_count: bool = False,
+    credit: bool = False,
 ) -> str:
     """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
     statement = claim_statement(
-        shape, optimistic, *saves, placing=placing, settings=settings, kept_count=kept_count
+        shape,
+        optimistic,
+        *saves,
+        placing=placing,
+        settings=settings,
+        kept_count=kept_count,
+        credit=credit,
     )
     return _numbered(statement, _PARAM_TYPES)
 
@@ -580,14 +722,22 @@ def prepared_claim(
     placing: bool = True,
     settings: SettingsLiterals,
     kept_count: bool = False,
+    credit: bool = False,
 ) -> tuple[str, str]:
     """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
     body = numbered_claim(
-        shape, optimistic, *saves, placing=placing, settings=settings, kept_count=kept_count
+        shape,
+        optimistic,
+        *saves,
+        placing=placing,
+        settings=settings,
+        kept_count=kept_count,
+        credit=credit,
     )
     body = body.replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
     variant = ("_optimistic" if optimistic else "") + ("_kept" if kept_count else "")
+    variant += "_credit" if credit else ""
     variant += "" if placing else "_head"
     name = f"pgq_flow_{shape}{variant}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
@@ -709,22 +859,57 @@ def _claim_within_limits(
 ) -> list[Any]:
     """One claim: optimistic then serialized if need be (limits), serialized, or without a
     lock (fairness alone); each on the driver on a worker's claim session (see ``_claim``)."""
-    params = claim_params(config, queue, worker_id, limit, vt)
     connection = connections[alias]
     optimistic = limit <= OPTIMISTIC_BATCH
     if config.serialized and optimistic and not connection.in_atomic_block:
+        size = credit_size(config, limit)
+        params = claim_params(config, queue, worker_id, limit, vt, CREDITS.holder(connection), size)
+        buried: list[Any] = []
+        credit = CREDITS.usable(connection, queue, limit) if size else None
+        if credit is not None:
+            rows = _claim_under_credit(connection, alias, config, params, credit, placing)
+            if not any(row[0] == CONTENDED for row in rows):
+                CREDITS.spent(connection, queue, sum(row[0] == "claimed" for row in rows))
+                return rows
+            # The credit ended (or no ticket was free): claim optimistically, which may
+            # grant another one.
+            CREDITS.drop(connection, queue)
+            buried = [row for row in rows if row[0] not in MARKERS]
         shape = config.optimistic_shape
         rows = _claim(connection, alias, config, shape, True, sql.FLOW_LOCK_SHARED, params, placing)
+        rows = CREDITS.noted(connection, queue, rows)
         if not any(row[0] == CONTENDED for row in rows):
-            return rows
+            return buried + rows
         # No room to spare: count exactly, one claim at a time (what the reaper buried in
         # the optimistic attempt is reported all the same).
-        buried = [row for row in rows if row[0] not in MARKERS]
+        buried += [row for row in rows if row[0] not in MARKERS]
         return buried + _claim(
             connection, alias, config, config.shape, False, sql.FLOW_LOCK, params, placing
         )
+    params = claim_params(config, queue, worker_id, limit, vt)
     lock = sql.FLOW_LOCK if config.serialized else ""
     return _claim(connection, alias, config, config.shape, False, lock, params, placing)
+
+
+def _claim_under_credit(
+    connection: Any,
+    alias: str,
+    config: FlowConfig,
+    params: dict[str, Any],
+    credit: Credit,
+    placing: bool,
+) -> list[Any]:
+    """A claim under the session's credit, after the queue's shared lock and a ticket
+    (``sql.CREDIT_COMMON_CTES``): the head of the fair order (or of the plain claim order,
+    for a queue without fairness or key limits) as is, without counting anything;
+    ``contended`` when the credit ended."""
+    params = {**params, "credit_until": credit.until}
+    variant = {"placing": placing, "settings": config.settings_literals, "credit": True}
+    shape: ClaimShape = "fair" if config.keyed else "limits"
+    saves = (False, False)
+    return _send_claim(
+        connection, alias, shape, False, saves, variant, sql.FLOW_LOCK_SHARED, params
+    )
 
 
 def _claim(

@@ -12,6 +12,7 @@ from .validation import QUEUE_NAME_MAX_LENGTH, TENANT_MAX_LENGTH
 FLOW_STATE_TABLE = "pgqueue_flow_state"
 FLOW_KEY_BUCKET_TABLE = "pgqueue_flow_key_bucket"
 FLOW_RATE_SHARD_TABLE = "pgqueue_flow_rate_shard"
+FLOW_CREDIT_TABLE = "pgqueue_flow_credit"
 
 
 class FlowState(models.Model):
@@ -73,3 +74,24 @@ class FlowRateShard(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}#{self.shard}"
+
+
+class FlowCredit(models.Model):
+    """A claim credit: what one claiming session (``holder``) of a queue with limits may still
+    lease under the claims of fairness alone, until ``until`` (database time). Granted by an
+    optimistic claim far from every limit, which counts the whole ``allowance`` as in flight
+    and spends its tokens at once; every other claim counts it as in flight until ``until``
+    (see ``core/sql.py``, "Claim credits")."""
+
+    pk = models.CompositePrimaryKey("queue", "holder")
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    holder = models.CharField(max_length=64)
+    allowance = models.IntegerField()
+    until = models.DateTimeField()
+
+    class Meta:
+        db_table = FLOW_CREDIT_TABLE
+        verbose_name = "flow-control claim credit"
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.holder}"

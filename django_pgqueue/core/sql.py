@@ -519,6 +519,16 @@ _SHARD_TOKENS = (
     "LEAST(%(burst)s::float8 / %(tickets)s, b.tokens + %(rate)s::float8 / %(tickets)s"
     " * extract(epoch FROM clock_timestamp() - b.refilled_at))"
 )
+# Claim credits (flow_control.CreditBook): the allowances of the queue's credits live now,
+# counted as in flight by every claim of a queue whose claims count leases (see "Claim
+# credits" below); but this session's own: it claims under it no more (what it leased under
+# it is in flight, counted), and this claim replaces or ends it.
+CREDITS_CTES = f"""
+credits AS (
+    SELECT COALESCE(sum(c.allowance), 0)::int AS n FROM pgqueue_flow_credit c
+    WHERE c.queue = %(queue)s AND c.until > now() AND {_COUNTED}
+      AND c.holder IS DISTINCT FROM %(holder)s
+)"""
 LEASES_CTES = f"""
 leases AS (
     SELECT count(*) FILTER (WHERE available_at > now())::int AS held,
@@ -528,6 +538,8 @@ leases AS (
 )"""
 FLOW_COMMON_CTES = (
     LEASES_CTES
+    + ","
+    + CREDITS_CTES
     + f""",
 shards AS (
     SELECT b.shard,
@@ -543,15 +555,19 @@ shards AS (
            (SELECT tokens FROM shards WHERE shard = {_TICKET}) AS own_tokens,
            f.queue IS NOT NULL AS known,
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
-           (SELECT held FROM leases) AS held
+           (SELECT held FROM leases) + (SELECT n FROM credits) AS held,
+           (SELECT n FROM credits) AS credits
     FROM (SELECT 1) one LEFT JOIN pgqueue_flow_state f ON f.queue = %(queue)s
 )"""
 )
 
 # The same for an optimistic claim that reads the kept count: ``held`` is the shards' sum, NULL
 # (no room: the claim runs serialized, which counts) when a shard is missing or was not
-# counted in the last ``recount`` seconds. A missing shard also reads as no tokens.
-OPTIMISTIC_COMMON_CTES = f"""
+# counted in the last ``recount`` seconds. A missing shard also reads as no tokens. Live
+# credits are in that sum already (their grant added them).
+OPTIMISTIC_COMMON_CTES = (
+    CREDITS_CTES
+    + f""",
 shards AS (
     SELECT b.shard, b.tokens, b.refilled_at, b.held, b.counted_at
     FROM pgqueue_flow_rate_shard b
@@ -567,13 +583,18 @@ shards AS (
            EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused) AS paused,
            CASE WHEN NOT {_COUNTED} THEN 0
                 WHEN (SELECT count(*) FROM shards WHERE counted_at {_RECENTLY}) = 2 * %(tickets)s
-                THEN (SELECT sum(held) FROM shards)::bigint END AS held
+                THEN (SELECT sum(held) FROM shards)::bigint END AS held,
+           (SELECT n FROM credits) AS credits
 )"""
+)
 
 # An optimistic claim of fewer messages, with few in flight, counts instead
 # (flow_control.KEPT_COUNT_BATCH: then the count reads few rows) and reads its ticket's shard
-# alone, which must exist: it adds what it leases to the kept count all the same.
-OPTIMISTIC_COUNTING_COMMON_CTES = f"""
+# alone, which must exist: it adds what it leases to the kept count all the same. Live
+# credits count as in flight.
+OPTIMISTIC_COUNTING_COMMON_CTES = (
+    CREDITS_CTES
+    + f""",
 state AS (
     SELECT (SELECT {_SHARD_TOKENS}
             FROM pgqueue_flow_rate_shard b
@@ -592,13 +613,18 @@ state AS (
            CASE WHEN {_COUNTED}
                 THEN (SELECT count(*)::int FROM pgqueue_message
                       WHERE {_QUEUE_LEASE} AND available_at > now())
-                ELSE 0 END AS held
+                     + (SELECT n FROM credits)
+                ELSE 0 END AS held,
+           (SELECT n FROM credits) AS credits
 )"""
+)
 
 # The marker row telling a claim of a queue with a concurrency limit's caller the leases in
-# flight it saw (flow_control.LeasesSeen), in the ``position`` column.
+# flight it saw (flow_control.LeasesSeen), in the ``position`` column: without the live
+# credits' allowances (which are not leases to count).
 HELD_MARKER = f"""
-SELECT '{{outcome}}', {{nulls}}, held FROM state WHERE {_COUNTED} AND held IS NOT NULL"""
+SELECT '{{outcome}}', {{nulls}}, held - credits
+FROM state WHERE {_COUNTED} AND held IS NOT NULL"""
 
 # Keyed queues: what each tenant has in flight, and the room left to the tenants that have
 # less than unlimited room (in flight under a key limit, a limit override, a rate bucket).
@@ -617,10 +643,11 @@ in_flight AS (
 ), key_room AS (
     SELECT i.key,
            COALESCE((%(key_limits)s::jsonb ->> i.key)::int, %(key_limit)s::int, 2147483647)
-             - i.n AS room
+             - i.n - (SELECT credits FROM state) AS room
     FROM in_flight i
   UNION ALL
-    SELECT o.key, o.value::int FROM jsonb_each_text(%(key_limits)s::jsonb) o
+    SELECT o.key, o.value::int - (SELECT credits FROM state)
+    FROM jsonb_each_text(%(key_limits)s::jsonb) o
   UNION ALL
     SELECT b.key, floor(LEAST(%(key_burst)s::float8,
                               b.tokens + %(key_rate)s::float8
@@ -676,6 +703,18 @@ room AS (
                COALESCE(floor(s.own_tokens + 1e-9)::int, %(n)s::int))) END AS n,
            NOT s.paused AND NOT r.ok AS contended
     FROM state s CROSS JOIN room r
+), credit AS (
+    -- The claim credit this claim may grant its session (``credit_size`` > 0: see "Claim
+    -- credits"): a ticket's share of what is left to spare under each limit once the margin
+    -- and this batch are kept (the grants side by side, which do not see each other, fit
+    -- together), and the tokens its shard has left; none with a key rate.
+    SELECT GREATEST(0, LEAST(
+               %(credit_size)s::int,
+               (%(queue_limit)s::int - s.held - %(margin)s::int - b.n) / %(tickets)s,
+               (%(least_key_limit)s::int - s.held - %(margin)s::int - b.n) / %(tickets)s,
+               floor(s.own_tokens + 1e-9)::int - b.n)) AS allowance
+    FROM state s CROSS JOIN budget b
+    WHERE %(credit_size)s::int > 0 AND b.n = %(n)s::int AND %(key_rate)s::float8 IS NULL
 )"""
 
 # Keyed queues: how far past the batch the head of the fair order is read. When a tenant may
@@ -697,7 +736,8 @@ uncapped AS (
     SELECT count(DISTINCT key)::int AS n FROM key_room WHERE room < (SELECT n FROM budget)
 ), reach AS (
     SELECT CASE WHEN (SELECT ok FROM uncapped) THEN 0
-                WHEN %(key_limit)s::int < (SELECT n FROM budget) OR (SELECT n FROM short) > 0
+                WHEN %(key_limit)s::int - (SELECT credits FROM state) < (SELECT n FROM budget)
+                     OR (SELECT n FROM short) > 0
                 THEN (SELECT n FROM budget) + 2 * (SELECT n FROM short) + %(window)s::int
                 ELSE 0 END AS n
 )"""
@@ -865,7 +905,7 @@ capacity AS (
     SELECT t.tenant,
            LEAST(
                COALESCE((%(key_limits)s::jsonb ->> t.tenant)::int, %(key_limit)s::int, 2147483647)
-                 - COALESCE(i.n, 0),
+                 - COALESCE(i.n, 0) - (SELECT credits FROM state),
                CASE WHEN %(key_rate)s::float8 IS NULL THEN 2147483647
                     ELSE floor(LEAST(%(key_burst)s::float8,
                                      COALESCE(b.tokens + %(key_rate)s::float8
@@ -945,6 +985,7 @@ save_state AS (
            clock_timestamp(),
            CASE WHEN g.shard = 1 AND {_COUNTED}
                 THEN (SELECT members FROM leases) + (SELECT count(*) FROM claimed)::int
+                     + (SELECT n FROM credits)
                 ELSE 0 END - t.held,
            CASE WHEN {_COUNTED} THEN clock_timestamp() END
     FROM generate_series(1, 2 * %(tickets)s) g(shard)
@@ -959,8 +1000,11 @@ save_state AS (
         held = CASE WHEN {_COUNTED} THEN EXCLUDED.held + b.held ELSE 0 END,
         counted_at = EXCLUDED.counted_at
 )"""
+_GRANTED = "COALESCE((SELECT allowance FROM granted), 0)"
 SAVE_STATE_OPTIMISTIC_CTES = f"""
 save_state AS (
+    -- A claim credit granted (SAVE_CREDIT_CTES) is spent in full here, tokens and lease
+    -- count both.
     -- This claim's shard only: no other claim writes it meanwhile (one ticket, one claim);
     -- acks may have taken leases away from it since it was read: ``held`` as locked now.
     -- The lease count is added to while the shard was counted in the last ``recount``
@@ -971,10 +1015,11 @@ save_state AS (
     UPDATE pgqueue_flow_rate_shard b
     SET tokens = CASE WHEN %(rate)s::float8 IS NULL THEN b.tokens
                       ELSE {_SHARD_TOKENS}
-                           - (SELECT count(*) FROM claimed) END,
+                           - (SELECT count(*) FROM claimed) - {_GRANTED} END,
         refilled_at = CASE WHEN %(rate)s::float8 IS NULL THEN b.refilled_at
                            ELSE clock_timestamp() END,
-        held = CASE WHEN {_COUNTED} THEN b.held + (SELECT count(*) FROM claimed)::int
+        held = CASE WHEN {_COUNTED}
+                    THEN b.held + (SELECT count(*) FROM claimed)::int + {_GRANTED}
                     ELSE b.held END,
         counted_at = CASE WHEN b.counted_at {_RECENTLY}
                           THEN b.counted_at END
@@ -1020,4 +1065,78 @@ save_places AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM placed)) AND m.id = p.id
       AND p.id <> ALL(ARRAY(SELECT id FROM chosen))
       AND (m.fair_order < 0 OR m.fair_order IS NULL) AND m.available_at <= now()
+)"""
+
+# --- Claim credits (flow_control.CreditBook) -------------------------------------------------
+# Checking limits on every claim has a price (~25% of a one-message claim's CPU). An
+# optimistic claim that took its whole batch far from every limit grants its session a
+# *credit*: an allowance of messages (``credit``, BUDGET_OPTIMISTIC_CTES) that the session may
+# lease until ``until`` (``credit_window`` seconds, database time) with claims of fairness
+# alone (CREDIT_COMMON_CTES: no count, no bucket, no state) under the queue's shared lock and
+# a ticket, as optimistic claims. Why the limits still hold:
+# - the grant spends the allowance at once: its tokens (a rate is never exceeded by more
+#   than the allowances of the credits live at once) and its place in the kept count of
+#   leases, as if it were leased;
+# - every claim of a queue that counts leases counts the allowances of the live credits
+#   (``until`` after its ``now()``) as in flight (CREDITS_CTES), and of each key's too (all
+#   of a credit may go to one key); a serialized recount keeps them in the kept count;
+# - a claim under a credit goes ahead only while ``clock_timestamp()`` is before ``until``,
+#   after its ticket was granted: a claim that no longer counts the credit (``now()`` past
+#   ``until``) sees the leases of every claim under it that ended, and the others hold
+#   tickets, which its margin covers as any optimistic claim's; a serialized claim waits for
+#   them (exclusive lock);
+# - the session keeps its own count of what it leased under the credit and stops at the
+#   allowance (one credit per session and queue: a new grant replaces it).
+_GRANTS = """EXISTS (SELECT 1 FROM credit k WHERE k.allowance >= %(n)s::int)
+     AND (SELECT count(*) FROM claimed) = %(n)s::int"""
+SAVE_CREDIT_CTES = f"""
+granted AS (
+    INSERT INTO pgqueue_flow_credit AS c (queue, holder, allowance, until)
+    SELECT %(queue)s, %(holder)s, k.allowance,
+           clock_timestamp() + make_interval(secs => %(credit_window)s::float8)
+    FROM credit k
+    WHERE {_GRANTS}
+    ON CONFLICT (queue, holder) DO UPDATE
+    SET allowance = EXCLUDED.allowance, until = EXCLUDED.until
+    RETURNING c.allowance, c.until
+), own_credit_ended AS (
+    -- No grant: the session's previous credit (which it no longer claims under) ends now,
+    -- not at its deadline: other claims stop counting it.
+    DELETE FROM pgqueue_flow_credit
+    WHERE queue = %(queue)s AND holder = %(holder)s AND NOT ({_GRANTS})
+), stale_credits AS (
+    -- Credits of sessions long gone, a few at a time, by primary key.
+    DELETE FROM pgqueue_flow_credit
+    WHERE queue = %(queue)s AND holder = ANY(ARRAY(
+        SELECT holder FROM pgqueue_flow_credit
+        WHERE queue = %(queue)s AND %(credit_size)s::int > 0
+          AND until < now() - interval '1 minute'
+        LIMIT 8))
+)"""
+
+# A serialized claim ends the session's previous credit too (as ``own_credit_ended``).
+END_OWN_CREDIT_CTES = """
+own_credit_ended AS (
+    DELETE FROM pgqueue_flow_credit WHERE queue = %(queue)s AND holder = %(holder)s
+)"""
+
+# The marker rows of a grant: the allowance, and ``until`` in microseconds since the epoch.
+CREDIT_MARKERS = """
+SELECT '{outcome}', {nulls}, allowance FROM granted
+UNION ALL
+SELECT '{until}', {nulls}, (extract(epoch FROM until) * 1e6)::bigint FROM granted"""
+
+# A claim under a credit: fairness alone (the head of the fair order, SKIP LOCKED), after the
+# queue's shared lock and a ticket (FLOW_LOCK_SHARED), while the credit is live. Without a
+# ticket, or past ``until``, it takes nothing and answers ``contended``: the session drops
+# the credit and claims optimistically.
+CREDIT_COMMON_CTES = """
+budget AS (
+    SELECT CASE WHEN s.paused OR NOT s.live THEN 0 ELSE %(n)s::int END AS n,
+           NOT s.paused AND NOT s.live AS contended
+    FROM (SELECT EXISTS (SELECT 1 FROM pgqueue_queue q
+                         WHERE q.name = %(queue)s AND q.paused) AS paused,
+                 COALESCE(current_setting('pgqueue.claim_ticket', true), '') <> ''
+                   AND extract(epoch FROM clock_timestamp()) < %(credit_until)s::float8
+                   AS live) s
 )"""

@@ -25,8 +25,10 @@ LIMITED = override_settings(PGQUEUE={"QUEUES": {"lim": {"CONCURRENCY_LIMIT": 10_
 
 @pytest.fixture(autouse=True)
 def _small_batches_read_the_kept_count(monkeypatch):
-    """Claims of 10 or more read the kept count here (100 by default): small tests."""
+    """Claims of 10 or more read the kept count here (100 by default): small tests. Without
+    claim credits, whose grants add their allowance to it (tests/core/test_credits.py)."""
     monkeypatch.setattr(flow_control, "KEPT_COUNT_BATCH", 10)
+    monkeypatch.setattr(flow_control, "CREDIT_CLAIMS", 0)
 
 
 def enqueue(count: int) -> None:
