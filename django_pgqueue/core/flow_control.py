@@ -541,10 +541,13 @@ def claim_statement(
     fair_choice = sql.HEAD_CHOICE_CTES if head_only else sql.FAIR_CHOICE_CTES
     save_state = sql.SAVE_STATE_OPTIMISTIC_CTES if optimistic else sql.SAVE_STATE_SERIALIZED_CTES
     save = [save_state] if queue_shards and shape != "fair" and not credit else []
-    # An optimistic claim may grant a credit; its shard spends it (save_state reads it).
-    grants = optimistic and shape != "fair"
+    # An optimistic claim may grant a credit; its shard spends it (save_state reads it). Not
+    # the keyed one: only a key rate claims optimistically with it, and gets no credits.
+    grants = optimistic and shape in ("limits", "fair_limits")
     if grants:
         save.insert(0, sql.SAVE_CREDIT_CTES)
+    elif optimistic:
+        save.insert(0, sql.NO_GRANT_CTES)
     elif shape != "fair" and not credit:
         save.append(sql.END_OWN_CREDIT_CTES)
     if key_rate and shape == "keyed":

@@ -1114,6 +1114,12 @@ granted AS (
         LIMIT 8))
 )"""
 
+# An optimistic claim that grants no credit (a key rate): none for its shard to spend.
+NO_GRANT_CTES = """
+granted AS (
+    SELECT 0 AS allowance WHERE false
+)"""
+
 # A serialized claim ends the session's previous credit too (as ``own_credit_ended``).
 END_OWN_CREDIT_CTES = """
 own_credit_ended AS (
