@@ -95,6 +95,8 @@ def setup_django() -> None:
             "NOTIFY": False,
             "QUEUES": {
                 "flow": FLOW_ON,
+                # The same, claimed with claim credits switched off (bench/claim_cpu.py).
+                "flow_without_credits": FLOW_ON,
                 "fair": {"FAIRNESS": True},
                 # Many leases in flight: no key limit (it would bind), a queue limit far off.
                 "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
@@ -130,8 +132,7 @@ def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
 def reset_tables() -> None:
     execute(
         "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_flow_state, "
-        "pgqueue_flow_rate_shard, "
-        "pgqueue_flow_key_bucket"
+        "pgqueue_flow_rate_shard, pgqueue_flow_key_bucket, pgqueue_flow_credit"
     )
 
 
