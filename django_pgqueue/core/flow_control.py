@@ -876,8 +876,10 @@ def _claim_within_limits(
                 return rows
             # The credit ended (or no ticket was free): claim optimistically, which may
             # grant another one.
-            CREDITS.drop(connection, queue)
             buried = [row for row in rows if row[0] not in MARKERS]
+        # This claim replaces or ends the session's credit in the database (whether or not
+        # its answer arrives): the session never claims under the old one again.
+        CREDITS.drop(connection, queue)
         shape = config.optimistic_shape
         rows = _claim(connection, alias, config, shape, True, sql.FLOW_LOCK_SHARED, params, placing)
         rows = CREDITS.noted(connection, queue, rows)
