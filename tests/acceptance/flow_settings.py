@@ -16,5 +16,12 @@ PGQUEUE = {
         "flow-fair": {"FAIRNESS": True},
         "flow-rate": {"RATE_LIMIT": 20},
         "flow-paused": {"CONCURRENCY_LIMIT": 10},
+        # With PGQ_FLOW_SMALL_MARGIN (flowapp.apps): claim credits far from these limits.
+        "flow-credits": {
+            "FAIRNESS": True,
+            "CONCURRENCY_LIMIT": 40,
+            "KEY_CONCURRENCY_LIMIT": 30,
+            "RATE_LIMIT": 10_000,
+        },
     },
 }
