@@ -522,12 +522,14 @@ _SHARD_TOKENS = (
 # Claim credits (flow_control.CreditBook): the allowances of the queue's credits live now,
 # counted as in flight by every claim of a queue whose claims count leases (see "Claim
 # credits" below); but this session's own: it claims under it no more (what it leased under
-# it is in flight, counted), and this claim replaces or ends it.
+# it is in flight, counted), and this claim replaces or ends it. A queue with a key rate gets
+# no credits: nothing to read (processes with other settings for the queue, as in a rolling
+# deploy, are not counted with, as for the kept count).
 CREDITS_CTES = f"""
 credits AS (
     SELECT COALESCE(sum(c.allowance), 0)::int AS n FROM pgqueue_flow_credit c
     WHERE c.queue = %(queue)s AND c.until > now() AND {_COUNTED}
-      AND c.holder IS DISTINCT FROM %(holder)s
+      AND %(key_rate)s::float8 IS NULL AND c.holder IS DISTINCT FROM %(holder)s
 )"""
 LEASES_CTES = f"""
 leases AS (
@@ -1123,7 +1125,8 @@ granted AS (
 # A serialized claim ends the session's previous credit too (as ``own_credit_ended``).
 END_OWN_CREDIT_CTES = """
 own_credit_ended AS (
-    DELETE FROM pgqueue_flow_credit WHERE queue = %(queue)s AND holder = %(holder)s
+    DELETE FROM pgqueue_flow_credit
+    WHERE queue = %(queue)s AND holder = %(holder)s AND %(key_rate)s::float8 IS NULL
 )"""
 
 # The marker rows of a grant: the allowance, and ``until`` in microseconds since the epoch.
