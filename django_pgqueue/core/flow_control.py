@@ -679,25 +679,11 @@ _ARGUMENTS = ", ".join(f"%({name})s" for name, _ in _PARAM_TYPES)
 
 @functools.cache
 def numbered_claim(
-    shape: ClaimShape,
-    optimistic: bool = False,
-    *saves: bool,
-    placing: bool = True,
-    settings: SettingsLiterals,
-    kept_count: bool = False,
-    credit: bool = False,
+    shape: ClaimShape, optimistic: bool = False, *saves: bool, **variant: Any
 ) -> str:
-    """:func:`claim_statement` with ``$n`` parameters in ``_PARAM_TYPES`` order (``%%`` kept)."""
-    statement = claim_statement(
-        shape,
-        optimistic,
-        *saves,
-        placing=placing,
-        settings=settings,
-        kept_count=kept_count,
-        credit=credit,
-    )
-    return _numbered(statement, _PARAM_TYPES)
+    """:func:`claim_statement` (``variant``: its keyword arguments) with ``$n`` parameters in
+    ``_PARAM_TYPES`` order (``%%`` kept)."""
+    return _numbered(claim_statement(shape, optimistic, *saves, **variant), _PARAM_TYPES)
 
 
 def _numbered(statement: str, param_types: tuple[tuple[str, str], ...]) -> str:
@@ -719,30 +705,16 @@ def _substituted(statement: str, values: Mapping[str, str]) -> str:
 
 @functools.cache
 def prepared_claim(
-    shape: ClaimShape,
-    optimistic: bool = False,
-    *saves: bool,
-    placing: bool = True,
-    settings: SettingsLiterals,
-    kept_count: bool = False,
-    credit: bool = False,
+    shape: ClaimShape, optimistic: bool = False, *saves: bool, **variant: Any
 ) -> tuple[str, str]:
-    """``(name, PREPARE statement)`` of :func:`claim_statement` with ``$n`` parameters."""
-    body = numbered_claim(
-        shape,
-        optimistic,
-        *saves,
-        placing=placing,
-        settings=settings,
-        kept_count=kept_count,
-        credit=credit,
-    )
-    body = body.replace("%%", "%")
+    """``(name, PREPARE statement)`` of :func:`claim_statement` (``variant``: its keyword
+    arguments) with ``$n`` parameters."""
+    body = numbered_claim(shape, optimistic, *saves, **variant).replace("%%", "%")
     digest = hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:12]
-    variant = ("_optimistic" if optimistic else "") + ("_kept" if kept_count else "")
-    variant += "_credit" if credit else ""
-    variant += "" if placing else "_head"
-    name = f"pgq_flow_{shape}{variant}_{digest}"
+    kind = ("_optimistic" if optimistic else "") + ("_kept" if variant.get("kept_count") else "")
+    kind += "_credit" if variant.get("credit") else ""
+    kind += "" if variant.get("placing", True) else "_head"
+    name = f"pgq_flow_{shape}{kind}_{digest}"
     types = ", ".join(sql_type for _, sql_type in _PARAM_TYPES)
     return name, f"PREPARE {name} ({types}) AS {body}"
 

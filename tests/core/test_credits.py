@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from django_pgqueue.core import flow_control
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowCredit, FlowRateShard, Message
-from tests.core.test_limits import complete, enqueue, lease, limits, run_workers
+from tests.core.test_limits import complete, enqueue, in_flight_now, lease, limits, run_workers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -226,13 +226,7 @@ def test_limits_hold_while_sessions_claim_under_credits_up_to_the_limit(monkeypa
             leased = lease(2, worker=f"w{n}")
             held.extend(leased)
             taken += len(leased)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT COALESCE(sum(c), 0), COALESCE(max(c), 0) FROM (SELECT count(*) c "
-                    "FROM pgqueue_message WHERE queue = 'lim' AND lease_token IS NOT NULL "
-                    "AND available_at > now() GROUP BY tenant) k"
-                )
-                total, per_key = cursor.fetchone()
+            total, per_key = in_flight_now()
             with guard:
                 peaks["queue"] = max(peaks["queue"], total)
                 peaks["key"] = max(peaks["key"], per_key)

@@ -220,6 +220,18 @@ def run_workers(count: int, body: Callable[[int], None]) -> None:
     assert not errors, errors
 
 
+def in_flight_now() -> tuple[int, int]:
+    """What the database counts in flight in queue 'lim' now: in all, and its busiest key's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(sum(c), 0), COALESCE(max(c), 0) FROM (SELECT count(*) c "
+            "FROM pgqueue_message WHERE queue = 'lim' AND lease_token IS NOT NULL "
+            "AND available_at > now() GROUP BY tenant) k"
+        )
+        total, per_key = cursor.fetchone()
+    return int(total), int(per_key)
+
+
 def drain_recording_peaks(claimers: int, batch: int, hold: float) -> tuple[list[int], int, int]:
     """Claimer threads drain queue 'lim', each holding what it leased for ``hold`` s; the ids
     leased, and the most messages in flight the database counted (queue, one key)."""
@@ -235,13 +247,7 @@ def drain_recording_peaks(claimers: int, batch: int, hold: float) -> tuple[list[
                     return
                 time.sleep(0.002)
                 continue
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT COALESCE(sum(c), 0), COALESCE(max(c), 0) FROM (SELECT count(*) c "
-                    "FROM pgqueue_message WHERE queue = 'lim' AND lease_token IS NOT NULL "
-                    "AND available_at > now() GROUP BY tenant) k"
-                )
-                total, per_key = cursor.fetchone()
+            total, per_key = in_flight_now()
             with guard:
                 peaks["queue"] = max(peaks["queue"], total)
                 peaks["key"] = max(peaks["key"], per_key)
