@@ -384,10 +384,7 @@ class CreditBook:
     def usable(self, connection: Any, queue: str, messages: int) -> Credit | None:
         """The holder's credit of ``queue`` if it has ``messages`` left and may be live."""
         credit = self._book(connection)[1].get(queue)
-        if credit is None:
-            return None
-        if credit.left < messages or self.clock() >= credit.stale_at:
-            self.drop(connection, queue)
+        if credit is None or credit.left < messages or self.clock() >= credit.stale_at:
             return None
         return credit
 
