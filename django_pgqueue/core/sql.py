@@ -709,12 +709,13 @@ room AS (
     -- The claim credit this claim may grant its session (``credit_size`` > 0: see "Claim
     -- credits"): a ticket's share of what is left to spare under each limit once the margin
     -- and this batch are kept (the grants side by side, which do not see each other, fit
-    -- together), and the tokens its shard has left; none with a key rate.
+    -- together), and the tokens its shard has left; none with a key rate. Whole batches:
+    -- what a session cannot lease in claims of its batch size is not taken from the others.
     SELECT GREATEST(0, LEAST(
                %(credit_size)s::int,
                (%(queue_limit)s::int - s.held - %(margin)s::int - b.n) / %(tickets)s,
                (%(least_key_limit)s::int - s.held - %(margin)s::int - b.n) / %(tickets)s,
-               floor(s.own_tokens + 1e-9)::int - b.n)) AS allowance
+               floor(s.own_tokens + 1e-9)::int - b.n)) / %(n)s::int * %(n)s::int AS allowance
     FROM state s CROSS JOIN budget b
     WHERE %(credit_size)s::int > 0 AND b.n = %(n)s::int AND %(key_rate)s::float8 IS NULL
 )"""

@@ -263,3 +263,14 @@ def test_a_claim_that_ends_the_sessions_credit_forgets_it(monkeypatch):
     lease(1)
     assert runs[-1] == "optimistic"  # not under the credit it ended: a new grant
     assert [allowance for allowance, _ in credits().values()] == [32]
+
+
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=1_000)
+def test_an_allowance_is_whole_batches_of_the_claim_that_got_it(monkeypatch):
+    """A ticket's share of the room (1,000 - 400 margin - 1 in flight - 3 batch = 596, / 4 =
+    149) in whole batches of 3: 147, so that nothing is held that claims of 3 cannot lease."""
+    monkeypatch.setattr(flow_control, "CREDIT_CLAIMS", 100)  # up to 300: the room binds
+    enqueue("a", 10)
+    lease(1)  # serialized: 1 in flight
+    assert len(lease(3)) == 3  # optimistic: grants
+    assert [allowance for allowance, _ in credits().values()] == [147]
