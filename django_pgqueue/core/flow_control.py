@@ -88,7 +88,7 @@ PLACE_SLACK = 32
 #: this many at once, each of at most this many messages; a claim goes ahead optimistically
 #: only with their product to spare under every limit, else it runs serialized. Claims of a
 #: single message too: side by side they beat one at a time, even with the extra lock
-#: statement (0.67 vs 0.53 of the plain queue's throughput at batch 1, 4 claimers, 2 cores).
+#: statement.
 OPTIMISTIC_CLAIMS = 4
 OPTIMISTIC_BATCH = 100
 
@@ -302,10 +302,8 @@ def _flow_config(overrides: Mapping[str, Any]) -> FlowConfig | None:
 #: ``KEPT_COUNT_BATCH`` messages, or when the last claim of the queue in this process saw at
 #: least ``KEPT_COUNT_HELD`` leases in flight; the acks that follow a claim that read it keep
 #: it (they take away the leases they end). A count reads a row for every lease in flight and
-#: every lease finished since the last WAL flush (~0.1 ms per 1,000: a claim and its ack
-#: with 10,000 in flight cost 2.4-3.8x the plain queue's, 1.2-1.4x with the kept count); with
-#: few in flight, counting and acks that keep nothing are cheaper (4 claimers: 0.68 against
-#: 0.62 of the plain queue's throughput at batch 10, 0.77 / 0.75 at 50, 0.70 / 0.75 at 100).
+#: every lease finished since the last WAL flush, so it grows with what is in flight; with
+#: few in flight, counting and acks that keep nothing are cheaper (see bench/notes/).
 #: What claims that count and their acks leave counted makes the kept count err high until a
 #: serialized claim counts again.
 KEPT_COUNT_BATCH = 100

@@ -231,7 +231,7 @@ class MessageManager(models.Manager["Message"]):
     def _from_row(
         self, values: Sequence[Any], alias: str, load_time: TimestampLoader, decode: bool
     ) -> Message:
-        # Model.__init__ costs ~25 us a row; a leased batch is plain column data, so fill the
+        # Model.__init__ is costly per row; a leased batch is plain column data, so fill the
         # instance the way Model.from_db would, without per-field descriptors.
         columns = list(values)
         payload = columns[_PAYLOAD_AT]

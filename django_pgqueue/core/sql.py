@@ -848,8 +848,8 @@ chosen AS (
 )"""
 
 # A head-only claim: the head of the fair order alone, nothing placed (flow_control.py runs it
-# while nothing waits outside the order; placing messages costs a third of a fair claim's
-# time whether or not there is anything to place). Two probes tell the client to run the
+# while nothing waits outside the order; looking for messages to place is a large part of a
+# fair claim's cost, whether or not there are any). Two probes tell the client to run the
 # placing claim (FAIR_CANDIDATE_CTES) instead:
 # - due: a message outside the order is due (a retry, a scheduled message, an expired lease):
 #   one index probe each in pgq_message_fair_due and pgq_message_leased. The head is then not
@@ -948,7 +948,7 @@ capacity AS (
 # locked here, by primary key, and re-checked. The re-check is written so that it does not
 # match the partial claim index's predicate (``attempts - max_attempts < 0``, not ``attempts <
 # max_attempts``): with stale statistics the planner would otherwise scan that index for the
-# queue and filter by id. (Locking the head's rows a second time cost ~2 us a message.)
+# queue and filter by id. Rows the head locked already are not locked a second time.
 RELOCKED_CTES = """
 relocked AS (
     SELECT m.id, m.lease_token,
@@ -1047,7 +1047,7 @@ save_buckets AS (
 ), idle_buckets AS (
     -- The idle keys worked out once (an array), then deleted by primary key: as ``key IN
     -- (...)`` the planner may run the subquery again for every bucket of the queue, O(buckets
-    -- squared) on every claim (1.9 ms with 100 buckets).
+    -- squared) on every claim.
     DELETE FROM pgqueue_flow_key_bucket
     WHERE queue = %(queue)s AND key = ANY(ARRAY(
         SELECT key FROM pgqueue_flow_key_bucket
@@ -1071,7 +1071,7 @@ save_places AS (
 )"""
 
 # --- Claim credits (flow_control.CreditBook) -------------------------------------------------
-# Checking limits on every claim has a price (~25% of a one-message claim's CPU). An
+# Checking limits on every claim is most of what limits cost a small claim. An
 # optimistic claim that took its whole batch far from every limit grants its session a
 # *credit*: an allowance of messages (``credit``, BUDGET_OPTIMISTIC_CTES) that the session may
 # lease until ``until`` (``credit_window`` seconds, database time) with claims of fairness
@@ -1140,9 +1140,9 @@ SELECT '{until}', {nulls}, (extract(epoch FROM until) * 1e6)::bigint FROM grante
 # nothing, after the queue's shared lock and a ticket (FLOW_LOCK_SHARED: it waits for a
 # serialized claim, as optimistic claims do), while the credit is live. Without a ticket, or
 # past ``until``, it takes nothing and answers ``contended``: the session drops the credit
-# and claims optimistically. (Trying the locks inside the statement instead, without
-# waiting, saved ~1% of a claim's CPU, and a claim under a credit that found a serialized
-# claim running had to drop its credit, spent tokens and all.)
+# and claims optimistically. The locks are waited for in a statement of their own so that a
+# claim under a credit that meets a serialized claim waits for it rather than give up its
+# credit, whose tokens are spent already.
 CREDIT_COMMON_CTES = """
 budget AS (
     SELECT CASE WHEN s.paused OR NOT s.live THEN 0 ELSE %(n)s::int END AS n,
