@@ -57,6 +57,28 @@ def scenario_table(ctx: Context) -> dict[str, list[Scenario]]:
     return table
 
 
+def _commit() -> str:
+    """The checkout measured: its short commit id, ``+`` when it has uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=BENCH_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=BENCH_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+" if dirty else "")
+
+
 def machine_facts(probe: StatsProbe) -> dict[str, object]:
     mem_kib = 0
     with open("/proc/meminfo") as meminfo:
@@ -160,10 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     facts.update(
         mode=sizes.name,
         reps=args.reps,
+        only=args.only,
         peers=peers,
         failures=failures,
         peer_versions=peer_runner.versions(peers),
         seconds=0,
+        commit=_commit(),
     )
     # Written now too, so that an interrupted run still has what bench.publish needs.
     (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))

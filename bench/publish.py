@@ -1,10 +1,10 @@
 """Write docs/benchmarks.md and docs/img/bench-*.png from one results folder.
 
-    python -m bench.publish bench/results/<run> [--notes notes.md]
+    python -m bench.publish bench/results/<run> [--summary bench/summary.md] [--commit ID]
 
-The page is regenerated from the run's own files (report.md, facts.json, plots), so the
-numbers in the docs are always the ones a run printed. ``--notes`` adds a hand-written
-"What the numbers say" section.
+The page is regenerated from the run's own files (results.jsonl, facts.json, plots), so the
+numbers in the docs are always the ones a run printed. ``--summary`` is the hand-written
+"What the numbers say" section; its ``{placeholders}`` are filled with the run's figures.
 """
 
 from __future__ import annotations
@@ -21,31 +21,62 @@ from .context import REPO_DIR
 
 PAGE = """# Benchmarks
 
-How django-pgqueue compares with raw PostgreSQL doing the same work, and with its peers
-(Procrastinate, PgQueuer, django-tasks-db, Celery on Redis), measured side by side on one
-PostgreSQL in one run. ~{payload}-byte JSON payloads, no-op handlers.
+django-pgqueue measured side by side with raw PostgreSQL doing the same work (psycopg, no
+framework) and with its peers — Procrastinate, PgQueuer, django-tasks-db and Celery on Redis
+— on one PostgreSQL, in one run: ~{payload}-byte JSON payloads, no-op handlers.
 
-**Read the ratios, not the absolute rates.** The machine below is small and was shared with
-other work while the run took place (load average {load}), so absolute rates swing by 2-5x
-from one minute to the next. Every ratio is therefore computed between cases measured in
-alternating slices *within one repetition* (the harness rotates the order every slice), and
-then summarised as the median and min\u2013max over {reps} repetitions.
+**Read the ratios.** Every ratio is taken between cases measured in alternating slices
+*within one repetition* (the order rotates every slice), then summarised as the median and
+min\u2013max over the repetitions, so that a machine that slows down or speeds up during the
+run moves both sides alike. Absolute rates depend on the machine and its load (here: load
+average {load} when the run started).
+
+## Summary
+
+{summary_table}
+
+`\u00d7` is the ratio of the first case to the second, each pair measured alongside.
 
 {notes}
-## Results
+## Reproduce
 
-Run: mode `{mode}`, {reps} repetitions, {minutes} minutes, {date}.
+```bash
+{command}
+```
 
-{report}
-Columns: `n` = messages per repetition; `\u00d7 ref` = ratio to the raw reference measured
-alongside (for enqueue: single-row INSERT+commit, or COPY for bulk paths; for processing:
-the raw two-statement lease-then-archive with batches of 100, 1 connection, synchronous
-commit); `tx/msg` = committed transactions in the bench database per message
-(`pg_stat_database.xact_commit` delta, harness transactions subtracted; autovacuum's count
-too); `WAL B/msg` = `pg_current_wal_lsn()` delta per message. The WAL position is
-cluster-wide and other databases on the server write too, so the minimum over the
-repetitions is shown and small cases can still be inflated.
+This page is that run: mode `{mode}`, {reps} repetitions, {minutes} minutes, ended
+{date}, django-pgqueue at commit `{commit}`. `bash bench/run.sh` alone is the full run (larger
+backlogs, a 60-second steady state, a 1,000,000-message memory run; about 25 minutes on 2
+cores); `--quick` takes about 10; `--only enqueue,drain --reps 1 --no-peers` a few.
 
+`bench/run.sh` creates the peers' virtualenvs under `bench/.venvs/` (git-ignored) from PyPI
+on first use, then runs `python -m bench` against `BENCH_SERVER_DSN` (default
+`postgresql://postgres@127.0.0.1:5432/postgres`) in a database of its own (`--db`, default
+`pgq_bench`, created and dropped). Options: `--reps N` (default 3), `--only` (scenarios:
+enqueue, drain, claim, producers, latency, steady, memory), `--peers` / `--no-peers`,
+`--keep-db`, `--out`. Celery needs Redis on 127.0.0.1:6379 (`BENCH_REDIS_URL`). Results land
+in `bench/results/<timestamp>-<mode>/` (`results.jsonl`, `report.md`, `facts.json`, plots,
+logs); `python -m bench.publish <that folder> --summary bench/summary.md` writes this page.
+
+## The machine
+
+- {nproc} CPU cores ({cpu}), {memory} GiB RAM, Linux {kernel}; the clients, the workers and
+  PostgreSQL share those cores.
+- PostgreSQL {pg_version} on 127.0.0.1: {pg_settings}.
+- Python {python}, Django {django}, psycopg {psycopg}. Peers: {peers}.
+- Redis (Celery's broker) on 127.0.0.1:6379.
+
+## Every case of the run
+
+Rates are messages/s. `n` = messages per repetition; `\u00d7 ref` = ratio to the raw
+reference measured alongside (for enqueue: single-row INSERT+commit, or COPY for bulk paths;
+for processing: the raw two-statement lease-then-archive with batches of 100, 1 connection,
+synchronous commit); `tx/msg` = committed transactions in the bench database per message
+(`pg_stat_database.xact_commit` delta, harness transactions subtracted); `WAL B/msg` =
+`pg_current_wal_lsn()` delta per message. The WAL position is cluster-wide and other
+databases on the server write too, so the minimum over the repetitions is shown.
+
+{details}
 {failures}
 ### Plots
 
@@ -59,21 +90,13 @@ repetitions is shown and small cases can still be inflated.
 
 ![Worker RSS over a long run](img/bench-rss.png)
 
-## The machine
-
-- {nproc} CPU cores ({cpu}), {memory} GiB RAM, Linux {kernel}; the clients, the workers and
-  PostgreSQL share those cores.
-- PostgreSQL {pg_version} on 127.0.0.1: {pg_settings}.
-- Python {python}, Django {django}, psycopg {psycopg}. Peers: {peers}.
-- Redis (Celery's broker) on 127.0.0.1:6379.
-
 ## What is measured
 
 | scenario | how |
 |---|---|
 | enqueue | Single-row paths ({enqueue_n} messages each, in 10 alternating slices): `enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`; against a raw psycopg `INSERT` + commit per row. Bulk: `enqueue_many()` against raw `COPY`, {bulk_n} rows in 5 slices, the same rows per call. Peers: their single and batch APIs, each slice alternating with the raw reference. |
 | drain | Each consumer's backlog is loaded first ({drain_n} messages; {drain_mid_n} for raw batch 10, {drain_slow_n} for batch 1), then drained in 10 alternating slices per consumer: raw `DELETE ... SKIP LOCKED RETURNING` at batch 1/10/100; raw lease-then-archive (lease: CTE `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE ... RETURNING`; archive: `WITH moved AS (DELETE ... RETURNING) INSERT INTO archive`), with synchronous and asynchronous commit; `Message.objects.lease()` + `core.transitions.complete()` in batches of 100. |
-| `pgq_worker` | A real `manage.py pgq_worker` process (persistent connections), idle and listening; a slice of {slice_n} messages lands in one transaction with its NOTIFY and is timed from just before that COMMIT until the live table is empty; 5 slices per setting. Slices alternate with raw lease-then-archive slices. Several `--concurrency` / `--batch-size` settings, and one with `SYNCHRONOUS_ACKS = True`. |
+| `pgq_worker` | A real `manage.py pgq_worker` process (persistent connections), idle and listening; a slice of {slice_n} messages lands in one transaction with its NOTIFY and is timed on the database clock, from just before that COMMIT (`clock_timestamp()`) to the last acknowledgement (`max(finished_at)` in the archive); 5 slices per setting. Slices alternate with raw lease-then-archive slices. Several `--concurrency` / `--batch-size` settings, and one with `SYNCHRONOUS_ACKS = True`. |
 | peers' workers | {drain_n} messages for PgQueuer at batch 100, {peer_slow_n} for the others (they run a few hundred jobs/s here), in 5 slices. Each peer's own worker (PgQueuer `QueueManager` in drain mode; Procrastinate `run_worker_async(wait=False)`; django-tasks-db's `db_worker` loop in batch mode, in-process; Celery prefork worker, consumer switched on once the backlog is in Redis), timed inside the adapter, alternating with raw lease-then-archive slices. |
 | claim vs backlog | `lease()` + `complete()` in batches of 100 with 1,000 ready messages (drained completely, reloaded, repeated) and with {claim_big} ready messages (first {claim_measured} claimed). The tables are `ANALYZE`d after loading. |
 | producers | {producers} producer processes, each a persistent connection doing single-row writes flat out: raw INSERT, raw INSERT + `pg_notify`, `enqueue()` with NOTIFY off and on; alternating rounds. |
@@ -81,24 +104,16 @@ repetitions is shown and small cases can still be inflated.
 | steady state | 2 producer processes at a fixed total rate and one `pgq_worker --concurrency 4` together for {steady}s; lag = age of the oldest ready message, sampled every 0.25 s; end-to-end latency as above. |
 | memory | Peak RSS (`VmHWM`) of each worker process in the drain runs; one worker through {rss_n} messages (topped up 20,000 at a time), RSS sampled every 0.5 s; slope fitted after the first 10%. |
 
-## Reproduce
+The server runs with `autovacuum = off` during the run, and every case starts from truncated
+tables. The harness itself is checked by `tests/bench/` (a tiny run: `--mode smoke`).
 
-```bash
-bash bench/run.sh            # full run (~25 minutes on 2 busy cores)
-bash bench/run.sh --quick    # smaller backlogs, 10 s steady state (~10 minutes)
-bash bench/run.sh --quick --only enqueue,drain --reps 1 --no-peers
-```
+## Other benchmarks
 
-`bench/run.sh` creates the peers' virtualenvs under `bench/.venvs/` (git-ignored) from PyPI
-on first use, then runs `python -m bench` against `BENCH_SERVER_DSN` (default
-`postgresql://postgres@127.0.0.1:5432/postgres`) in a database of its own (`pgq_bench`,
-created and dropped). Options: `--reps N` (default 3), `--only` (scenarios: enqueue, drain,
-claim, producers, latency, steady, memory), `--peers` / `--no-peers`, `--keep-db`, `--out`.
-Results land in `bench/results/<timestamp>-<mode>/`: `results.jsonl` (every case of every
-repetition), `report.md` (the tables above), `facts.json` (machine and settings), the plots
-and each helper process's log. `python -m bench.publish <that folder> --notes bench/notes.md`
-regenerates this page (the notes quote the run's own figures).
-The harness itself is checked by `tests/bench/` (a tiny run: `--mode smoke`).
+- Fairness and limits: `bench/flow_control_bench.py` and `bench/claim_cpu.py`, summarised in
+  [What it costs](how-to/fairness-and-limits.md#what-it-costs).
+- The Spark pipeline: `bench/pipeline_bench.py`, in [Performance](how-to/pipeline.md#performance).
+- The admin dashboard at 1,000,000 rows: `tests/admin/test_scale.py`, in
+  [Why it stays fast](how-to/operate-with-the-admin.md#why-it-stays-fast).
 """
 
 
@@ -118,16 +133,8 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
 
     def target(prefix: str, unit: str = "\u00d7", digits: int = 2) -> str:
         t = next(t for name, t in by_name.items() if name.startswith(prefix))
-        values = [v for rep in reps if (v := t.per_rep(results, rep)) is not None]
-        if not values:
-            return "not measured"
-        med = statistics.median(values)
-        met = med >= t.threshold if t.op == ">=" else med <= t.threshold
-        op = "\u2265" if t.op == ">=" else "\u2264"
-        verdict = "met" if met else "**missed**"
-        return (
-            f"{med:.{digits}f}{unit} ({min(values):.{digits}f}\u2013{max(values):.{digits}f}; "
-            f"target {op} {t.threshold:g}: {verdict})"
+        return _summary(
+            [v for rep in reps if (v := t.per_rep(results, rep)) is not None], unit, digits
         )
 
     def ratio(key: str) -> str:
@@ -146,7 +153,6 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
     steady = [r for r in results if r["key"] == "pgq.steady"]
     values = {
         "worker_best": target("`pgq_worker` (best setting) / raw"),
-        "worker_b10": ratio("pgq.worker.c4.b10"),
         "worker_sync": target("\u21b3 the same with `SYNCHRONOUS_ACKS = True` (like for like)"),
         "vs_peer": target("`pgq_worker` (best setting) / best peer"),
         "lease_complete": target("lease + complete"),
@@ -177,42 +183,36 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
     return values
 
 
-def addendum(folder: Path, title: str, note: str = "") -> str:
-    """A later partial run, with its own targets and rates (its ratios are its own)."""
-    from .report import rates_table, targets_table
-
-    results = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines() if x]
-    facts = json.loads((folder / "facts.json").read_text())
-    reps = len({r["rep"] for r in results})
-    targets, _ = targets_table(results)
-    measured = [line for line in targets.splitlines()[2:] if "not measured" not in line]
-    return (
-        f"\n## {title}\n\n"
-        f"Mode `{facts['mode']}`, {reps} repetitions, scenarios: "
-        f"{', '.join(sorted({r['scenario'] for r in results}))}. {note}\n\n"
-        + "\n".join(targets.splitlines()[:2] + measured)
-        + "\n\n"
-        + rates_table(results)
-        + "\n"
-    )
+def run_command(facts: dict[str, Any], reps: int) -> str:
+    """The command that repeats the run: its mode, repetitions, scenarios and peers."""
+    words = ["bash bench/run.sh"]
+    if facts["mode"] != "full":
+        words.append("--quick" if facts["mode"] == "quick" else f"--mode {facts['mode']}")
+    if reps != 3:
+        words.append(f"--reps {reps}")
+    if facts.get("only"):
+        words.append(f"--only {facts['only']}")
+    peers = facts.get("peers")
+    if peers == []:
+        words.append("--no-peers")
+    elif peers and sorted(peers) != sorted(["pgqueuer", "procrastinate", "tasksdb", "celery"]):
+        words.append(f"--peers {','.join(peers)}")
+    return " ".join(words)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("folder")
-    parser.add_argument("--notes", default="")
-    parser.add_argument("--addendum", default="", help="a later, smaller run to append")
-    parser.add_argument("--addendum-title", default="Addendum")
-    parser.add_argument("--addendum-note", default="")
+    parser.add_argument("--summary", default="", help="the hand-written notes (a template)")
+    parser.add_argument("--commit", default="", help="the commit measured, if facts lack it")
     args = parser.parse_args()
     folder = Path(args.folder)
     facts = json.loads((folder / "facts.json").read_text())
-    from .report import full_report
+    from .report import detail_tables, summary_table
 
     results = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines() if x]
-    report = full_report(results)
     reps_done = len({r["rep"] for r in results if r["scenario"] == "drain"})
-    notes = Path(args.notes).read_text() if args.notes else ""
+    notes = Path(args.summary).read_text() if args.summary else ""
     if notes:
         notes = notes.format(**notes_values(results))
     pg = facts["postgres"]
@@ -230,14 +230,17 @@ def main() -> None:
     page = PAGE.format(
         payload=facts["payload_bytes"],
         load=", ".join(f"{x:.1f}" for x in facts["loadavg_start"]),
-        reps=reps_done,
+        summary_table=summary_table(results),
         notes=notes,
+        command=run_command(facts, reps_done),
         mode=facts["mode"],
+        reps=reps_done,
         minutes=round(facts["seconds"] / 60),
         date=datetime.fromtimestamp((folder / "results.jsonl").stat().st_mtime, UTC).strftime(
-            "%Y-%m-%d %H:%M UTC (end)"
+            "%Y-%m-%d %H:%M UTC"
         ),
-        report=report,
+        commit=args.commit or facts.get("commit", "unknown"),
+        details=detail_tables(results),
         failures=failures,
         nproc=facts["nproc"],
         cpu=facts["cpu"] or "unknown CPU",
@@ -267,8 +270,6 @@ def main() -> None:
     (docs / "img").mkdir(exist_ok=True)
     for png in sorted(folder.glob("bench-*.png")):
         shutil.copy(png, docs / "img" / png.name)
-    if args.addendum:
-        page += addendum(Path(args.addendum), args.addendum_title, args.addendum_note)
     (docs / "benchmarks.md").write_text(page)
     print(f"wrote {docs / 'benchmarks.md'}")
 

@@ -350,6 +350,34 @@ def targets_table(results: list[Row]) -> tuple[str, list[tuple[str, str]]]:
     return "\n".join(lines), verdicts
 
 
+def summary_table(results: list[Row]) -> str:
+    """The headline comparisons of a run, median (min\u2013max) over its repetitions."""
+    reps = sorted({r["rep"] for r in results})
+    lines = ["| comparison | median (min\u2013max) |", "|---|---:|"]
+    for t in TARGETS:
+        values = [v for rep in reps if (v := t.per_rep(results, rep)) is not None]
+        if not values:
+            continue
+        lines.append(
+            f"| {t.name} | {statistics.median(values):.2f} "
+            f"({min(values):.2f}\u2013{max(values):.2f}) {t.unit} |"
+        )
+    return "\n".join(lines)
+
+
+def detail_tables(results: list[Row]) -> str:
+    """Every case of a run: rates, then latency, steady state and memory when measured."""
+    parts = ["### Rates\n\n" + rates_table(results)]
+    for title, table in (
+        ("Latency (idle worker, trickle)", latency_table(results)),
+        ("Steady state", steady_table(results)),
+        ("Worker memory", memory_table(results)),
+    ):
+        if table:
+            parts.append(f"### {title}\n\n{table}")
+    return "\n\n".join(parts) + "\n"
+
+
 def full_report(results: list[Row]) -> str:
     reps = sorted({r["rep"] for r in results})
     targets, _ = targets_table(results)
