@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             drop_database(args.dsn, args.db)
 
     facts["seconds"] = round(time.time() - started)
+    facts["loadavg_end"] = os.getloadavg()
     (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))
     results = [json.loads(line) for line in results_path.read_text().splitlines() if line]
     markdown = report.full_report(results)

@@ -29,7 +29,7 @@ framework) and with its peers — Procrastinate, PgQueuer, django-tasks-db and C
 *within one repetition* (the order rotates every slice), then summarised as the median and
 min\u2013max over the repetitions, so that a machine that slows down or speeds up during the
 run moves both sides alike. Absolute rates depend on the machine and its load (here: load
-average {load} when the run started).
+average {load}).
 
 ## Summary
 
@@ -46,8 +46,8 @@ average {load} when the run started).
 
 This page is that run: mode `{mode}`, {reps} repetitions, {minutes} minutes, ended
 {date}, django-pgqueue at commit `{commit}`. `bash bench/run.sh` alone is the full run (larger
-backlogs, a 60-second steady state, a 1,000,000-message memory run; about 25 minutes on 2
-cores); `--quick` takes about 10; `--only enqueue,drain --reps 1 --no-peers` a few.
+backlogs, a 60-second steady state, a 1,000,000-message memory run; about 25 minutes on an
+idle 2-core machine); `--quick` about 10; `--only enqueue,drain --reps 1 --no-peers` a few.
 
 `bench/run.sh` creates the peers' virtualenvs under `bench/.venvs/` (git-ignored) from PyPI
 on first use, then runs `python -m bench` against `BENCH_SERVER_DSN` (default
@@ -183,6 +183,15 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
     return values
 
 
+def _load(facts: dict[str, Any]) -> str:
+    """The load average (1, 5, 15 minutes) when the run started, and when it ended if known."""
+    start = ", ".join(f"{x:.1f}" for x in facts["loadavg_start"])
+    if "loadavg_end" not in facts:
+        return f"{start} when the run started"
+    end = ", ".join(f"{x:.1f}" for x in facts["loadavg_end"])
+    return f"{start} when the run started, {end} when it ended"
+
+
 def run_command(facts: dict[str, Any], reps: int) -> str:
     """The command that repeats the run: its mode, repetitions, scenarios and peers."""
     words = ["bash bench/run.sh"]
@@ -229,7 +238,7 @@ def main() -> None:
     sizes = MODES[facts["mode"]]
     page = PAGE.format(
         payload=facts["payload_bytes"],
-        load=", ".join(f"{x:.1f}" for x in facts["loadavg_start"]),
+        load=_load(facts),
         summary_table=summary_table(results),
         notes=notes,
         command=run_command(facts, reps_done),
