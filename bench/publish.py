@@ -1,6 +1,7 @@
 """Write docs/benchmarks.md and docs/img/bench-*.png from one results folder.
 
     python -m bench.publish bench/results/<run> [--summary bench/summary.md] [--commit ID]
+                            [--docs-dir docs]
 
 The page is regenerated from the run's own files (results.jsonl, facts.json, plots), so the
 numbers in the docs are always the ones a run printed. ``--summary`` is the hand-written
@@ -214,6 +215,7 @@ def main() -> None:
     parser.add_argument("folder")
     parser.add_argument("--summary", default="", help="the hand-written notes (a template)")
     parser.add_argument("--commit", default="", help="the commit measured, if facts lack it")
+    parser.add_argument("--docs-dir", default=str(REPO_DIR / "docs"), help="where to write")
     args = parser.parse_args()
     folder = Path(args.folder)
     facts = json.loads((folder / "facts.json").read_text())
@@ -275,8 +277,8 @@ def main() -> None:
         peer_slow_n=f"{sizes.peer_slow_n:,}",
         latency_n=f"{sizes.latency_n:,}",
     )
-    docs = REPO_DIR / "docs"
-    (docs / "img").mkdir(exist_ok=True)
+    docs = Path(args.docs_dir)
+    (docs / "img").mkdir(parents=True, exist_ok=True)
     for png in sorted(folder.glob("bench-*.png")):
         shutil.copy(png, docs / "img" / png.name)
     (docs / "benchmarks.md").write_text(page)

@@ -102,3 +102,24 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
         "remote_apply",
     }
     assert not facts["failures"]
+
+    # The docs page is that run: its summary, the command that repeats it, its machine.
+    page = publish(tmp_path, tmp_path / "docs")
+    assert "bash bench/run.sh --mode smoke --reps 1 --no-peers" in page
+    assert "| `enqueue_many()` / raw COPY |" in page
+    assert f"commit `{facts['commit']}`" in page
+    assert "{" + "worker_best}" not in page  # every figure of the summary was filled in
+    assert facts["commit"]  # the checkout measured, for the published page
+
+
+def publish(folder: Path, docs: Path) -> str:
+    command = [sys.executable, "-m", "bench.publish", str(folder)]
+    proc = subprocess.run(
+        [*command, "--summary", "bench/summary.md", "--docs-dir", str(docs)],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return (docs / "benchmarks.md").read_text()
