@@ -277,6 +277,28 @@ def test_far_future_and_infinite_due_times_do_not_break_a_worker(
     assert Message.objects.filter(queue__in=list(values)).count() == 3
 
 
+@pytest.mark.parametrize("value", ["infinity", "-infinity", "275817-01-01 00:00:00+00"])
+def test_a_message_enqueued_at_an_unloadable_time_runs(
+    start_worker: StartWorker, value: str
+) -> None:
+    msg = django_pgqueue.enqueue("tests.echo", "old or odd", queue="odd-time")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_message SET enqueued_at = %s::timestamptz WHERE id = %s",
+            [value, msg.id],
+        )
+    runner = start_worker(queues=["odd-time"], burst=True)
+    assert runner.join() == 0 and runner.worker.crashed is None
+    # The archive keeps the stored value as it was (no datetime is loaded to check it here).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM {ArchivedMessage._meta.db_table} "
+            "WHERE message_id = %s AND enqueued_at = %s::timestamptz",
+            [msg.id, value],
+        )
+        assert cursor.fetchone() == (1,)
+
+
 # -- listener probes --------------------------------------------------------------------------
 
 
