@@ -146,6 +146,8 @@ class Executor:
             if self._loop_thread is not None:
                 self._loop_thread.join(max(0.0, deadline - time.monotonic()))
         if self._helper is not None:
+            # Its thread's connection would outlive the worker in a host process.
+            self._helper.submit(connections.close_all)
             self._helper.shutdown(wait=False)
 
     # -- accounting ------------------------------------------------------------------------
@@ -228,7 +230,14 @@ class Executor:
         if self._loop is None:
             self._start_loop()
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._start_task, job)
+        self._loop.call_soon_threadsafe(self._start_task_supervised, job)
+
+    def _start_task_supervised(self, job: Job) -> None:
+        # The event loop would only log an error of its callback, and the job would be lost.
+        try:
+            self._start_task(job)
+        except BaseException as exc:
+            self.on_crash("async-handlers", exc)
 
     def _start_task(self, job: Job) -> None:
         # The loop keeps only weak references to tasks: hold them until they finish.
@@ -245,8 +254,6 @@ class Executor:
             asyncio.set_event_loop(loop)
             self._loop = loop
             self._async_slots = asyncio.Semaphore(self.concurrency)
-            # An error in a callback of the loop (not in a handler) would only be logged.
-            loop.set_exception_handler(self._loop_error)
             ready.set()
             try:
                 loop.run_forever()
@@ -258,12 +265,6 @@ class Executor:
         self._loop_thread = threading.Thread(target=main, name="async-handlers", daemon=True)
         self._loop_thread.start()
         ready.wait()
-
-    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        error = context.get("exception")
-        if not isinstance(error, BaseException):
-            error = RuntimeError(context.get("message", "error in the event loop"))
-        self.on_crash("async-handlers", error)
 
     # -- running ---------------------------------------------------------------------------
 
