@@ -38,6 +38,10 @@ PER_QUEUE_ONLY_KEYS = frozenset(
 )
 PER_QUEUE_KEYS = PER_QUEUE_KEYS | PER_QUEUE_ONLY_KEYS
 
+#: Upper bounds of ``BATCH_SIZE`` and ``CONCURRENCY`` (and of ``pgq_worker``'s flags).
+MAX_BATCH_SIZE = 10_000
+MAX_CONCURRENCY = 1_000
+
 
 @dataclass(frozen=True)
 class PgQueueSettings:
@@ -62,6 +66,10 @@ class PgQueueSettings:
     COMPLETION_FLUSH_INTERVAL: float = 0.05
     STALE_READY_WARNING: float = 60.0
     SYNCHRONOUS_ACKS: bool = False
+    MAX_RESULT_BYTES: int = 1024 * 1024
+    MAX_ERROR_MESSAGE_CHARS: int = 4096
+    MAX_TRACEBACK_CHARS: int = 16384
+    LOG_ERROR_CHARS: int = 200
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -88,6 +96,10 @@ def _optional_positive(value: Any) -> bool:
     return value is None or _positive(value)
 
 
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 # One rule per key: (predicate, what a valid value looks like).
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "DATABASE_ALIAS": (lambda v: isinstance(v, str) and bool(v), "a database alias"),
@@ -104,14 +116,24 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         f"a channel name matching {CHANNEL_PATTERN.pattern}",
     ),
     "POLL_INTERVAL": (lambda v: _positive(v) and v <= 30, "a number of seconds in (0, 30]"),
-    "BATCH_SIZE": (lambda v: _positive_int(v) and v <= 10_000, "a whole number in [1, 10000]"),
-    "CONCURRENCY": (lambda v: _positive_int(v) and v <= 1_000, "a whole number in [1, 1000]"),
+    "BATCH_SIZE": (
+        lambda v: _positive_int(v) and v <= MAX_BATCH_SIZE,
+        f"a whole number in [1, {MAX_BATCH_SIZE}]",
+    ),
+    "CONCURRENCY": (
+        lambda v: _positive_int(v) and v <= MAX_CONCURRENCY,
+        f"a whole number in [1, {MAX_CONCURRENCY}]",
+    ),
     "GRACE_PERIOD": (_non_negative, "a number of seconds >= 0"),
     "TASK_TIMEOUT": (_optional_positive, "None or a number of seconds > 0"),
     "HEARTBEAT_INTERVAL": (_positive, "a number of seconds > 0"),
     "COMPLETION_FLUSH_INTERVAL": (_non_negative, "a number of seconds >= 0"),
     "STALE_READY_WARNING": (_positive, "a number of seconds > 0"),
     "SYNCHRONOUS_ACKS": (lambda v: isinstance(v, bool), "True or False"),
+    "MAX_RESULT_BYTES": (_positive_int, "a whole number of bytes >= 1"),
+    "MAX_ERROR_MESSAGE_CHARS": (_positive_int, "a whole number of characters >= 1"),
+    "MAX_TRACEBACK_CHARS": (_positive_int, "a whole number of characters >= 1"),
+    "LOG_ERROR_CHARS": (_non_negative_int, "a whole number of characters >= 0"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 

@@ -21,3 +21,9 @@ class PayloadError(InvalidMessage):
 
 class LeaseError(PgQueueError):
     """A lease operation was used wrongly (e.g. hold-the-lock mode outside a transaction)."""
+
+
+class ResultNotSerializable(PgQueueError, TypeError):
+    """A handler returned what cannot be stored as its message's JSON result: not JSON, a
+    string PostgreSQL's ``jsonb`` refuses (U+0000, a lone surrogate), or more than
+    ``MAX_RESULT_BYTES``. The message goes to the dead table at once (reason ``error``)."""

@@ -42,10 +42,15 @@ LEASED_COLUMNS = (
 LEASED_TIMESTAMPS = ("enqueued_at", "available_at", "leased_at")
 
 
+# Python's datetime range, a day inside: a value stored beyond it (written by SQL: 'infinity',
+# year 275817) is read as the nearest bound rather than failing every claim of its queue.
+_LOADABLE_TIME = "LEAST(GREATEST({}, '0001-01-02+00'::timestamptz), '9999-12-30+00'::timestamptz)"
+
+
 def leased_returning(alias: str = "m") -> str:
     """The claim's ``RETURNING`` list of :data:`LEASED_COLUMNS`."""
     return ", ".join(
-        f"(extract(epoch FROM {alias}.{c}) * 1000000)::int8"
+        f"(extract(epoch FROM {_LOADABLE_TIME.format(f'{alias}.{c}')}) * 1000000)::int8"
         if c in LEASED_TIMESTAMPS
         else f"{alias}.{c}"
         for c in LEASED_COLUMNS

@@ -4,21 +4,32 @@ Handlers hand their outcome over and move on; this thread writes them with one s
 per batch (flushed every ``COMPLETION_FLUSH_INTERVAL`` or as soon as ``flush_size`` are
 waiting), so processing does not pay a database round trip per message. Writes are fenced by
 lease token: a message whose lease was lost is reported stale and left to its new owner.
+
+Outcomes arrive storable (``storable.py`` checks them in the handler's thread). Should the
+database still refuse a batch's data, the batch is written row by row so that only the row
+at fault is affected: a result that cannot be stored sends its message to the dead table
+with the reason; an error entry that cannot be stored is recorded without its text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from django.db import DataError
 
 from ..core import transitions
+from ..exceptions import ResultNotSerializable
+from ..models import DeadReason
 from .db import Stopped, retrying
 from .heartbeat import Stats
 from .registry import notify_dead
+from .storable import log_excerpt, storable_text
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -36,6 +47,7 @@ class Completer:
         stats: Stats,
         abort: threading.Event,
         on_retried: Callable[[set[str]], None] | None = None,
+        log_error_chars: int = 200,
     ) -> None:
         self.alias = alias
         self.flush_interval = flush_interval
@@ -43,9 +55,9 @@ class Completer:
         self.stats = stats
         self.on_retried = on_retried
         self.abort = abort  # set -> stop retrying a write during an outage (forced exit)
+        self.log_error_chars = log_error_chars
         self._cond = threading.Condition()
-        self._done_ids: list[int] = []
-        self._done_tokens: list[uuid.UUID | None] = []
+        self._done: list[Message] = []
         self._done_results: list[str | None] = []
         # The queue of the first completed message buffered: the ack keeps its lease count
         # (a queue with a concurrency limit; transitions.complete_encoded).
@@ -59,21 +71,20 @@ class Completer:
 
     def complete(self, message: Message, result_json: str | None) -> None:
         with self._cond:
-            first = not self._done_ids and not self._failed
+            first = not self._done and not self._failed
             if first:
                 self._oldest = time.monotonic()
-            if not self._done_ids:
+            if not self._done:
                 self._done_queue = message.queue
-            self._done_ids.append(message.id)
-            self._done_tokens.append(message.lease_token)
+            self._done.append(message)
             self._done_results.append(result_json)
             # Wake the loop to start the flush clock (first) or flush a full batch now.
-            if first or len(self._done_ids) >= self.flush_size:
+            if first or len(self._done) >= self.flush_size:
                 self._cond.notify()
 
     def fail(self, attempt: transitions.FailedAttempt, message: Message) -> None:
         with self._cond:
-            if not self._done_ids and not self._failed:
+            if not self._done and not self._failed:
                 self._oldest = time.monotonic()
             self._failed.append((attempt, message))
             self._cond.notify()
@@ -82,14 +93,14 @@ class Completer:
 
     def pending(self) -> int:
         with self._cond:
-            return len(self._done_ids) + len(self._failed) + (1 if self._busy else 0)
+            return len(self._done) + len(self._failed) + (1 if self._busy else 0)
 
     def wait_for_work(self, timeout: float) -> None:
         """Block until a batch is due or ``timeout`` passes (called by the completer loop)."""
         with self._cond:
             end = time.monotonic() + timeout
             while True:
-                waiting = len(self._done_ids) + len(self._failed)
+                waiting = len(self._done) + len(self._failed)
                 now = time.monotonic()
                 if waiting and (
                     waiting >= self.flush_size
@@ -111,47 +122,69 @@ class Completer:
             self._kicked = True
             self._cond.notify()
 
+    def take_unwritten(self) -> list[tuple[int, uuid.UUID]]:
+        """The leases of every outcome not written, forgotten here: what a worker whose
+        completer failed releases before it exits."""
+        with self._cond:
+            messages = [*self._done, *(m for _, m in self._failed)]
+            self._done, self._done_results, self._failed = [], [], []
+        return [(m.id, m.lease_token) for m in messages if m.lease_token is not None]
+
     def flush(self) -> None:
         """Write everything buffered so far (retrying through outages unless aborted)."""
         with self._cond:
-            ids, tokens, results = self._done_ids, self._done_tokens, self._done_results
+            done, results = self._done, self._done_results
             queue = self._done_queue
             failed = self._failed
-            self._done_ids, self._done_tokens, self._done_results = [], [], []
-            self._failed = []
-            self._busy = bool(ids or failed)
+            self._done, self._done_results, self._failed = [], [], []
+            self._busy = bool(done or failed)
         try:
-            if ids:
-                self._archive(ids, tokens, results, queue)
+            if done:
+                self._archive(done, results, queue)
             if failed:
                 self._record_failures(failed)
         except Stopped:
             logger.warning(
                 "Stopped before %d outcomes could be written; their leases will expire and "
                 "the messages run again.",
-                len(ids) + len(failed),
+                len(done) + len(failed),
             )
+        except BaseException:
+            # A bug: the worker stops (Worker._on_crash) and releases what take_unwritten()
+            # returns; a lease whose outcome was written meanwhile is fenced off by then.
+            with self._cond:
+                self._done[:0], self._done_results[:0] = done, results
+                self._failed[:0] = failed
+            raise
         finally:
             with self._cond:
                 self._busy = False
 
-    def _archive(
-        self,
-        ids: list[int],
-        tokens: list[uuid.UUID | None],
-        results: list[str | None],
-        queue: str | None,
-    ) -> None:
-        def write() -> list[int]:
-            outcome = transitions.complete_encoded(
-                ids, tokens, results, using=self.alias, queue=queue
+    def _archive(self, done: list[Message], results: list[str | None], queue: str | None) -> None:
+        ids = [m.id for m in done]
+        refused: list[Message] = []
+        try:
+            archived = self._write_completions(ids, [m.lease_token for m in done], results, queue)
+        except DataError as exc:
+            # Not an outage (retrying() rides those out): the data of some row. Find it, so
+            # that its batch-mates are archived all the same.
+            logger.error(
+                "The database refused a batch of %d results (%s); archiving them one by one.",
+                len(done),
+                _first_line(exc),
             )
-            return outcome.done
-
-        done = retrying("archiving completed messages", write, alias=self.alias, abort=self.abort)
-        self.stats.add(processed=len(done))
-        if len(done) != len(ids):
-            finished = set(done)
+            archived = []
+            for message, result in zip(done, results, strict=True):
+                try:
+                    archived += self._write_completions(
+                        [message.id], [message.lease_token], [result], queue
+                    )
+                except DataError as row_exc:
+                    refused.append(message)
+                    self._record_failures([(self._refusal(message, row_exc), message)])
+        self.stats.add(processed=len(archived))
+        if len(archived) + len(refused) != len(ids):
+            finished = {*archived, *(m.id for m in refused)}
             stale = [i for i in ids if i not in finished]
             logger.warning(
                 "%d completed messages were not archived because their lease was lost "
@@ -160,14 +193,78 @@ class Completer:
                 stale[:20],
             )
 
-    def _record_failures(self, failed: list[tuple[transitions.FailedAttempt, Message]]) -> None:
-        attempts = [a for a, _ in failed]
-        outcome = retrying(
+    def _write_completions(
+        self,
+        ids: list[int],
+        tokens: list[uuid.UUID | None],
+        results: list[str | None],
+        queue: str | None,
+    ) -> list[int]:
+        def write() -> list[int]:
+            outcome = transitions.complete_encoded(
+                ids, tokens, results, using=self.alias, queue=queue
+            )
+            return outcome.done
+
+        return retrying("archiving completed messages", write, alias=self.alias, abort=self.abort)
+
+    @staticmethod
+    def _refusal(message: Message, exc: BaseException) -> transitions.FailedAttempt:
+        """The failure that buries a message whose result the database refused to store."""
+        error = transitions.error_entry(
+            attempt=message.attempts,
+            worker_id=message.leased_by,
+            type_name=f"{ResultNotSerializable.__module__}.{ResultNotSerializable.__qualname__}",
+            message=storable_text(
+                f"the database refused to store the handler's result: {_first_line(exc)}"
+            ),
+        )
+        return transitions.FailedAttempt(
+            lease=message, error=error, retry_in=None, final_reason=DeadReason.ERROR
+        )
+
+    def _write_failures(self, attempts: list[transitions.FailedAttempt]) -> transitions.Outcome:
+        return retrying(
             "recording failed attempts",
             lambda: transitions.fail(attempts, using=self.alias),
             alias=self.alias,
             abort=self.abort,
         )
+
+    def _write_failures_one_by_one(
+        self, attempts: list[transitions.FailedAttempt]
+    ) -> transitions.Outcome:
+        total = transitions.Outcome()
+        for attempt in attempts:
+            try:
+                outcome = self._write_failures([attempt])
+            except DataError as exc:
+                # The attempt counts all the same; only its refused text is left out.
+                error = {
+                    **attempt.error,
+                    "type": storable_text(str(attempt.error.get("type"))),
+                    "message": f"the error text could not be stored: {_first_line(exc)}",
+                    "traceback": "",
+                }
+                outcome = self._write_failures([dataclasses.replace(attempt, error=error)])
+            total.done += outcome.done
+            total.stale += outcome.stale
+            total.retried += outcome.retried
+            total.buried += outcome.buried
+        return total
+
+    def _record_failures(self, failed: list[tuple[transitions.FailedAttempt, Message]]) -> None:
+        attempts = [a for a, _ in failed]
+        try:
+            outcome = self._write_failures(attempts)
+        except DataError as exc:
+            logger.error(
+                "The database refused a batch of %d failed attempts (%s); recording them one "
+                "by one.",
+                len(attempts),
+                _first_line(exc),
+            )
+            outcome = self._write_failures_one_by_one(attempts)
         self.stats.add(failed=len(failed), retried=len(outcome.retried), dead=len(outcome.buried))
         buried = set(outcome.buried)
         retried = set(outcome.retried)
@@ -178,7 +275,7 @@ class Completer:
             if message.id in buried:
                 notify_dead(message.task, message.id, str(attempt.final_reason))
                 logger.warning(
-                    "Message %s (%s on %s) dead-lettered: %s after %s of %s attempts: %s: %s",
+                    "Message %s (%s on %s) dead-lettered: %s after %s of %s attempts: %s%s",
                     message.id,
                     message.task,
                     message.queue,
@@ -186,18 +283,18 @@ class Completer:
                     message.attempts,
                     message.max_attempts,
                     error.get("type"),
-                    error.get("message"),
+                    self._excerpt(error),
                 )
             elif message.id in retried:
                 logger.info(
-                    "Message %s (%s on %s) failed attempt %s of %s (%s: %s); retrying in %.1fs.",
+                    "Message %s (%s on %s) failed attempt %s of %s (%s%s); retrying in %.1fs.",
                     message.id,
                     message.task,
                     message.queue,
                     message.attempts,
                     message.max_attempts,
                     error.get("type"),
-                    error.get("message"),
+                    self._excerpt(error),
                     attempt.retry_in or 0.0,
                 )
         if outcome.stale:
@@ -206,3 +303,13 @@ class Completer:
                 len(outcome.stale),
                 outcome.stale[:20],
             )
+
+    def _excerpt(self, error: dict[str, Any]) -> str:
+        """``": <excerpt>"`` of an error message for a log line, or nothing (type only)."""
+        excerpt = log_excerpt(error.get("message"), self.log_error_chars)
+        return f": {excerpt}" if excerpt else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

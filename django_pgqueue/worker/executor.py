@@ -23,10 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from ..conf import get_settings
 from ..core import transitions
+from ..exceptions import ResultNotSerializable
 from ..models import DeadReason
 from .context import MessageContext
 from .registry import Handler
+from .storable import describe_exception, encode_result
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -35,10 +38,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_pgqueue.worker")
 
 QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED = range(5)
-
-
-class ResultNotSerializable(TypeError):
-    """A handler returned something that cannot be stored as JSON."""
 
 
 class HandlerTimeout(Exception):
@@ -81,18 +80,6 @@ class Job:
         return self.message.payload
 
 
-def encode_result(result: Any) -> str | None:
-    if result is None:
-        return None
-    try:
-        return json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ResultNotSerializable(
-            f"handler returned a {type(result).__name__} that is not JSON-serializable ({exc}); "
-            "return JSON data (dict, list, str, number, bool or None)"
-        ) from exc
-
-
 class Executor:
     """Runs jobs with at most ``concurrency`` sync handlers and ``concurrency`` async ones."""
 
@@ -105,6 +92,7 @@ class Executor:
         completer: Completer,
         on_finished: Callable[[], None],
         on_deadline: Callable[[], None] = lambda: None,
+        on_crash: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.worker_id = worker_id
@@ -112,6 +100,13 @@ class Executor:
         self.completer = completer
         self.on_finished = on_finished
         self.on_deadline = on_deadline
+        # Told about an error in the executor's own machinery (not a handler's): the worker
+        # stops rather than run on with a slot or a job lost.
+        self.on_crash = on_crash or _log_crash
+        conf = get_settings()
+        self.max_result_bytes = conf.MAX_RESULT_BYTES
+        self.max_error_message = conf.MAX_ERROR_MESSAGE_CHARS
+        self.max_traceback = conf.MAX_TRACEBACK_CHARS
         self.lock = threading.Lock()
         self.jobs: dict[int, Job] = {}  # leased and not yet finished, by message id
         self.mean_run = 0.0  # seconds, moving average over recent handler runs
@@ -151,6 +146,8 @@ class Executor:
             if self._loop_thread is not None:
                 self._loop_thread.join(max(0.0, deadline - time.monotonic()))
         if self._helper is not None:
+            # Its thread's connection would outlive the worker in a host process.
+            self._helper.submit(connections.close_all)
             self._helper.shutdown(wait=False)
 
     # -- accounting ------------------------------------------------------------------------
@@ -233,7 +230,14 @@ class Executor:
         if self._loop is None:
             self._start_loop()
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._start_task, job)
+        self._loop.call_soon_threadsafe(self._start_task_supervised, job)
+
+    def _start_task_supervised(self, job: Job) -> None:
+        # The event loop would only log an error of its callback, and the job would be lost.
+        try:
+            self._start_task(job)
+        except BaseException as exc:
+            self.on_crash("async-handlers", exc)
 
     def _start_task(self, job: Job) -> None:
         # The loop keeps only weak references to tasks: hold them until they finish.
@@ -253,6 +257,8 @@ class Executor:
             ready.set()
             try:
                 loop.run_forever()
+            except BaseException as exc:
+                self.on_crash("async-handlers", exc)
             finally:
                 loop.close()
 
@@ -295,28 +301,33 @@ class Executor:
     def _thread_main(self) -> None:
         me = threading.current_thread()
         try:
-            while True:
-                job = self._work.get()
-                if job is None:
-                    return
-                if not self._start(job):
-                    continue
-                try:
-                    self._run_sync(job)
-                except Exception:
-                    # A bug here must not kill the thread and strand the job: fail it.
-                    logger.exception("Internal error while handling message %s", job.message.id)
-                    failure = self._failure(job, RuntimeError("internal worker error"))
-                    self._finish(job, partial(self.completer.fail, failure, job.message))
-                if job.state == ABANDONED:
-                    # Timed out: a replacement thread owns this slot now.
-                    with self.lock:
-                        self.stuck -= 1
-                    return
+            self._serve_jobs()
+        except BaseException as exc:
+            self.on_crash(me.name, exc)
         finally:
             connections.close_all()
             if me in self._threads:
                 self._threads.remove(me)
+
+    def _serve_jobs(self) -> None:
+        while True:
+            job = self._work.get()
+            if job is None:
+                return
+            if not self._start(job):
+                continue
+            try:
+                self._run_sync(job)
+            except Exception:
+                # A bug here must not kill the thread and strand the job: fail it.
+                logger.exception("Internal error while handling message %s", job.message.id)
+                failure = self._failure(job, RuntimeError("internal worker error"))
+                self._finish(job, partial(self.completer.fail, failure, job.message))
+            if job.state == ABANDONED:
+                # Timed out: a replacement thread owns this slot now.
+                with self.lock:
+                    self.stuck -= 1
+                return
 
     def _context(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
         m = job.message
@@ -346,7 +357,7 @@ class Executor:
                 result = handler.func(ctx, job.payload())
             else:
                 result = handler.func(job.payload())
-            encoded = encode_result(result)
+            encoded = encode_result(result, self.max_result_bytes)
         except BaseException as exc:  # SystemExit from a handler is a failure too
             # A handler's failed query may leave this thread's connection unusable.
             connections[self.alias].close_if_unusable_or_obsolete()
@@ -358,6 +369,12 @@ class Executor:
             self.on_finished()
 
     async def _run_async(self, job: Job) -> None:
+        try:
+            await self._run_async_job(job)
+        except BaseException as exc:
+            self.on_crash("async-handlers", exc)
+
+    async def _run_async_job(self, job: Job) -> None:
         assert self._async_slots is not None
         async with self._async_slots:
             if not self._start(job):
@@ -372,7 +389,7 @@ class Executor:
                         )
                     else:
                         result = await handler.func(job.payload())
-                encoded = encode_result(result)
+                encoded = encode_result(result, self.max_result_bytes)
             except TimeoutError as exc:
                 timed_out = scope.expired()
                 error: Exception = (
@@ -384,7 +401,7 @@ class Executor:
                 if self._finish(job, lambda: self.completer.fail(failure, job.message)):
                     self.on_finished()
                 return
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit from a handler is a failure too
                 failure = self._failure(job, exc)
                 if self._finish(job, lambda: self.completer.fail(failure, job.message)):
                     self.on_finished()
@@ -413,12 +430,24 @@ class Executor:
         delay = transitions.backoff_delay(
             message.attempts, base=handler.backoff_base, maximum=handler.backoff_max
         )
-        entry = transitions.error_entry(exc, attempt=message.attempts, worker_id=self.worker_id)
-        if timed_out:
-            entry["type"] = "Timeout"
+        type_name, text, trace = describe_exception(
+            exc, max_message=self.max_error_message, max_traceback=self.max_traceback
+        )
+        entry = transitions.error_entry(
+            attempt=message.attempts,
+            worker_id=self.worker_id,
+            type_name="Timeout" if timed_out else type_name,
+            message=text,
+            traceback=trace,
+        )
         return transitions.FailedAttempt(
             lease=message,
             error=entry,
-            retry_in=delay,
+            # Running it again would repeat its effects only to refuse the result again.
+            retry_in=None if isinstance(exc, ResultNotSerializable) else delay,
             final_reason=DeadReason.TIMEOUT if timed_out else DeadReason.ERROR,
         )
+
+
+def _log_crash(thread: str, exc: BaseException) -> None:
+    logger.error("Internal error in the %s thread.", thread, exc_info=exc)

@@ -65,6 +65,7 @@ class Listener(threading.Thread):
         on_notify: Callable[[str], None],
         on_reconnect: Callable[[], None],
         on_probe: Callable[[str], None],
+        on_crash: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         super().__init__(name="listener", daemon=True)
         self.alias = alias
@@ -73,6 +74,7 @@ class Listener(threading.Thread):
         self.on_notify = on_notify
         self.on_reconnect = on_reconnect
         self.on_probe = on_probe
+        self.on_crash = on_crash
         self.ready = threading.Event()
         self._halt = threading.Event()
         self._reset = threading.Event()
@@ -96,6 +98,12 @@ class Listener(threading.Thread):
     def run(self) -> None:
         try:
             self._serve()
+        except BaseException as exc:
+            # Not a lost connection (those reconnect): a listener that stopped hearing would
+            # leave the worker deaf to wake-ups, so the worker is told and stops.
+            if self.on_crash is None:
+                raise
+            self.on_crash(self.name, exc)
         finally:
             close_connection(self.alias)
 

@@ -11,6 +11,11 @@ Threads and the connection each one uses:
   session: an idle worker claims there (``Worker._claim_on_notify``);
 - ``handler-N`` threads and one ``async-handlers`` event loop: run the handlers (a handler's
   own queries use that thread's connection).
+
+Every one of these threads is supervised: an unexpected error in its own machinery (not in a
+handler, whose errors are failed attempts) is logged with its traceback and stops the worker,
+which releases what it can and exits 1 (``Worker._on_crash``). A worker never runs on with a
+thread missing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -31,9 +37,9 @@ from typing import Any
 from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
 
-from ..conf import get_settings
+from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import execution, sql, transitions
-from ..core.validation import validate_queue_name
+from ..core.validation import QueueNameError, validate_queue_name
 from ..models import DeadReason, Message
 from . import heartbeat
 from .completer import Completer
@@ -55,7 +61,7 @@ PREFETCH_SECONDS = 1.0
 BEATS_PER_LEASE = 3
 
 STALE_READY = """
-SELECT q.queue, extract(epoch FROM now() - o.available_at)::float8
+SELECT q.queue, (extract(epoch FROM now()) - extract(epoch FROM o.available_at))::float8
 FROM unnest(%s::text[]) AS q(queue)
 CROSS JOIN LATERAL (
     SELECT m.available_at FROM pgqueue_message m
@@ -65,6 +71,32 @@ CROSS JOIN LATERAL (
 ) o
 WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue p WHERE p.name = q.queue AND p.paused)
 """
+
+# The queues a worker without --queue serves: those with messages to run (sql.LIVE_QUEUES),
+# and those holding a lease that ran out on its last attempt, which only a claim on that
+# queue buries (an index skip scan of pgq_message_exhausted).
+QUEUES_TO_SERVE = f"""
+WITH RECURSIVE live AS ({sql.LIVE_QUEUES}), e(queue) AS (
+    (SELECT queue FROM pgqueue_message
+     WHERE attempts >= max_attempts AND available_at <= now() ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM pgqueue_message m
+            WHERE m.queue > e.queue AND m.attempts >= m.max_attempts AND m.available_at <= now()
+            ORDER BY m.queue LIMIT 1)
+    FROM e WHERE e.queue IS NOT NULL
+)
+SELECT queue FROM live UNION SELECT queue FROM e WHERE queue IS NOT NULL ORDER BY 1
+"""
+
+# sql.NEXT_DUE_AT as seconds from now, computed by the database on numeric epochs: a stored
+# available_at beyond what Python's datetime holds ('infinity', year 275817) cannot break it.
+SECONDS_TO_NEXT_DUE = f"""
+SELECT (extract(epoch FROM d.due) - extract(epoch FROM d.now))::float8
+FROM ({sql.NEXT_DUE_AT}) AS d(due, now)
+"""
+
+#: The longest an idle worker sleeps on a far-future message (it polls meanwhile anyway).
+LONGEST_DUE_WAIT = 3600.0
 
 
 @dataclass
@@ -102,8 +134,10 @@ class Worker:
         self.hostname = socket.gethostname()
         self.concurrency = options.concurrency or conf.CONCURRENCY
         self.batch_size = options.batch_size or conf.BATCH_SIZE
-        if self.concurrency < 1 or self.batch_size < 1:
-            raise ValueError("concurrency and batch size must be >= 1")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be a whole number in [1, {MAX_CONCURRENCY}]")
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE}]")
         self.poll_interval = options.poll_interval or conf.POLL_INTERVAL
         self.grace_period = (
             conf.GRACE_PERIOD if options.grace_period is None else options.grace_period
@@ -140,6 +174,12 @@ class Worker:
         self._probe_sent: str | None = None
         self._probe_heard: str | None = None
         self._probe_seq = 0
+        # Probes of this run only: other workers' probes (and a restarted worker's under the
+        # same id) arrive on the same channel.
+        self._probe_mine = f"{PROBE_PREFIX}{self.worker_id} {uuid.uuid4().hex[:12]} "
+        self._bad_notify_logged = False
+        #: The thread whose unexpected error stopped the worker, if one did.
+        self.crashed: str | None = None
         self.taken = 0
         self._exit_code = 0
         self._ready_at = 0.0
@@ -154,6 +194,7 @@ class Worker:
             stats=self.stats,
             abort=self._abort_io,
             on_retried=self._on_retried,
+            log_error_chars=conf.LOG_ERROR_CHARS,
         )
         self.executor = Executor(
             concurrency=self.concurrency,
@@ -162,6 +203,7 @@ class Worker:
             completer=self.completer,
             on_finished=self._on_finished,
             on_deadline=self._wake.set,
+            on_crash=self._on_crash,
         )
         self.listener: Listener | None = None
         self._completer_thread: threading.Thread | None = None
@@ -182,6 +224,35 @@ class Worker:
         self._force.set()
         self._abort_io.set()
         self._wake.set()
+
+    def _on_crash(self, thread: str, exc: BaseException) -> None:
+        """An unexpected error in ``thread``'s own machinery: stop the worker, exit 1.
+
+        A worker missing a thread would look alive while it no longer archives, extends its
+        leases or hears wake-ups; a supervisor restarts a worker that exits. Without a
+        completer nothing more can be written: what it held is released at once.
+        """
+        with self._notify_lock:
+            first = self.crashed is None
+            if first:
+                self.crashed = thread
+        logger.critical(
+            "Internal error in the %s thread (%s); %s",
+            thread,
+            type(exc).__name__,
+            "stopping the worker: it exits 1 once it has released what it holds."
+            if first
+            else "the worker is already stopping.",
+            exc_info=exc,
+        )
+        if not first:
+            return
+        self._exit_code = 1
+        if thread.startswith("completer"):
+            self.force_stop()
+        else:
+            self._stop.set()
+            self._wake.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._stop.is_set():
@@ -231,6 +302,12 @@ class Worker:
 
     def _on_notify(self, queue: str) -> None:
         if queue in self.excluded or (self.fixed_queues and queue not in self.fixed_queues):
+            return
+        try:
+            validate_queue_name(queue)
+        except QueueNameError:
+            # Any role that may connect can NOTIFY this channel: a hint, never an order.
+            self._ignore_notification(queue)
             return
         if self._claims_on_notify and self._claim_on_notify(queue):
             return
@@ -289,6 +366,17 @@ class Worker:
                 self._due_hint = due if self._due_hint is None else min(self._due_hint, due)
             self._wake.set()
 
+    def _ignore_notification(self, payload: str) -> None:
+        level = logging.DEBUG if self._bad_notify_logged else logging.WARNING
+        self._bad_notify_logged = True
+        logger.log(
+            level,
+            "Ignored a notification on channel %r that names no queue: %r%s",
+            self.conf.NOTIFY_CHANNEL,
+            payload[:100],
+            "" if level == logging.DEBUG else " (further ones are logged at DEBUG).",
+        )
+
     def _stop_claiming_on_notify(self, exc: BaseException) -> None:
         self._claims_on_notify = False
         logger.error(
@@ -310,7 +398,8 @@ class Worker:
         self._wake.set()
 
     def _on_probe(self, payload: str) -> None:
-        self._probe_heard = payload
+        if payload.startswith(self._probe_mine):
+            self._probe_heard = payload
 
     # -- settings per queue and task -------------------------------------------------------------
 
@@ -352,6 +441,8 @@ class Worker:
                 self._loop()
             except Stopped:
                 pass
+            except Exception as exc:
+                self._on_crash("main loop", exc)
             return self._shutdown()
         finally:
             for number, previous_handler in previous.items():
@@ -377,6 +468,7 @@ class Worker:
                 on_notify=self._on_notify,
                 on_reconnect=self._on_reconnect,
                 on_probe=self._on_probe,
+                on_crash=self._on_crash,
             )
             self.listener.start()
             if not self.listener.ready.wait(10):
@@ -619,7 +711,7 @@ class Worker:
 
         def live() -> list[str]:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute(sql.LIVE_QUEUES)
+                cursor.execute(QUEUES_TO_SERVE)
                 return [row[0] for row in cursor.fetchall()]
 
         queues = [
@@ -645,10 +737,10 @@ class Worker:
         earliest: float | None = None
         with connections[self.alias].cursor() as cursor:
             for queue in queues:
-                cursor.execute(sql.NEXT_DUE_AT, {"queue": queue})
+                cursor.execute(SECONDS_TO_NEXT_DUE, {"queue": queue})
                 row = cursor.fetchone()
                 if row and row[0] is not None:
-                    seconds = (row[0] - row[1]).total_seconds()
+                    seconds = min(float(row[0]), LONGEST_DUE_WAIT)
                     earliest = seconds if earliest is None else min(earliest, seconds)
         return earliest
 
@@ -676,7 +768,7 @@ class Worker:
         if self._probe_sent is not None and self._probe_heard != self._probe_sent:
             self.listener.reconnect()
         self._probe_seq += 1
-        payload = f"{PROBE_PREFIX}{self.worker_id} {self._probe_seq}"
+        payload = f"{self._probe_mine}{self._probe_seq}"
 
         def send() -> None:
             with connections[self.alias].cursor() as cursor:
@@ -710,17 +802,22 @@ class Worker:
 
     def _completer_main(self) -> None:
         next_beat = time.monotonic() + self.heartbeat_interval
+        doing = "completer"
         try:
             while not self._completer_stop.is_set():
                 self.completer.wait_for_work(max(0.0, next_beat - time.monotonic()))
                 self.completer.flush()
                 if time.monotonic() >= next_beat:
+                    doing = "completer (heartbeat)"
                     try:
                         self._beat()
                     except Stopped:
                         pass
+                    doing = "completer"
                     next_beat = time.monotonic() + self.heartbeat_interval
             self.completer.flush()
+        except BaseException as exc:
+            self._on_crash(doing, exc)
         finally:
             connections.close_all()
 
@@ -785,11 +882,18 @@ class Worker:
             if self._wake.wait(min(max(0.0, limit - now), 0.5)):
                 self._wake.clear()
         code = self._exit_code
+        # After an internal error, a message that ran keeps its attempt: were it what breaks
+        # the worker, it must end dead after its attempts, not run again and again.
+        reset_attempt = self.crashed is None
         if self.executor.in_flight():
             code = 1
             abandoned = self.executor.abandon_running()
             self._abort_io.set()  # do not hang on an outage now; leases expire by themselves
-            self._release([j.message for j in abandoned], "unfinished")
+            self._release([j.message for j in abandoned], "unfinished", reset_attempt=reset_attempt)
+        if self.crashed is not None and self.crashed.startswith("completer"):
+            unwritten = self.completer.take_unwritten()
+            if unwritten:
+                self._release(unwritten, "finished but unrecorded", reset_attempt=False)
         self._completer_stop.set()
         self.completer.wake()
         if self._completer_thread is not None:
@@ -818,11 +922,15 @@ class Worker:
         )
         return code
 
-    def _release(self, messages: list[Message], what: str) -> None:
+    def _release(
+        self, messages: Sequence[transitions.LeaseRef], what: str, *, reset_attempt: bool = True
+    ) -> None:
         try:
             outcome = retrying(
                 "releasing leases",
-                lambda: transitions.release(messages, reset_attempt=True, using=self.alias),
+                lambda: transitions.release(
+                    messages, reset_attempt=reset_attempt, using=self.alias
+                ),
                 alias=self.alias,
                 # Tried at least once; a second signal stops retrying through an outage.
                 abort=self._abort_io,

@@ -33,19 +33,20 @@ def database_url() -> str:
 class WorkerProcess:
     """One worker subprocess; its log lines are collected as they come."""
 
-    def __init__(self, args: list[str], worker_id: str) -> None:
+    def __init__(self, args: list[str], worker_id: str, env: dict[str, str] | None = None) -> None:
         self.worker_id = worker_id
-        env = dict(os.environ)
-        env.update(
+        environment = dict(os.environ)
+        environment.update(
             DJANGO_SETTINGS_MODULE="tests.settings",
             DATABASE_URL=database_url(),
             PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "example_project")]),
             PYTHONUNBUFFERED="1",
         )
+        environment.update(env or {})  # e.g. another DJANGO_SETTINGS_MODULE
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "pgq_worker", "--worker-id", worker_id, *args],
             cwd=REPO,
-            env=env,
+            env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -100,8 +101,10 @@ def spawn_worker(transactional_db: None) -> Iterator[Callable[..., WorkerProcess
     spawned: list[WorkerProcess] = []
     counter = iter(range(1, 1000))
 
-    def spawn(*args: str, worker_id: str | None = None) -> WorkerProcess:
-        worker = WorkerProcess(list(args), worker_id or f"acceptance-{next(counter)}")
+    def spawn(
+        *args: str, worker_id: str | None = None, env: dict[str, str] | None = None
+    ) -> WorkerProcess:
+        worker = WorkerProcess(list(args), worker_id or f"acceptance-{next(counter)}", env)
         spawned.append(worker)
         return worker
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
 from ...worker.runner import Worker, WorkerOptions
 
 
@@ -16,6 +19,23 @@ def _positive_int(value: str) -> int:
     if number < 1:
         raise ValueError(value)
     return number
+
+
+def _bounded_int(maximum: int) -> Callable[[str], int]:
+    """A whole number in [1, maximum], the bounds of the matching ``PGQUEUE`` setting."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number in [1, {maximum}], not {value!r}"
+            )
+        return number
+
+    return parse
 
 
 def _positive_float(value: str) -> float:
@@ -58,14 +78,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive_int,
+            type=_bounded_int(MAX_CONCURRENCY),
             help="Handlers run at once "
             "(threads for sync handlers; async ones share one event loop). "
             "Default PGQUEUE['CONCURRENCY'].",
         )
         parser.add_argument(
             "--batch-size",
-            type=_positive_int,
+            type=_bounded_int(MAX_BATCH_SIZE),
             help="Messages leased per "
             "round trip and completions archived per statement; the worker "
             "holds at most max(concurrency, batch size). Default "
@@ -134,6 +154,12 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         code = worker.run()
+        if code and worker.crashed:
+            raise CommandError(
+                f"stopped after an internal error in the {worker.crashed} thread (logged above "
+                "with its traceback); what it held was released",
+                returncode=code,
+            )
         if code:
             raise CommandError(
                 "stopped before every in-flight message finished; their leases were released",
