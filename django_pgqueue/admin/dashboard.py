@@ -25,6 +25,8 @@ __all__ = ["QueueStateAdmin", "pipeline_stats_view"]
 
 # The Spark pipeline's charts, linked when that optional part is importable.
 PIPELINE_VIEW = ("django_pgqueue.pipeline.views", "stats_view")
+# The pipeline's stats page needs this (pipeline/views.py checks it too).
+STATS_PERMISSION = "django_pgqueue.view_queuestatshourly"
 # Auto-refresh periods offered on the dashboard, in seconds.
 REFRESH_CHOICES = (5, 15, 60)
 
@@ -96,15 +98,18 @@ class QueueStateAdmin(_ViewOnlyAdmin):
             "live_window": f"{live_worker_seconds():g}",
             "can_pause": self.has_pause_permission(request),
             "can_purge": self.has_purge_permission(request),
-            "history_url": self._history_url(),
+            "history_url": self._history_url(request),
             "refresh": refresh,
             "refresh_choices": REFRESH_CHOICES,
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/django_pgqueue/queuestate/dashboard.html", context)
 
-    def _history_url(self) -> str | None:
-        # Present only if the pipeline was importable when the admin's URLs were built.
+    def _history_url(self, request: HttpRequest) -> str | None:
+        # Present only if the pipeline was importable when the admin's URLs were built, and
+        # only for those who may read the stats.
+        if not request.user.has_perm(STATS_PERMISSION):
+            return None
         try:
             return self._admin_url("history")
         except NoReverseMatch:

@@ -137,14 +137,18 @@ def test_purge_needs_permission_and_confirmation(staff_client: StaffClient) -> N
 def test_history_link_when_the_pipeline_is_installed(staff_client: StaffClient) -> None:
     from django_pgqueue.admin.dashboard import pipeline_stats_view
 
-    page = staff_client().get(reverse(DASHBOARD))
+    page = staff_client("view_queuestatshourly").get(reverse(DASHBOARD))
     if pipeline_stats_view() is None:
         assert page.context["history_url"] is None
         return
     url = page.context["history_url"]
     assert url == reverse("admin:django_pgqueue_history")
     assert 'id="pgq-history"' in page.text
-    assert staff_client().get(url).status_code == 200
+    assert staff_client("view_queuestatshourly").get(url).status_code == 200
+    # Staff who may see the queues but not the stats: no link, and 403 by the URL.
+    without = staff_client()
+    assert without.get(reverse(DASHBOARD)).context["history_url"] is None
+    assert without.get(url).status_code == 403
     assert staff_client("view_message", view=False).get(url).status_code == 403
 
 
