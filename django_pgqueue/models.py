@@ -185,6 +185,8 @@ class Message(MessageFields):
                 name="pgq_message_exhausted",
                 condition=Q(attempts__gte=F("max_attempts")),
             ),
+            # The admin dashboard's failed attempts: the few live rows that have failed before.
+            models.Index(fields=["queue"], name="pgq_message_failed", condition=~Q(errors=[])),
         ]
         permissions = [
             ("retry_now_message", "Can make a waiting live message available now"),
@@ -213,7 +215,15 @@ class ArchivedMessage(MessageFields):
         db_table = ARCHIVE_TABLE
         verbose_name = "archived message"
         constraints = _message_constraints("pgq_archive")
-        indexes = [models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished")]
+        indexes = [
+            models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished"),
+            # The admin dashboard's failed attempts: archived rows that failed before.
+            models.Index(
+                fields=["queue", "finished_at"],
+                name="pgq_archive_failed",
+                condition=~Q(errors=[]),
+            ),
+        ]
         permissions = [("requeue_archivedmessage", "Can requeue an archived message")]
 
 

@@ -31,7 +31,11 @@ def test_dashboard_shows_queues_workers_and_state(staff_client: StaffClient) -> 
     MessageFactory.create_batch(2, queue="emails", available_at=timezone.now() - PAST)
     DeadMessageFactory(queue="emails")
     QueueStateFactory(name="reports", paused=True)
-    WorkerHeartbeatFactory(worker_id="web-1:42", queues=["emails"], stats={"running": 3})
+    WorkerHeartbeatFactory(
+        worker_id="web-1:42",
+        queues=["reports", "emails"],
+        stats={"running": 3, "rate": 1.5, "dead": 1, "processed": 1700, "failed": 2},
+    )
 
     page = staff_client().get(reverse(DASHBOARD))
 
@@ -42,7 +46,14 @@ def test_dashboard_shows_queues_workers_and_state(staff_client: StaffClient) -> 
     assert queues["reports"].paused
     assert 'data-queue="emails"' in page.text
     assert "web-1:42" in page.text
-    assert "running: 3" in page.text
+    # Activity in reading order (known counters first, then the rest by name), queues sorted.
+    workers = page.text[page.text.index('id="pgq-workers"') :]
+    labels = ["processed", "failed", "dead", "rate (msg/s)", "running"]
+    positions = [workers.index(f"<th>{label}</th>") for label in labels]
+    assert positions == sorted(positions)
+    assert '<td class="num">1,700</td>' in workers
+    assert "emails, reports" in workers
+    assert "{" not in workers.split("</table>")[0]
     # View permission only: no buttons that would fail.
     assert 'class="button pgq-pause"' not in page.text
     assert 'class="button pgq-purge"' not in page.text
