@@ -207,3 +207,20 @@ def test_superuser_sees_every_button_and_may_purge(staff_client: StaffClient) ->
     )
     assert response.status_code == 302
     assert not Message.objects.exists()
+
+
+def test_counts_link_to_their_filtered_lists(staff_client: StaffClient) -> None:
+    MessageFactory.create_batch(2, queue="emails", available_at=timezone.now() - PAST)
+    page = staff_client().get(reverse(DASHBOARD)).text
+    live = reverse("admin:django_pgqueue_message_changelist")
+    row = page[page.index('data-queue="emails"') :].split("</tr>")[0]
+    for state, css in [
+        ("ready", "pgq-ready"),
+        ("scheduled", "pgq-scheduled"),
+        ("in_flight", "pgq-in-flight"),
+        ("retrying", "pgq-retrying"),
+    ]:
+        assert f'class="num {css}"><a href="{live}?queue=emails&amp;state={state}">' in row
+    # Each state link lists exactly what the dashboard counted.
+    listed = staff_client().get(live, {"queue": "emails", "state": "ready"})
+    assert listed.context["cl"].result_count == 2
