@@ -185,6 +185,11 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
     def message_number(self, obj: Any) -> int:
         return int(getattr(obj, self.message_id_field))
 
+    @admin.display(description="task", ordering="task")
+    def task_name(self, obj: Any) -> SafeString:
+        # Cut to the column's width by the stylesheet; the whole name on hover.
+        return format_html('<span title="{}">{}</span>', obj.task, obj.task)
+
     @admin.display(description="payload")
     def payload_preview(self, obj: Any) -> str:
         return text_preview(obj.payload_head, obj.payload_length)
@@ -210,7 +215,7 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
 class MessageAdmin(ReadOnlyAdmin):
     list_display = (
         "message_number",
-        "task",
+        "task_name",
         "queue",
         "state",
         "priority",
@@ -356,13 +361,11 @@ class MessageAdmin(ReadOnlyAdmin):
 class DeadMessageAdmin(ReadOnlyAdmin):
     list_display = (
         "message_number",
-        "task",
+        "task_name",
         "queue",
         "reason_code",
         "died_at_shown",
-        "attempts_display",
         "error_summary",
-        "payload_preview",
     )
     list_display_links = ("message_number",)
     list_filter = (QueueFilter, TaskFilter, "reason", ("died_at", DateFieldListFilter))
@@ -482,7 +485,7 @@ class DeadMessageAdmin(ReadOnlyAdmin):
 class ArchivedMessageAdmin(ReadOnlyAdmin):
     list_display = (
         "message_number",
-        "task",
+        "task_name",
         "queue",
         "finished_at_shown",
         "duration",
