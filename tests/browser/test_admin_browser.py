@@ -230,7 +230,7 @@ def test_numbers_a_user_can_trust_on_pages_that_fit(live_server: Any) -> None:
             workers.index(label) for label in order
         )
         assert "1,234" in workers and "emails, reports" in workers and "{" not in workers
-        page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / "admin-dashboard-numbers.png"), full_page=True)
 
         # Ready is a link to exactly those messages.
         emails.locator(".pgq-ready a").click()
