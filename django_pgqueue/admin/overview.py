@@ -230,10 +230,10 @@ def _live_range(comparison: str, columns: str, cap: str) -> str:
 _RECENT_ERRORS = "'$[*] ? (@.at.datetime() >= $since.datetime())'"
 
 
-def _failed_in(minutes: int) -> str:
-    return f"""coalesce(sum(jsonb_array_length(jsonb_path_query_array_tz(
-        r.errors, {_RECENT_ERRORS},
-        jsonb_build_object('since', now() - interval '{minutes} minutes'), true))), 0)"""
+def _errors_since(errors: str, minutes: int) -> str:
+    """The entries of ``errors`` (an SQL expression) of the last ``minutes``, as an array."""
+    return f"""jsonb_path_query_array_tz({errors}, {_RECENT_ERRORS},
+        jsonb_build_object('since', now() - interval '{minutes} minutes'), true)"""
 
 
 def _window_count(table: str, column: str, minutes: int) -> str:
@@ -290,7 +290,9 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     -- Where a failed attempt of the last hour can be recorded; ``walked`` tells whether any
     -- of the three walks stopped at its cap (the count is then a lower bound).
-    SELECT {_failed_in(5)} AS failed5, {_failed_in(60)} AS failed60,
+    -- Each row's history is read once, for the hour; the 5 minutes from that (short) part.
+    SELECT coalesce(sum(jsonb_array_length({_errors_since("h.hour", 5)})), 0) AS failed5,
+           coalesce(sum(jsonb_array_length(h.hour)), 0) AS failed60,
            GREATEST(count(*) FILTER (WHERE r.walk = 1), count(*) FILTER (WHERE r.walk = 2),
                     count(*) FILTER (WHERE r.walk = 3)) AS walked
     FROM (
@@ -307,6 +309,7 @@ CROSS JOIN LATERAL (
          WHERE m.queue = q.queue AND m.errors <> '[]'::jsonb
          LIMIT %(failure_rows)s + 1)
     ) r
+    CROSS JOIN LATERAL (SELECT {_errors_since("r.errors", 60)} AS hour) h
 ) failures
 ORDER BY q.queue
 """
