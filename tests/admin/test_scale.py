@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -239,11 +239,12 @@ def test_searches_and_failure_counts_read_indexes_only() -> None:
     assert _found(client, "archivedmessage", "30000070") == 1
     assert _found(client, "deadmessage", "40000070") == 1
 
-    with CaptureQueriesContext(connection) as overview_queries:
+    # One transaction: both see the same now(), so no error ages out between them.
+    with transaction.atomic(), CaptureQueriesContext(connection) as overview_queries:
         overview = read_overview()
-    with connection.cursor() as cursor:
-        cursor.execute(FAILED_REFERENCE)
-        reference = {queue: (CappedCount(n5), CappedCount(n60)) for queue, n5, n60 in cursor}
+        with connection.cursor() as cursor:
+            cursor.execute(FAILED_REFERENCE)
+            reference = {queue: (CappedCount(n5), CappedCount(n60)) for queue, n5, n60 in cursor}
     assert {q.name: (q.failed_5m, q.failed_60m) for q in overview.queues} == reference
     stats = next(q["sql"] for q in overview_queries.captured_queries if "failed5" in q["sql"])
     assert _scans_a_table(stats) == []
