@@ -181,7 +181,7 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
         )
         return done
 
-    @admin.display(description="message id", ordering="-id")
+    @admin.display(description="message id", ordering="id")
     def message_number(self, obj: Any) -> int:
         return int(getattr(obj, self.message_id_field))
 
