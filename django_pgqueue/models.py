@@ -63,7 +63,8 @@ class MessageFields(models.Model):
         abstract = True
 
     def __str__(self) -> str:
-        return f"{self.task} #{self.pk} on {self.queue}"
+        # The message id, which a message keeps from enqueue to its archive or dead row.
+        return f"{self.task} #{getattr(self, 'message_id', self.pk)} on {self.queue}"
 
 
 def _message_constraints(prefix: str) -> list[models.BaseConstraint]:

@@ -70,13 +70,15 @@ class Selection:
 
 def bounded_selection(queryset: QuerySet[Any], id_attribute: str = "pk") -> Selection:
     """The selected rows (at most ACTION_LIMIT), read as ids and log labels only."""
-    columns = queryset.order_by("pk").values_list("pk", id_attribute, "task", "queue")
+    model = queryset.model
+    # What the log entry's label shows: task, queue and the message id.
+    labels = ["task", "queue", *(["message_id"] if hasattr(model, "message_id") else [])]
+    columns = queryset.order_by("pk").values_list("pk", id_attribute, *labels)
     values = list(columns[: ACTION_LIMIT + 1])
     kept = values[:ACTION_LIMIT]
-    model = queryset.model
     return Selection(
-        ids=[row_id for _, row_id, _, _ in kept],
-        rows=[model(pk=pk, task=task, queue=queue) for pk, _, task, queue in kept],
+        ids=[row[1] for row in kept],
+        rows=[model(pk=row[0], **dict(zip(labels, row[2:], strict=True))) for row in kept],
         truncated=len(values) > ACTION_LIMIT,
     )
 

@@ -352,3 +352,19 @@ def test_a_run_reads_ids_only_and_acts_in_batches(
         "requeue": "FROM pgqueue_archive WHERE id",
     }[case.action]
     assert sum(statement in q["sql"] for q in queries.captured_queries) == 3  # 4 + 4 + 2
+
+
+def test_log_entries_name_the_message_id(staff_client: StaffClient) -> None:
+    """The admin log and the page titles name a message by the id it keeps in every table."""
+    dead = DeadMessageFactory(task="emails.send", queue="emails")
+    client = staff_client("retry_deadmessage")
+    page = client.get(reverse("admin:django_pgqueue_deadmessage_change", args=[dead.pk]))
+    assert f"emails.send #{dead.message_id} on emails" in page.text
+
+    _post_action(client, CASES[3], dead.pk)
+
+    entry = LogEntry.objects.get()
+    assert (entry.object_id, entry.object_repr) == (
+        str(dead.pk),
+        f"emails.send #{dead.message_id} on emails",
+    )
