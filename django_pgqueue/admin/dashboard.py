@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import BadRequest, PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
@@ -19,6 +20,7 @@ from ..exceptions import QueueNameError
 from ..models import QueueState
 from .actions import acting_user_id
 from .browsers import _ViewOnlyAdmin
+from .columns import safe_timestamps, timestamp_column
 from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
 
 __all__ = ["QueueStateAdmin", "pipeline_stats_view"]
@@ -54,6 +56,18 @@ def _refresh_seconds(request: HttpRequest) -> int | None:
 @admin.register(QueueState)
 class QueueStateAdmin(_ViewOnlyAdmin):
     """Its change list is the dashboard: every queue at a glance, with pause and purge."""
+
+    fields = readonly_fields = ("name", "paused", "updated_at_shown")
+    updated_at_shown = timestamp_column("updated_at", "updated at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueueState]:
+        # A queue's own page: its timestamp read so that no stored value breaks it.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("updated_at")
+            .annotate(**safe_timestamps("updated_at"))
+        )
 
     def _admin_url(self, name: str) -> str:
         # Works on any AdminSite instance, not only the default one.

@@ -97,6 +97,11 @@ def test_lists_and_detail_pages_show_what_python_cannot_hold(
     assert "275817-01-01 00:00:00+00" in page
     assert "Python cannot decode this JSON" in page
 
+    _insert(
+        "INSERT INTO pgqueue_queue (name, updated_at) VALUES ('extreme', 'infinity') RETURNING name"
+    )
+    _get(client, reverse("admin:django_pgqueue_queuestate_change", args=["extreme"]))
+
     workers = reverse("admin:django_pgqueue_workerheartbeat_changelist")
     assert "infinity" in _get(client, workers)
     for worker_id in extreme_rows["workers"]:
