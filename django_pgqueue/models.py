@@ -63,7 +63,8 @@ class MessageFields(models.Model):
         abstract = True
 
     def __str__(self) -> str:
-        return f"{self.task} #{self.pk} on {self.queue}"
+        # The message id, which a message keeps from enqueue to its archive or dead row.
+        return f"{self.task} #{getattr(self, 'message_id', self.pk)} on {self.queue}"
 
 
 def _message_constraints(prefix: str) -> list[models.BaseConstraint]:
@@ -185,6 +186,8 @@ class Message(MessageFields):
                 name="pgq_message_exhausted",
                 condition=Q(attempts__gte=F("max_attempts")),
             ),
+            # The admin dashboard's failed attempts: the few live rows that have failed before.
+            models.Index(fields=["queue"], name="pgq_message_failed", condition=~Q(errors=[])),
         ]
         permissions = [
             ("retry_now_message", "Can make a waiting live message available now"),
@@ -213,7 +216,15 @@ class ArchivedMessage(MessageFields):
         db_table = ARCHIVE_TABLE
         verbose_name = "archived message"
         constraints = _message_constraints("pgq_archive")
-        indexes = [models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished")]
+        indexes = [
+            models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished"),
+            # The admin dashboard's failed attempts: archived rows that failed before.
+            models.Index(
+                fields=["queue", "finished_at"],
+                name="pgq_archive_failed",
+                condition=~Q(errors=[]),
+            ),
+        ]
         permissions = [("requeue_archivedmessage", "Can requeue an archived message")]
 
 

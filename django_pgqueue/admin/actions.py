@@ -1,9 +1,10 @@
-"""What every operator action shares: a bounded selection, an admin log entry per object
-and a message saying how many were done, how many were skipped and why."""
+"""What every operator action shares: a bounded selection read as ids, run in batches, an admin
+log entry per object and a message saying how many were done, how many were skipped and why."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -16,11 +17,22 @@ from django.http import HttpRequest
 
 from .overview import COUNT_CAP
 
-__all__ = ["ACTION_LIMIT", "CappedPaginator", "acting_user_id", "bounded_selection", "report"]
+__all__ = [
+    "ACTION_BATCH",
+    "ACTION_LIMIT",
+    "CappedPaginator",
+    "Selection",
+    "acting_user_id",
+    "bounded_selection",
+    "in_batches",
+    "report",
+]
 
-# One action run moves at most this many rows (one statement); "select all" over millions of
-# rows is done in several runs, each a short transaction.
+# One action run moves at most this many rows; "select all" over millions of rows is done in
+# several runs.
 ACTION_LIMIT = 10_000
+# Each statement of a run takes this many ids: a short transaction holding few row locks.
+ACTION_BATCH = 1_000
 
 
 class CappedPaginator(Paginator):
@@ -34,15 +46,47 @@ class CappedPaginator(Paginator):
         object_list: Any = self.object_list
         if not isinstance(object_list, QuerySet):
             return len(object_list)
-        counted = object_list.order_by()[: COUNT_CAP + 1].count()
+        # By primary key alone: the list's display annotations need not be computed to count.
+        counted = object_list.order_by().values("pk")[: COUNT_CAP + 1].count()
         self.capped = counted > COUNT_CAP
         return min(counted, COUNT_CAP)
 
 
-def bounded_selection[M: Model](queryset: QuerySet[M]) -> tuple[list[M], bool]:
-    """The selected rows (at most ACTION_LIMIT) and whether more were selected."""
-    rows = list(queryset.order_by("pk")[: ACTION_LIMIT + 1])
-    return rows[:ACTION_LIMIT], len(rows) > ACTION_LIMIT
+@dataclass(frozen=True)
+class Selection:
+    """What an action reads of the selected rows: never their payloads, results or errors."""
+
+    # The operation's argument, in primary key order.
+    ids: list[int]
+    # Stand-ins holding only primary key, task and queue: what the admin log entry needs.
+    rows: list[Model]
+    # More rows were selected than ACTION_LIMIT: the rest wait for the next run.
+    truncated: bool
+
+    def rows_with(self, done: set[int]) -> list[Model]:
+        """The stand-ins of the rows whose id is in ``done``."""
+        return [row for row, row_id in zip(self.rows, self.ids, strict=True) if row_id in done]
+
+
+def bounded_selection(queryset: QuerySet[Any], id_attribute: str = "pk") -> Selection:
+    """The selected rows (at most ACTION_LIMIT), read as ids and log labels only."""
+    model = queryset.model
+    # What the log entry's label shows: task, queue and the message id.
+    labels = ["task", "queue", *(["message_id"] if hasattr(model, "message_id") else [])]
+    columns = queryset.order_by("pk").values_list("pk", id_attribute, *labels)
+    values = list(columns[: ACTION_LIMIT + 1])
+    kept = values[:ACTION_LIMIT]
+    return Selection(
+        ids=[row[1] for row in kept],
+        rows=[model(pk=row[0], **dict(zip(labels, row[2:], strict=True))) for row in kept],
+        truncated=len(values) > ACTION_LIMIT,
+    )
+
+
+def in_batches(ids: Sequence[int]) -> Iterator[list[int]]:
+    """``ids`` in slices of ACTION_BATCH: one statement, one short transaction each."""
+    for start in range(0, len(ids), ACTION_BATCH):
+        yield list(ids[start : start + ACTION_BATCH])
 
 
 def acting_user_id(request: HttpRequest) -> int | str:

@@ -1,7 +1,9 @@
 """Read-only browsers for live, archived and dead messages, with the operator actions.
 
-Rows never change through forms: every change is an action that runs one statement of
-``core.operations`` behind its own permission (the custom permissions of the models' Meta).
+Rows never change through forms: every change is an action that runs statements of
+``core.operations`` behind its own permission (the custom permissions of the models' Meta),
+on ids read in batches. Timestamps and JSON are read through ``columns`` so that no stored
+value can break a page.
 """
 
 from __future__ import annotations
@@ -12,19 +14,31 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.contrib.admin import DateFieldListFilter
 from django.contrib.admin.options import ActionLocation
-from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet, TextField
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Coalesce, Left, Length, Now
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..core import operations
 from ..core.transitions import Outcome
-from ..models import ArchivedMessage, DeadMessage, Message, WorkerHeartbeat
-from .actions import CappedPaginator, bounded_selection, report
-from .display import errors_html, json_html, json_preview, traceback_html
+from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHeartbeat
+from .actions import CappedPaginator, bounded_selection, in_batches, report
+from .columns import decode_json, json_text, safe_timestamps, timestamp_column
+from .display import (
+    DETAIL_LIMIT,
+    PREVIEW_LIMIT,
+    activity_items,
+    errors_html,
+    json_html,
+    text_preview,
+    traceback_html,
+    undecodable_html,
+)
 from .filters import LiveStateFilter, QueueFilter, TaskFilter
+from .overview import known_queues
 
 if TYPE_CHECKING:
     BaseModelAdmin = admin.ModelAdmin[Any]
@@ -42,14 +56,30 @@ __all__ = [
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 # Ids are bigint: a longer digit string cannot be one.
 _MAX_ID_DIGITS = 18
+# The dead list shows this much of the final error; the whole of it is the cell's title.
+ERROR_SUMMARY_LIMIT = 500
 
 
 def _ran_from_change_form(request: HttpRequest) -> bool:
     return f"{ActionLocation.CHANGE_FORM.value}-action" in request.POST
 
 
+def _json_detail(text: str | None) -> SafeString:
+    """A JSON column's text pretty-printed, or shown as stored when Python cannot read it."""
+    value, decoded = decode_json(text)
+    if not decoded:
+        return undecodable_html(str(value), DETAIL_LIMIT)
+    try:
+        return json_html(value)
+    except RecursionError:
+        return undecodable_html(str(text), DETAIL_LIMIT)
+
+
 class _ViewOnlyAdmin(BaseModelAdmin):
     """No add, change or delete through forms; view permission is enough."""
+
+    class Media:
+        css = {"all": ["django_pgqueue/admin.css"]}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -62,14 +92,25 @@ class _ViewOnlyAdmin(BaseModelAdmin):
 
 
 class ReadOnlyAdmin(_ViewOnlyAdmin):
-    """Browse only: no add, change or delete through forms; view permission is enough."""
+    """Browse only: no add, change or delete through forms; view permission is enough.
+
+    Searches use indexes only (a message id; live messages also by exact dedup key): a
+    search never scans a table that may hold millions of rows.
+    """
 
     show_full_result_count = False
     paginator = CappedPaginator
     list_per_page = 50
     ordering = ("-id",)
     search_fields = ("=id",)  # shows the search box; get_search_results does the work
-    search_help_text = "A message id, or an exact task name, dedup key or tenant."
+    search_help_text = "An exact message id."
+    # Model fields never loaded as such: timestamps through safe_timestamps, JSON as text.
+    timestamp_fields: tuple[str, ...] = ("enqueued_at",)
+    json_fields: tuple[str, ...] = ("payload", "errors")
+    # The column holding the message id ("id" in the live table, "message_id" elsewhere).
+    message_id_field = "message_id"
+
+    enqueued_at_shown = timestamp_column("enqueued_at", "enqueued at")
 
     def _admin_url(self, name: str, *args: Any) -> str:
         # Works on any AdminSite instance, not only the default one.
@@ -78,22 +119,33 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
     def _has_perm(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
-    def text_search(self, term: str) -> Q:
-        return Q(task=term) | Q(dedup_key=term) | Q(tenant=term)
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        payload = Cast("payload", TextField())
+        return (
+            super()
+            .get_queryset(request)
+            .defer(*self.json_fields, *self.timestamp_fields)
+            .annotate(
+                **safe_timestamps(*self.timestamp_fields),
+                payload_head=Left(payload, PREVIEW_LIMIT),
+                payload_length=Length(payload),
+            )
+        )
+
+    def indexed_search(self, term: str) -> Q | None:
+        """The condition a search term stands for, served by an index; None: no match."""
+        if term.isdigit() and len(term) <= _MAX_ID_DIGITS:
+            return Q(**{self.message_id_field: int(term)})
+        return None
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
-        # Exact matches only: an id through the primary key, never LIKE over the payloads.
         term = search_term.strip()
         if not term:
             return queryset, False
-        condition = self.text_search(term)
-        if term.isdigit() and len(term) <= _MAX_ID_DIGITS:
-            condition |= Q(pk=int(term))
-            if any(f.name == "message_id" for f in self.opts.fields):
-                condition |= Q(message_id=int(term))
-        return queryset.filter(condition), False
+        condition = self.indexed_search(term)
+        return (queryset.filter(condition) if condition else queryset.none()), False
 
     def _run_and_report(
         self,
@@ -101,41 +153,58 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
         queryset: QuerySet[Any],
         operation: Callable[[list[int]], Outcome],
         *,
-        id_attribute: str = "id",
+        id_attribute: str = "pk",
         verb: str,
         noun: str,
         why_skipped: str,
         log_message: str,
     ) -> set[int]:
-        """Run ``operation`` on the selected rows' ids (read from ``id_attribute``), report
-        what was done and skipped, and return the ids done."""
-        rows, truncated = bounded_selection(queryset)
-        outcome = operation([getattr(row, id_attribute) for row in rows])
-        done = set(outcome.done)
+        """Run ``operation`` on the selected rows' ids (read from ``id_attribute``) batch by
+        batch, report what was done and skipped, and return the ids done."""
+        selection = bounded_selection(queryset, id_attribute)
+        done: set[int] = set()
+        skipped = 0
+        for batch in in_batches(selection.ids):
+            outcome = operation(batch)
+            done.update(outcome.done)
+            skipped += len(outcome.stale)
         report(
             self,
             request,
-            done=[row for row in rows if getattr(row, id_attribute) in done],
-            skipped=len(outcome.stale),
+            done=selection.rows_with(done),
+            skipped=skipped,
             verb=verb,
             noun=noun,
             why_skipped=why_skipped,
             log_message=log_message,
-            truncated=truncated,
+            truncated=selection.truncated,
         )
         return done
 
+    @admin.display(description="message id", ordering="id")
+    def message_number(self, obj: Any) -> int:
+        return int(getattr(obj, self.message_id_field))
+
+    @admin.display(description="task", ordering="task")
+    def task_name(self, obj: Any) -> SafeString:
+        # Cut to the column's width by the stylesheet; the whole name on hover.
+        return format_html('<span title="{}">{}</span>', obj.task, obj.task)
+
     @admin.display(description="payload")
     def payload_preview(self, obj: Any) -> str:
-        return json_preview(obj.payload)
+        return text_preview(obj.payload_head, obj.payload_length)
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Any) -> SafeString:
-        return json_html(obj.payload)
+        return _json_detail(json_text(obj, F("payload"), "payload"))
 
     @admin.display(description="errors of every attempt")
     def errors_pretty(self, obj: Any) -> SafeString:
-        return errors_html(obj.errors)
+        text = json_text(obj, F("errors"), "errors")
+        errors, decoded = decode_json(text)
+        if not decoded:
+            return undecodable_html(str(errors), DETAIL_LIMIT)
+        return errors_html(errors)
 
     @admin.display(description="attempts")
     def attempts_display(self, obj: Any) -> str:
@@ -145,25 +214,35 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     list_display = (
-        "id",
-        "task",
+        "message_number",
+        "task_name",
         "queue",
         "state",
         "priority",
         "attempts_display",
-        "available_at",
+        "available_at_shown",
         "leased_by",
         "payload_preview",
     )
+    list_display_links = ("message_number",)
     list_filter = (QueueFilter, LiveStateFilter, TaskFilter, ("enqueued_at", DateFieldListFilter))
+    search_help_text = "An exact message id or dedup key."
     fieldsets = (
-        (None, {"fields": (("id", "queue", "task"), ("state", "priority", "tenant", "dedup_key"))}),
+        (
+            None,
+            {
+                "fields": (
+                    ("message_number", "queue", "task"),
+                    ("state", "priority", "tenant", "dedup_key"),
+                )
+            },
+        ),
         (
             "Attempts and lease",
             {
                 "fields": (
-                    ("attempts", "max_attempts", "enqueued_at", "available_at"),
-                    ("leased_by", "leased_at", "lease_token"),
+                    ("attempts", "max_attempts", "enqueued_at_shown", "available_at_shown"),
+                    ("leased_by", "leased_at_shown", "lease_token"),
                 )
             },
         ),
@@ -171,7 +250,7 @@ class MessageAdmin(ReadOnlyAdmin):
         ("Errors", {"fields": ("last_error_pretty", "errors_pretty")}),
     )
     readonly_fields = (
-        "id",
+        "message_number",
         "queue",
         "task",
         "state",
@@ -180,35 +259,52 @@ class MessageAdmin(ReadOnlyAdmin):
         "dedup_key",
         "attempts",
         "max_attempts",
-        "enqueued_at",
-        "available_at",
+        "enqueued_at_shown",
+        "available_at_shown",
         "leased_by",
-        "leased_at",
+        "leased_at_shown",
         "lease_token",
         "payload_pretty",
         "last_error_pretty",
         "errors_pretty",
     )
     actions = ("retry_now", "release_leases", "discard")
+    timestamp_fields = ("enqueued_at", "available_at", "leased_at")
+    json_fields = ("payload", "errors", "last_error")
+    message_id_field = "id"
+
+    available_at_shown = timestamp_column("available_at", "available at")
+    leased_at_shown = timestamp_column("leased_at", "leased at")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # The state column compares with database time, not the web server's clock.
-        return super().get_queryset(request).annotate(db_now=Now())
+        due = ExpressionWrapper(Q(available_at__lte=Now()), output_field=BooleanField())
+        return super().get_queryset(request).annotate(is_due=due)
+
+    def indexed_search(self, term: str) -> Q | None:
+        # A dedup key is unique per queue: with every queue named, pgq_message_dedup_key
+        # answers it with one probe per queue.
+        by_key = Q(queue__in=[name for name, _ in known_queues()], dedup_key=term)
+        by_id = super().indexed_search(term)
+        return by_key | by_id if by_id else by_key
 
     @admin.display(description="state")
     def state(self, obj: Message) -> str:
-        now = getattr(obj, "db_now", None)
-        if now is None:
+        due = getattr(obj, "is_due", None)
+        if due is None:
             return "?"
         if obj.lease_token is not None:
-            return "in flight" if obj.available_at > now else "lease expired"
-        if obj.available_at > now:
+            return "lease expired" if due else "in flight"
+        if not due:
             return "retrying (backing off)" if obj.attempts else "scheduled"
         return "ready (retry)" if obj.attempts else "ready"
 
     @admin.display(description="last error")
     def last_error_pretty(self, obj: Message) -> SafeString:
-        return json_html(obj.last_error) if obj.last_error else format_html("{}", "—")
+        # A retried dead message comes back without last_error: its errors still say it.
+        last = Coalesce(F("last_error"), KeyTransform("-1", "errors"))
+        text = json_text(obj, last, "last_error")
+        return _json_detail(text) if text is not None else format_html("{}", "—")
 
     def has_retry_now_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "retry_now_message")
@@ -264,21 +360,24 @@ class MessageAdmin(ReadOnlyAdmin):
 @admin.register(DeadMessage)
 class DeadMessageAdmin(ReadOnlyAdmin):
     list_display = (
-        "id",
-        "message_id",
-        "task",
+        "message_number",
+        "task_name",
         "queue",
-        "reason",
-        "died_at",
-        "attempts_display",
+        "reason_code",
+        "died_at_shown",
         "error_summary",
-        "payload_preview",
     )
+    list_display_links = ("message_number",)
     list_filter = (QueueFilter, TaskFilter, "reason", ("died_at", DateFieldListFilter))
     fieldsets = (
         (
             None,
-            {"fields": (("id", "message_id", "queue", "task"), ("reason", "died_at", "worker_id"))},
+            {
+                "fields": (
+                    ("message_number", "queue", "task"),
+                    ("reason", "died_at_shown", "worker_id"),
+                )
+            },
         ),
         ("Final error", {"fields": ("error_summary", "traceback_pretty")}),
         ("Payload", {"fields": ("payload_pretty",)}),
@@ -286,7 +385,7 @@ class DeadMessageAdmin(ReadOnlyAdmin):
             "Every attempt",
             {
                 "fields": (
-                    ("attempts", "max_attempts", "enqueued_at"),
+                    ("attempts", "max_attempts", "enqueued_at_shown"),
                     ("priority", "tenant", "dedup_key"),
                     "errors_pretty",
                 )
@@ -294,19 +393,18 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         ),
     )
     readonly_fields = (
-        "id",
-        "message_id",
+        "message_number",
         "queue",
         "task",
         "reason",
-        "died_at",
+        "died_at_shown",
         "worker_id",
         "priority",
         "tenant",
         "dedup_key",
         "attempts",
         "max_attempts",
-        "enqueued_at",
+        "enqueued_at_shown",
         "error_summary",
         "traceback_pretty",
         "payload_pretty",
@@ -314,20 +412,37 @@ class DeadMessageAdmin(ReadOnlyAdmin):
     )
     actions = ("retry_dead",)
     change_form_template = "admin/django_pgqueue/deadmessage/change_form.html"
+    timestamp_fields = ("enqueued_at", "died_at")
+    json_fields = ("payload", "errors", "details")
 
-    def text_search(self, term: str) -> Q:
-        return super().text_search(term) | Q(worker_id=term)
+    died_at_shown = timestamp_column("died_at", "died at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                error_type=Left(KeyTextTransform("type", "details"), ERROR_SUMMARY_LIMIT),
+                error_message=Left(KeyTextTransform("message", "details"), ERROR_SUMMARY_LIMIT),
+            )
+        )
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_code(self, obj: DeadMessage) -> SafeString:
+        # The short code in the list; its explanation on hover.
+        label = dict(DeadReason.choices).get(obj.reason, obj.reason)
+        return format_html('<span class="pgq-reason" title="{}">{}</span>', label, obj.reason)
 
     @admin.display(description="error")
-    def error_summary(self, obj: DeadMessage) -> str:
-        details = obj.details if isinstance(obj.details, dict) else {}
-        text = f"{details.get('type', '')}: {details.get('message', '')}".strip(": ")
-        return text[:200] + ("…" if len(text) > 200 else "")
+    def error_summary(self, obj: DeadMessage) -> SafeString:
+        error_type = getattr(obj, "error_type", None) or ""
+        message = getattr(obj, "error_message", None) or ""
+        text = f"{error_type}: {message}".strip(": ")
+        return format_html('<span class="pgq-error" title="{}">{}</span>', text, text or "—")
 
     @admin.display(description="traceback")
     def traceback_pretty(self, obj: DeadMessage) -> SafeString:
-        details = obj.details if isinstance(obj.details, dict) else {}
-        return traceback_html(details.get("traceback"))
+        return traceback_html(json_text(obj, KeyTextTransform("traceback", "details"), "tb"))
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "retry_deadmessage")
@@ -369,23 +484,23 @@ class DeadMessageAdmin(ReadOnlyAdmin):
 @admin.register(ArchivedMessage)
 class ArchivedMessageAdmin(ReadOnlyAdmin):
     list_display = (
-        "id",
-        "message_id",
-        "task",
+        "message_number",
+        "task_name",
         "queue",
-        "finished_at",
+        "finished_at_shown",
         "duration",
         "attempts_display",
         "worker_id",
         "result_preview",
     )
+    list_display_links = ("message_number",)
     list_filter = (QueueFilter, TaskFilter, ("finished_at", DateFieldListFilter))
     fieldsets = (
         (
             None,
             {
                 "fields": (
-                    ("id", "message_id", "queue", "task"),
+                    ("message_number", "queue", "task"),
                     ("priority", "tenant", "dedup_key"),
                 )
             },
@@ -395,7 +510,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
             {
                 "fields": (
                     ("attempts", "max_attempts", "worker_id"),
-                    ("enqueued_at", "started_at", "finished_at", "duration"),
+                    ("enqueued_at_shown", "started_at_shown", "finished_at_shown", "duration"),
                 )
             },
         ),
@@ -403,8 +518,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
         ("Errors of earlier attempts", {"fields": ("errors_pretty",)}),
     )
     readonly_fields = (
-        "id",
-        "message_id",
+        "message_number",
         "queue",
         "task",
         "priority",
@@ -412,9 +526,9 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
         "dedup_key",
         "attempts",
         "max_attempts",
-        "enqueued_at",
-        "started_at",
-        "finished_at",
+        "enqueued_at_shown",
+        "started_at_shown",
+        "finished_at_shown",
         "duration",
         "worker_id",
         "payload_pretty",
@@ -422,68 +536,114 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
         "errors_pretty",
     )
     actions = ("requeue",)
+    timestamp_fields = ("enqueued_at", "started_at", "finished_at")
+    json_fields = ("payload", "errors", "result")
 
-    def text_search(self, term: str) -> Q:
-        return super().text_search(term) | Q(worker_id=term)
+    started_at_shown = timestamp_column("started_at", "started at")
+    finished_at_shown = timestamp_column("finished_at", "finished at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        result = Cast("result", TextField())
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(result_head=Left(result, PREVIEW_LIMIT), result_length=Length(result))
+        )
 
     @admin.display(description="duration")
     def duration(self, obj: ArchivedMessage) -> str:
-        if obj.started_at is None or obj.finished_at is None:
+        started = getattr(obj, "started_at_safe", None)
+        finished = getattr(obj, "finished_at_safe", None)
+        if started is None or finished is None:
             return "—"
-        return f"{(obj.finished_at - obj.started_at).total_seconds():.3f} s"
+        return f"{(finished - started).total_seconds():.3f} s"
 
     @admin.display(description="result")
     def result_preview(self, obj: ArchivedMessage) -> str:
-        return json_preview(obj.result)
+        return text_preview(getattr(obj, "result_head", None), getattr(obj, "result_length", None))
 
     @admin.display(description="result")
     def result_pretty(self, obj: ArchivedMessage) -> SafeString:
-        return json_html(obj.result)
+        return _json_detail(json_text(obj, F("result"), "result"))
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "requeue_archivedmessage")
 
     @admin.action(permissions=["requeue"], description="Requeue as a new message", location=BOTH)
     def requeue(self, request: HttpRequest, queryset: QuerySet[ArchivedMessage]) -> None:
-        rows, truncated = bounded_selection(queryset)
-        new_ids = operations.requeue_archived([a.id for a in rows])
-        done = rows
-        if len(new_ids) != len(rows):
-            # Some rows left the archive (retention) before the copy: those still here were copied.
-            still_here = set(
-                ArchivedMessage.objects.filter(id__in=[a.id for a in rows]).values_list(
-                    "id", flat=True
-                )
-            )
-            done = [a for a in rows if a.id in still_here]
+        selection = bounded_selection(queryset)
+        copied: set[int] = set()
+        for batch in in_batches(selection.ids):
+            new_ids = operations.requeue_archived(batch)
+            if len(new_ids) == len(batch):
+                copied.update(batch)
+                continue
+            # Some rows left the archive (retention) before the copy: those still here were.
+            still_here = ArchivedMessage.objects.filter(id__in=batch).values_list("id", flat=True)
+            copied.update(still_here)
         report(
             self,
             request,
-            done=done,
-            skipped=len(rows) - len(new_ids),
+            done=selection.rows_with(copied),
+            skipped=len(selection.ids) - len(copied),
             verb="Requeued",
             noun="archived message",
             why_skipped="removed from the archive meanwhile",
             log_message="Requeued as a new live message (new id, no dedup key).",
-            truncated=truncated,
+            truncated=selection.truncated,
         )
 
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(_ViewOnlyAdmin):
-    list_display = ("worker_id", "hostname", "pid", "queues", "concurrency", "last_seen_at")
+    list_display = (
+        "worker_id",
+        "hostname",
+        "pid",
+        "queues_shown",
+        "concurrency",
+        "last_seen_at_shown",
+    )
     ordering = ("-last_seen_at",)
     fields = readonly_fields = (
         "worker_id",
         "hostname",
         "pid",
-        "queues",
+        "queues_shown",
         "concurrency",
-        "started_at",
-        "last_seen_at",
+        "started_at_shown",
+        "last_seen_at_shown",
         "stats_pretty",
     )
 
-    @admin.display(description="stats")
+    started_at_shown = timestamp_column("started_at", "started at")
+    last_seen_at_shown = timestamp_column("last_seen_at", "last heartbeat")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return (
+            super()
+            .get_queryset(request)
+            .defer("queues", "stats", "started_at", "last_seen_at")
+            .annotate(
+                **safe_timestamps("started_at", "last_seen_at"),
+                queues_text=Cast("queues", TextField()),
+            )
+        )
+
+    @admin.display(description="queues")
+    def queues_shown(self, obj: WorkerHeartbeat) -> str:
+        queues, decoded = decode_json(getattr(obj, "queues_text", None))
+        if decoded and isinstance(queues, list):
+            return ", ".join(sorted(str(name) for name in queues)) or "every queue (discovered)"
+        return str(queues)
+
+    @admin.display(description="activity (since it started)")
     def stats_pretty(self, obj: WorkerHeartbeat) -> SafeString:
-        return json_html(obj.stats)
+        stats, decoded = decode_json(json_text(obj, F("stats"), "stats"))
+        if not decoded:
+            return undecodable_html(str(stats), DETAIL_LIMIT)
+        items = activity_items(stats)
+        if not items:
+            return format_html("{}", "—")
+        rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", items)
+        return format_html('<table class="pgq-activity">{}</table>', rows)

@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import BadRequest, PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
@@ -19,12 +20,15 @@ from ..exceptions import QueueNameError
 from ..models import QueueState
 from .actions import acting_user_id
 from .browsers import _ViewOnlyAdmin
+from .columns import safe_timestamps, timestamp_column
 from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
 
 __all__ = ["QueueStateAdmin", "pipeline_stats_view"]
 
 # The Spark pipeline's charts, linked when that optional part is importable.
 PIPELINE_VIEW = ("django_pgqueue.pipeline.views", "stats_view")
+# The pipeline's stats page needs this (pipeline/views.py checks it too).
+STATS_PERMISSION = "django_pgqueue.view_queuestatshourly"
 # Auto-refresh periods offered on the dashboard, in seconds.
 REFRESH_CHOICES = (5, 15, 60)
 
@@ -52,6 +56,18 @@ def _refresh_seconds(request: HttpRequest) -> int | None:
 @admin.register(QueueState)
 class QueueStateAdmin(_ViewOnlyAdmin):
     """Its change list is the dashboard: every queue at a glance, with pause and purge."""
+
+    fields = readonly_fields = ("name", "paused", "updated_at_shown")
+    updated_at_shown = timestamp_column("updated_at", "updated at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueueState]:
+        # A queue's own page: its timestamp read so that no stored value breaks it.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("updated_at")
+            .annotate(**safe_timestamps("updated_at"))
+        )
 
     def _admin_url(self, name: str) -> str:
         # Works on any AdminSite instance, not only the default one.
@@ -96,15 +112,18 @@ class QueueStateAdmin(_ViewOnlyAdmin):
             "live_window": f"{live_worker_seconds():g}",
             "can_pause": self.has_pause_permission(request),
             "can_purge": self.has_purge_permission(request),
-            "history_url": self._history_url(),
+            "history_url": self._history_url(request),
             "refresh": refresh,
             "refresh_choices": REFRESH_CHOICES,
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/django_pgqueue/queuestate/dashboard.html", context)
 
-    def _history_url(self) -> str | None:
-        # Present only if the pipeline was importable when the admin's URLs were built.
+    def _history_url(self, request: HttpRequest) -> str | None:
+        # Present only if the pipeline was importable when the admin's URLs were built, and
+        # only for those who may read the stats.
+        if not request.user.has_perm(STATS_PERMISSION):
+            return None
         try:
             return self._admin_url("history")
         except NoReverseMatch:

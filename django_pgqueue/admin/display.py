@@ -9,7 +9,16 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-__all__ = ["errors_html", "json_html", "json_preview", "short_duration", "traceback_html"]
+__all__ = [
+    "activity_items",
+    "errors_html",
+    "json_html",
+    "json_preview",
+    "short_duration",
+    "text_preview",
+    "traceback_html",
+    "undecodable_html",
+]
 
 # Detail pages show this much of a payload or result; the list shows one short line.
 DETAIL_LIMIT = 20_000
@@ -34,9 +43,26 @@ def json_preview(value: Any) -> str:
     return _truncate(_dump(value, indent=None), PREVIEW_LIMIT)
 
 
+def text_preview(head: str | None, length: int | None) -> str:
+    """One line from the first characters of a text the database measured."""
+    if head is None:
+        return "null"
+    hidden = (length or 0) - len(head)
+    return f"{head}… ({hidden:,} more characters)" if hidden > 0 else head
+
+
 def json_html(value: Any, limit: int = DETAIL_LIMIT) -> SafeString:
     """Pretty-printed JSON in a <pre>, escaped by format_html."""
     return format_html('<pre class="pgq-json">{}</pre>', _truncate(_dump(value, indent=2), limit))
+
+
+def undecodable_html(text: str, limit: int = DETAIL_LIMIT) -> SafeString:
+    """Raw JSON text that Python could not decode, escaped and truncated."""
+    return format_html(
+        '<p class="pgq-note">{}</p><pre class="pgq-json">{}</pre>',
+        "Shown as stored: Python cannot decode this JSON (too deep, or a number too long).",
+        _truncate(text, limit),
+    )
 
 
 def traceback_html(text: str | None, limit: int = DETAIL_LIMIT) -> SafeString:
@@ -66,10 +92,39 @@ def errors_html(errors: Any) -> SafeString:
     return format_html('<ol class="pgq-errors">{}</ol>', format_html_join("", "<li>{}</li>", items))
 
 
+# A worker's heartbeat counters in reading order; anything else follows, sorted by name.
+ACTIVITY_ORDER = ("processed", "failed", "retried", "dead", "in_flight", "rate")
+ACTIVITY_LABELS = {"in_flight": "in flight", "rate": "rate (msg/s)"}
+
+
+def activity_items(stats: Any) -> list[tuple[str, str]]:
+    """``(label, value)`` pairs of a heartbeat's counters, in a fixed order."""
+    if not isinstance(stats, dict):
+        return []
+    known = [key for key in ACTIVITY_ORDER if key in stats]
+    others = sorted(key for key in stats if key not in ACTIVITY_ORDER)
+    return [
+        (ACTIVITY_LABELS.get(key, key.replace("_", " ")), _counter(stats[key]))
+        for key in [*known, *others]
+    ]
+
+
+def _counter(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _truncate(str(value), PREVIEW_LIMIT)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+
+
+# Above this, an age is shown as such rather than in days (a far-past or infinite timestamp).
+LONGEST_AGE = dt.timedelta(days=36_500)
+
+
 def short_duration(delta: dt.timedelta | None) -> str:
     """``42 s``, ``2 min 5 s``, ``3 h 12 min``, ``2 d 4 h``: an age at a glance."""
     if delta is None:
         return "—"
+    if delta >= LONGEST_AGE:
+        return "over 100 years"
     seconds = max(int(delta.total_seconds()), 0)
     if seconds < 60:
         return f"{seconds} s"

@@ -1,4 +1,5 @@
-"""The stats page: the hourly stats table drawn as charts (staff only, no Spark needed)."""
+"""The stats page: the hourly stats table drawn as charts (staff with the stats table's view
+permission; no Spark needed)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -17,6 +19,8 @@ from .models import QueueStatsHourly
 
 DEFAULT_HOURS = 48
 MAX_HOURS = 24 * 31
+# Staff status alone is not enough: the page shows every queue's tasks and error signatures.
+STATS_PERMISSION = "django_pgqueue.view_queuestatshourly"
 
 
 def _hours(request: HttpRequest) -> int:
@@ -125,6 +129,7 @@ def _label(hour: datetime, hours: int) -> str:
 
 
 @staff_member_required
+@permission_required(STATS_PERMISSION, raise_exception=True)
 def stats_view(request: HttpRequest) -> HttpResponse:
     """``?hours=N`` (1-744, default 48) and ``?queue=name`` narrow the window."""
     context = {

@@ -16,6 +16,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.messages import get_messages
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -316,3 +317,54 @@ def test_a_run_is_bounded_and_says_so(
         "run the action again for the rest."
     ]
     assert DeadMessage.objects.count() == 1
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_a_run_reads_ids_only_and_acts_in_batches(
+    staff_client: StaffClient, monkeypatch: pytest.MonkeyPatch, case: Case
+) -> None:
+    """The selection is read as ids and labels (never payloads, results or errors) and the
+    operation runs one statement per ACTION_BATCH ids."""
+    from django_pgqueue.admin import actions
+
+    monkeypatch.setattr(actions, "ACTION_BATCH", 4, raising=False)
+    rows = [case.make() for _ in range(10)]
+    client = staff_client(case.permission)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(
+            _changelist(case),
+            {"action": case.action, "select_across": "1", "_selected_action": [rows[0].pk]},
+        )
+    assert _messages(response) == [case.done_text.replace(" 1 ", " 10 ").replace("e.", "es.")]
+    selections = [
+        q["sql"]
+        for q in queries.captured_queries
+        if "LIMIT 10001" in q["sql"] and "COUNT(" not in q["sql"]
+    ]
+    assert len(selections) == 1
+    for column in ("payload", "errors", "result", "details", "last_error"):
+        assert f'."{column}"' not in selections[0], selections[0]
+    statement = {
+        "retry_now": "UPDATE pgqueue_message SET available_at",
+        "release_leases": "UPDATE pgqueue_message\nSET available_at",
+        "discard": "DELETE FROM pgqueue_message WHERE id",
+        "retry_dead": "DELETE FROM pgqueue_dead",
+        "requeue": "FROM pgqueue_archive WHERE id",
+    }[case.action]
+    assert sum(statement in q["sql"] for q in queries.captured_queries) == 3  # 4 + 4 + 2
+
+
+def test_log_entries_name_the_message_id(staff_client: StaffClient) -> None:
+    """The admin log and the page titles name a message by the id it keeps in every table."""
+    dead = DeadMessageFactory(task="emails.send", queue="emails")
+    client = staff_client("retry_deadmessage")
+    page = client.get(reverse("admin:django_pgqueue_deadmessage_change", args=[dead.pk]))
+    assert f"emails.send #{dead.message_id} on emails" in page.text
+
+    _post_action(client, CASES[3], dead.pk)
+
+    entry = LogEntry.objects.get()
+    assert (entry.object_id, entry.object_repr) == (
+        str(dead.pk),
+        f"emails.send #{dead.message_id} on emails",
+    )

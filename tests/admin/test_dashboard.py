@@ -31,7 +31,11 @@ def test_dashboard_shows_queues_workers_and_state(staff_client: StaffClient) -> 
     MessageFactory.create_batch(2, queue="emails", available_at=timezone.now() - PAST)
     DeadMessageFactory(queue="emails")
     QueueStateFactory(name="reports", paused=True)
-    WorkerHeartbeatFactory(worker_id="web-1:42", queues=["emails"], stats={"running": 3})
+    WorkerHeartbeatFactory(
+        worker_id="web-1:42",
+        queues=["reports", "emails"],
+        stats={"running": 3, "rate": 1.5, "dead": 1, "processed": 1700, "failed": 2},
+    )
 
     page = staff_client().get(reverse(DASHBOARD))
 
@@ -42,7 +46,14 @@ def test_dashboard_shows_queues_workers_and_state(staff_client: StaffClient) -> 
     assert queues["reports"].paused
     assert 'data-queue="emails"' in page.text
     assert "web-1:42" in page.text
-    assert "running: 3" in page.text
+    # Activity in reading order (known counters first, then the rest by name), queues sorted.
+    workers = page.text[page.text.index('id="pgq-workers"') :]
+    labels = ["processed", "failed", "dead", "rate (msg/s)", "running"]
+    positions = [workers.index(f"<th>{label}</th>") for label in labels]
+    assert positions == sorted(positions)
+    assert '<td class="num">1,700</td>' in workers
+    assert "emails, reports" in workers
+    assert "{" not in workers.split("</table>")[0]
     # View permission only: no buttons that would fail.
     assert 'class="button pgq-pause"' not in page.text
     assert 'class="button pgq-purge"' not in page.text
@@ -137,14 +148,18 @@ def test_purge_needs_permission_and_confirmation(staff_client: StaffClient) -> N
 def test_history_link_when_the_pipeline_is_installed(staff_client: StaffClient) -> None:
     from django_pgqueue.admin.dashboard import pipeline_stats_view
 
-    page = staff_client().get(reverse(DASHBOARD))
+    page = staff_client("view_queuestatshourly").get(reverse(DASHBOARD))
     if pipeline_stats_view() is None:
         assert page.context["history_url"] is None
         return
     url = page.context["history_url"]
     assert url == reverse("admin:django_pgqueue_history")
     assert 'id="pgq-history"' in page.text
-    assert staff_client().get(url).status_code == 200
+    assert staff_client("view_queuestatshourly").get(url).status_code == 200
+    # Staff who may see the queues but not the stats: no link, and 403 by the URL.
+    without = staff_client()
+    assert without.get(reverse(DASHBOARD)).context["history_url"] is None
+    assert without.get(url).status_code == 403
     assert staff_client("view_message", view=False).get(url).status_code == 403
 
 
@@ -192,3 +207,20 @@ def test_superuser_sees_every_button_and_may_purge(staff_client: StaffClient) ->
     )
     assert response.status_code == 302
     assert not Message.objects.exists()
+
+
+def test_counts_link_to_their_filtered_lists(staff_client: StaffClient) -> None:
+    MessageFactory.create_batch(2, queue="emails", available_at=timezone.now() - PAST)
+    page = staff_client().get(reverse(DASHBOARD)).text
+    live = reverse("admin:django_pgqueue_message_changelist")
+    row = page[page.index('data-queue="emails"') :].split("</tr>")[0]
+    for state, css in [
+        ("ready", "pgq-ready"),
+        ("scheduled", "pgq-scheduled"),
+        ("in_flight", "pgq-in-flight"),
+        ("retrying", "pgq-retrying"),
+    ]:
+        assert f'class="num {css}"><a href="{live}?queue=emails&amp;state={state}">' in row
+    # Each state link lists exactly what the dashboard counted.
+    listed = staff_client().get(live, {"queue": "emails", "state": "ready"})
+    assert listed.context["cl"].result_count == 2

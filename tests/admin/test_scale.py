@@ -1,4 +1,5 @@
-"""The dashboard at 1,000,000 live rows: the statement count stays that of an empty queue.
+"""The admin at scale. The dashboard at 1,000,000 live rows: the statement count stays that
+of an empty queue. Searches and failure counts: no plan reads a big table row by row.
 
 Times are printed and written to ``test-artifacts/admin-dashboard-scale.md`` beside a plain
 ``COUNT(*) ... GROUP BY`` reference measured in the same run; only the statement count and
@@ -11,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_pgqueue.admin.overview import COUNT_CAP, read_overview
+from django_pgqueue.admin.overview import COUNT_CAP, CappedCount, read_overview
 from tests.admin.conftest import VIEW_PERMISSIONS, make_staff
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -134,3 +135,122 @@ def test_dashboard_at_a_million_rows() -> None:
     print("\n" + report)
     ARTIFACT.parent.mkdir(exist_ok=True)
     ARTIFACT.write_text(report + "\n")
+
+
+SEARCH_LIVE_ROWS = 200_000
+SEARCH_ARCHIVED_ROWS = 200_000
+SEARCH_DEAD_ROWS = 50_000
+# Some rows of each table carry a dedup key, tenant and worker id, and every failed attempt
+# leaves an errors entry, as real rows do.
+LOAD_SEARCHABLE = [
+    """INSERT INTO pgqueue_message (queue, task, payload, tenant, dedup_key, errors)
+       SELECT 'q' || (i %% 4), 'task.' || (i %% 50), '{}'::jsonb, 'tenant-' || (i %% 1000),
+              CASE WHEN i %% 10 = 0 THEN 'key-' || i END,
+              CASE WHEN i %% 499 = 0 THEN jsonb_build_array(jsonb_build_object(
+                  'attempt', 1, 'at', now() - interval '1 minute')) ELSE '[]'::jsonb END
+       FROM generate_series(1, %s) AS i""",
+    """INSERT INTO pgqueue_archive (message_id, queue, task, payload, tenant, dedup_key,
+                                    worker_id, errors, finished_at)
+       SELECT 30000000 + i, 'q' || (i %% 4), 'task.' || (i %% 50), '{}'::jsonb,
+              'tenant-' || (i %% 1000), 'key-' || i, 'worker-' || (i %% 8),
+              CASE WHEN i %% 499 = 0 THEN jsonb_build_array(jsonb_build_object(
+                  'attempt', 1, 'at', now() - interval '1 minute')) ELSE '[]'::jsonb END,
+              now() - make_interval(secs => i %% 3000)
+       FROM generate_series(1, %s) AS i""",
+    """INSERT INTO pgqueue_dead (message_id, queue, task, payload, tenant, dedup_key,
+                                 worker_id, errors, reason, details, died_at)
+       SELECT 40000000 + i, 'q' || (i %% 4), 'task.' || (i %% 50), '{}'::jsonb,
+              'tenant-' || (i %% 1000), 'key-' || i, 'worker-' || (i %% 8),
+              jsonb_build_array(jsonb_build_object(
+                  'attempt', 3, 'at', now() - make_interval(secs => i %% 86400))), 'error',
+              '{}'::jsonb, now() - make_interval(secs => i %% 86400)
+       FROM generate_series(1, %s) AS i""",
+]
+
+
+BIG_TABLES = ("pgqueue_message", "pgqueue_archive", "pgqueue_dead")
+# Every errors entry of every row, the slow way.
+FAILED_REFERENCE = """
+SELECT queue, count(*) FILTER (WHERE (e->>'at')::timestamptz >= now() - interval '5 minutes'),
+       count(*) FILTER (WHERE (e->>'at')::timestamptz >= now() - interval '60 minutes')
+FROM (SELECT queue, errors FROM pgqueue_message UNION ALL SELECT queue, errors
+      FROM pgqueue_archive UNION ALL SELECT queue, errors FROM pgqueue_dead) r,
+     jsonb_array_elements(r.errors) e
+GROUP BY queue
+"""
+
+
+def _plan_nodes(plan: dict) -> list[dict]:  # type: ignore[type-arg]
+    return [plan, *(node for child in plan.get("Plans", []) for node in _plan_nodes(child))]
+
+
+def _scans_a_table(sql: str) -> list[str]:
+    """What of ``sql``'s executed plan reads a queue table row by row: sequential scans, and
+    filters that threw away more than a page of rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+        (plan,) = cursor.fetchone()[0]
+    found = []
+    for node in _plan_nodes(plan["Plan"]):
+        relation = node.get("Relation Name", "")
+        if relation not in BIG_TABLES:
+            continue
+        removed = node.get("Rows Removed by Filter", 0) * node.get("Actual Loops", 1)
+        if node["Node Type"] == "Seq Scan" or removed > 1_000:
+            found.append(f"{node['Node Type']} on {relation} (removed {removed})")
+    return found
+
+
+def test_searches_and_failure_counts_read_indexes_only() -> None:
+    """Admin search takes only what an index serves (message ids, live dedup keys), so no
+    term, found or not, makes a change list scan a big table; the dashboard's failed
+    attempts walk the partial indexes of rows with errors. Checked on the executed plans."""
+    with connection.cursor() as cursor:
+        for statement, rows in zip(
+            LOAD_SEARCHABLE,
+            [SEARCH_LIVE_ROWS, SEARCH_ARCHIVED_ROWS, SEARCH_DEAD_ROWS],
+            strict=True,
+        ):
+            cursor.execute(statement, [rows])
+        for table in ("pgqueue_message", "pgqueue_archive", "pgqueue_dead"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
+    client = Client()
+    client.force_login(make_staff("search", *VIEW_PERMISSIONS))
+    terms = ["task.7", "tenant-7", "worker-3", "key-70", "30000070", "40000070", "no-such"]
+
+    report = ["| list | search | rows | plan reads a table row by row |", "|---|---|---:|---|"]
+    for model in ("message", "archivedmessage", "deadmessage"):
+        url = reverse(f"admin:django_pgqueue_{model}_changelist")
+        for term in terms:
+            with CaptureQueriesContext(connection) as queries:
+                page = client.get(url, {"q": term})
+            assert page.status_code == 200
+            scans = [
+                scan
+                for query in queries.captured_queries
+                if query["sql"].lstrip().upper().startswith(("SELECT", "WITH"))
+                and "pgqueue_" in query["sql"]
+                for scan in _scans_a_table(query["sql"])
+            ]
+            report.append(f"| {model} | {term} | {page.context['cl'].result_count} | {scans} |")
+            assert scans == [], (model, term, scans)
+        # What the indexes serve is still found.
+    assert _found(client, "message", "key-70") == 1
+    assert _found(client, "archivedmessage", "30000070") == 1
+    assert _found(client, "deadmessage", "40000070") == 1
+
+    # One transaction: both see the same now(), so no error ages out between them.
+    with transaction.atomic(), CaptureQueriesContext(connection) as overview_queries:
+        overview = read_overview()
+        with connection.cursor() as cursor:
+            cursor.execute(FAILED_REFERENCE)
+            reference = {queue: (CappedCount(n5), CappedCount(n60)) for queue, n5, n60 in cursor}
+    assert {q.name: (q.failed_5m, q.failed_60m) for q in overview.queues} == reference
+    stats = next(q["sql"] for q in overview_queries.captured_queries if "failed5" in q["sql"])
+    assert _scans_a_table(stats) == []
+    print("\n" + "\n".join(report))
+
+
+def _found(client: Client, model: str, term: str) -> int:
+    page = client.get(reverse(f"admin:django_pgqueue_{model}_changelist"), {"q": term})
+    return int(page.context["cl"].result_count)

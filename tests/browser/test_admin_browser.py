@@ -1,13 +1,16 @@
 """A real headless Chromium, driven by Playwright, against the example project's admin on a
-live server: log in, read the dashboard, filter the dead letters, retry, see them live.
+live server: log in, read the dashboard, filter the dead letters, retry, see them live; and
+check that what the pages say can be trusted and fits the screen.
 
-Screenshots go to ``test-artifacts/`` (git-ignored); docs/img/admin-dashboard.png is one.
+Screenshots go to ``test-artifacts/screenshots/`` (git-ignored, kept by CI as artifacts; the
+path is printed); docs/img/admin-dashboard.png is one of them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +44,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 
@@ -53,7 +56,8 @@ def in_browser(steps: Callable[[Any], None]) -> None:
     """
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/system-deps.sh (installs chromium)")
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {ARTIFACTS}")
 
     def run() -> None:
         with playwright_sync.sync_playwright() as playwright:
@@ -160,3 +164,134 @@ def test_operator_filters_dead_messages_and_retries_them(live_server: Any) -> No
     assert Message.objects.get(pk=timed_out.message_id).attempts == 0
     assert not DeadMessage.objects.filter(pk__in=[timed_out.pk, errored.pk]).exists()
     assert DeadMessage.objects.count() == 1
+
+
+def _failed_at(*minutes_ago: int) -> list[dict[str, Any]]:
+    now = timezone.now()
+    return [
+        {
+            "attempt": n,
+            "at": (now - dt.timedelta(minutes=ago)).isoformat(),
+            "worker": "web-1:4242",
+            "type": "ConnectionError",
+            "message": f"SMTP server refused the connection (attempt {n})",
+        }
+        for n, ago in enumerate(minutes_ago, start=1)
+    ]
+
+
+def test_numbers_a_user_can_trust_on_pages_that_fit(live_server: Any) -> None:
+    """Table sizes before any ANALYZE, failed attempts that survive a retry, the real last
+    error, one id column, times to the second, counts that are links, readable worker
+    activity, and a dead list that fits beside its filters at 1,400 pixels."""
+    now = timezone.now()
+    MessageFactory.create_batch(3, queue="emails", available_at=now - dt.timedelta(minutes=2))
+    MessageFactory(queue="emails", available_at=now + dt.timedelta(hours=1))
+    ArchivedMessageFactory.create_batch(5, queue="emails")
+    long_error = "SMTP server refused the connection: " + "421 too many connections " * 12
+    dead = [
+        DeadMessageFactory(
+            queue="emails",
+            task="emails.send_newsletter_to_every_subscriber_of_the_list",
+            reason=reason,
+            errors=_failed_at(90, 20, 1),
+            details={"type": "ConnectionError", "message": long_error, "traceback": "Tb"},
+        )
+        for reason in (DeadReason.ERROR, DeadReason.LEASE_EXPIRED, DeadReason.TIMEOUT)
+    ]
+    WorkerHeartbeatFactory(
+        worker_id="web-1:4242",
+        hostname="web-1",
+        queues=["reports", "emails"],
+        stats={"rate": 2.5, "dead": 3, "in_flight": 1, "processed": 1234, "failed": 9},
+    )
+    operator = make_staff("numbers", *VIEW_PERMISSIONS, "retry_deadmessage")
+    operator.set_password("a-long-test-password")
+    operator.save()
+    url = live_server.url
+
+    def steps(page: Any) -> None:
+        page.goto(f"{url}/admin/login/?next=/admin/django_pgqueue/queuestate/")
+        page.fill("#id_username", "numbers")
+        page.fill("#id_password", "a-long-test-password")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#pgq-queues")
+        emails = page.locator('tr[data-queue="emails"]')
+
+        # Fresh tables, never analyzed: their sizes are counted, not estimated as 0.
+        sizes = page.locator("#pgq-table-sizes").inner_text()
+        assert "live 4," in sizes and "archive 5," in sizes and "dead 3 rows" in sizes, sizes
+        # 3 dead messages failed 90, 20 and 1 minutes ago: 3 in 5 minutes, 6 in 60.
+        assert emails.locator(".pgq-failed").inner_text() == "3 / 6"
+        # Worker activity in reading order, its queues sorted.
+        workers = page.locator("#pgq-workers").inner_text()
+        order = ["processed", "failed", "dead", "in flight", "rate (msg/s)"]
+        assert [workers.index(label) for label in order] == sorted(
+            workers.index(label) for label in order
+        )
+        assert "1,234" in workers and "emails, reports" in workers and "{" not in workers
+        page.screenshot(path=str(ARTIFACTS / "admin-dashboard-numbers.png"), full_page=True)
+
+        # Ready is a link to exactly those messages.
+        emails.locator(".pgq-ready a").click()
+        page.wait_for_selector("#result_list")
+        assert "state=ready" in page.url and "queue=emails" in page.url
+        assert page.locator("#result_list tbody tr").count() == 3
+        page.screenshot(path=str(ARTIFACTS / "admin-ready.png"), full_page=True)
+
+        # The dead list at 1,400 px: one id column, seconds, one-line reason, nothing under
+        # the filter sidebar and no sideways scrolling.
+        page.goto(f"{url}/admin/django_pgqueue/deadmessage/?queue=emails")
+        page.wait_for_selector("#result_list")
+        headers = [
+            h.strip().lower() for h in page.locator("#result_list thead th").all_inner_texts()
+        ]
+        assert [h for h in headers if "id" in h.split()] == ["message id"], headers
+        died = page.locator("#result_list td.field-died_at_shown").first.inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", died), died
+        page.screenshot(path=str(ARTIFACTS / "admin-dead-list.png"), full_page=True)
+        sidebar = page.locator("#changelist-filter").bounding_box()
+        for cell in page.locator("#result_list tbody td").all():
+            box = cell.bounding_box()
+            assert box["x"] + box["width"] <= sidebar["x"] + 1, cell.inner_text()
+        results = page.locator("#changelist .results")
+        assert results.evaluate("e => e.scrollWidth <= e.clientWidth"), "the list scrolls sideways"
+        for reason in page.locator(".pgq-reason").all():
+            assert reason.evaluate("e => e.getClientRects().length") == 1, reason.inner_text()
+        # Cut only where a title holds the whole: never the id, the reason or the time.
+        for column in ("message_number", "reason_code", "died_at_shown"):
+            for cell in page.locator(
+                f"#result_list td.field-{column}, #result_list th.field-{column}"
+            ).all():
+                assert cell.evaluate("e => e.scrollWidth <= e.clientWidth"), cell.inner_text()
+        task = page.locator("#result_list td.field-task_name span").first
+        assert task.get_attribute("title") == dead[0].task
+        error = page.locator(".pgq-error").first
+        assert error.get_attribute("title").startswith("ConnectionError: SMTP server refused")
+        assert error.evaluate("e => e.scrollWidth > e.clientWidth"), "cut, whole in its title"
+        page.screenshot(path=str(ARTIFACTS / "admin-dead-list.png"), full_page=True)
+
+        # Retry them all: the failures stay counted, and the live page shows the last error.
+        page.check("#action-toggle")
+        page.select_option('select[name="action"]', "retry_dead")
+        page.click('button[name="index"]')
+        page.wait_for_selector(".messagelist")
+        assert "Retried 3 dead messages." in page.locator(".messagelist").inner_text()
+        page.goto(f"{url}/admin/django_pgqueue/queuestate/")
+        emails = page.locator('tr[data-queue="emails"]')
+        assert emails.locator(".pgq-failed").inner_text() == "3 / 6"
+        assert emails.locator(".pgq-dead").inner_text() == "0"
+        page.goto(f"{url}/admin/django_pgqueue/message/{dead[0].message_id}/change/")
+        last_error = page.locator(".field-last_error_pretty").inner_text()
+        assert "SMTP server refused the connection (attempt 3)" in last_error, last_error
+        page.screenshot(path=str(ARTIFACTS / "admin-retried-last-error.png"), full_page=True)
+
+        # The workers list: queues as names, the detail's activity as a table in order.
+        page.goto(f"{url}/admin/django_pgqueue/workerheartbeat/")
+        assert "emails, reports" in page.locator("#result_list").inner_text()
+        page.goto(f"{url}/admin/django_pgqueue/workerheartbeat/web-1:4242/change/")
+        activity = page.locator("table.pgq-activity").inner_text()
+        assert activity.index("processed") < activity.index("failed") < activity.index("rate")
+        page.screenshot(path=str(ARTIFACTS / "admin-worker.png"), full_page=True)
+
+    in_browser(steps)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
 from django_pgqueue.models import QueueStatsHourly
@@ -16,6 +16,7 @@ HOUR = dt.datetime(2026, 10, 1, 12, tzinfo=dt.UTC)
 @pytest.fixture
 def staff_client() -> Client:
     user = User.objects.create_user("ops", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_queuestatshourly"))
     client = Client()
     client.force_login(user)
     return client
@@ -26,6 +27,12 @@ def test_stats_page_is_staff_only(client: Client) -> None:
     client.login(username="someone", password="pw")
     response = client.get("/pgqueue/stats/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_stats_page_needs_the_stats_view_permission(client: Client) -> None:
+    User.objects.create_user("staff-only", is_staff=True)
+    client.force_login(User.objects.get(username="staff-only"))
+    assert client.get("/pgqueue/stats/").status_code == 403
 
 
 def test_empty_stats_table_renders_a_hint(staff_client: Client) -> None:
