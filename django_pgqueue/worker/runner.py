@@ -570,7 +570,9 @@ class Worker:
     def _lease_one_queue(self, queue: str, want: int) -> list[Message]:
         # Claims run on the main loop's and the listener's connections only, and nothing
         # else but the worker's own bookkeeping does: they may keep the claim's settings.
-        execution.dedicate_to_claims(connections[self.alias])
+        # Its leases give their attempt back if they expire: the executor runs a redelivered
+        # message alone (see "The attempt rule" in core/sql.py).
+        execution.dedicate_to_claims(connections[self.alias], refund_on_expiry=True)
         return Message.objects.lease(
             queue,
             worker_id=self.worker_id,

@@ -88,3 +88,27 @@ def extends_lease(context: MessageContext, payload: Any) -> bool:
 @django_pgqueue.handler("tests.async-extend")
 async def async_extends_lease(context: MessageContext, payload: Any) -> bool:
     return context.extend_lease(120)
+
+
+@django_pgqueue.handler("tests.crash")
+def crash(payload: Any) -> None:
+    """Kills its own worker process at once, as a segfault or the OOM killer would."""
+    os._exit(1)
+
+
+# (message id, start, end) of each run of tests.timed / tests.async-timed, in-process workers.
+TIMELINE: list[tuple[int, float, float]] = []
+
+
+@django_pgqueue.handler("tests.timed")
+def timed(context: MessageContext, payload: dict[str, Any]) -> None:
+    start = time.monotonic()
+    time.sleep(payload.get("seconds", 0.1))
+    TIMELINE.append((context.message_id, start, time.monotonic()))
+
+
+@django_pgqueue.handler("tests.async-timed")
+async def async_timed(context: MessageContext, payload: dict[str, Any]) -> None:
+    start = time.monotonic()
+    await asyncio.sleep(payload.get("seconds", 0.1))
+    TIMELINE.append((context.message_id, start, time.monotonic()))
