@@ -112,3 +112,23 @@ async def async_timed(context: MessageContext, payload: dict[str, Any]) -> None:
     start = time.monotonic()
     await asyncio.sleep(payload.get("seconds", 0.1))
     TIMELINE.append((context.message_id, start, time.monotonic()))
+
+
+_soak_log: int | None = None
+
+
+@django_pgqueue.handler("tests.soak")
+def soak(context: MessageContext, payload: dict[str, Any]) -> None:
+    """The soak test's handler (tests/acceptance/test_soak.py): writes ``id pid attempt`` to
+    this process's run log in ``PGQUEUE_SOAK_RUNS`` before anything else (a write the
+    kernel keeps through a SIGKILL); a ``poison`` message then raises, a ``crash`` one kills
+    the process."""
+    global _soak_log
+    if _soak_log is None:
+        path = Path(os.environ["PGQUEUE_SOAK_RUNS"]) / f"runs-{os.getpid()}.log"
+        _soak_log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(_soak_log, f"{context.message_id} {os.getpid()} {context.attempt}\n".encode())
+    if payload.get("poison"):
+        raise ValueError("poison message")
+    if payload.get("crash"):
+        os._exit(1)
