@@ -450,7 +450,9 @@ SELECT queue FROM q WHERE queue IS NOT NULL
 # When the next message of one queue falls due, for the idle worker's sleep. A skip scan
 # over the priorities of the claim index, then one probe per priority: O(priorities), not a
 # scan of everything scheduled. Leased rows count too: their lease expiry is when they may
-# be redelivered.
+# be redelivered. The answer is seconds from now (a float, ``Infinity`` for 'infinity'), not
+# a timestamp: a stored time past the year 9999 is no Python datetime, and must not stop the
+# worker that reads it.
 NEXT_DUE_AT = """
 WITH RECURSIVE p(priority) AS (
     (SELECT priority FROM pgqueue_message
@@ -462,11 +464,11 @@ WITH RECURSIVE p(priority) AS (
             ORDER BY m.priority DESC LIMIT 1)
     FROM p WHERE p.priority IS NOT NULL
 )
-SELECT min((SELECT m.available_at FROM pgqueue_message m
+SELECT (extract(epoch FROM min((SELECT m.available_at FROM pgqueue_message m
             WHERE m.queue = %(queue)s AND m.attempts < m.max_attempts
               AND m.priority = p.priority AND m.available_at > now()
-            ORDER BY m.priority DESC, m.available_at LIMIT 1)),
-       now()
+            ORDER BY m.priority DESC, m.available_at LIMIT 1)))
+        - extract(epoch FROM now()))::float8
 FROM p WHERE p.priority IS NOT NULL
 """
 

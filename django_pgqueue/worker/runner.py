@@ -650,7 +650,7 @@ class Worker:
                 cursor.execute(sql.NEXT_DUE_AT, {"queue": queue})
                 row = cursor.fetchone()
                 if row and row[0] is not None:
-                    seconds = (row[0] - row[1]).total_seconds()
+                    seconds = float(row[0])
                     earliest = seconds if earliest is None else min(earliest, seconds)
         return earliest
 

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import django_pgqueue
+from django_pgqueue.core.validation import MAX_PRIORITY
 from django_pgqueue.models import ArchivedMessage, Message
 from tests.conftest import connection_kwargs
 from tests.worker.conftest import wait_for
@@ -118,6 +119,34 @@ def test_a_database_restart_loses_no_message_and_the_worker_rides_it_out(
         assert sorted(r[0] for r in archived) == sorted(ids)
     assert worker.proc.poll() is None, worker.output
     worker.wait_for_line("Database reachable again")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    assert "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize("queues", [[], ["--queue", "default"]])
+def test_far_future_and_extreme_values_already_in_the_table_break_no_worker(
+    spawn_worker: Spawn, admin_conn: psycopg.Connection[Any], queues: list[str]
+) -> None:
+    """Rows no enqueue writes (issue #25, item 5), written by SQL or an older version: the
+    worker serving their queue keeps serving it."""
+    admin_conn.execute(
+        "INSERT INTO pgqueue_message (queue, task, payload, available_at, enqueued_at) VALUES "
+        "('default', 'tests.echo', '1', 'infinity', '-infinity'), "
+        "('default', 'tests.echo', '2', '275000-01-01', now()), "
+        "('later', 'tests.echo', '3', '9999-12-31 23:59:59.999999+00', now())"
+    )
+    admin_conn.execute(
+        "INSERT INTO pgqueue_message (queue, task, payload, priority, max_attempts, attempts) "
+        "VALUES ('default', 'tests.echo', '4', %s, 2147483647, 2147483646)",
+        [MAX_PRIORITY],
+    )
+    worker = spawn_worker("--poll-interval", "0.2", *queues).ready()
+    msg = django_pgqueue.enqueue("tests.echo", "ordinary")
+    wait_for(lambda: ArchivedMessage.objects.filter(message_id=msg.id).exists(), timeout=15)
+    time.sleep(1.5)  # several polls, each looking for the next due message
+    assert worker.proc.poll() is None, worker.output
+    assert Message.objects.count() == 3  # the far-future ones wait; the extreme one ran
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.output
     assert "Traceback" not in worker.output
