@@ -42,12 +42,18 @@ def effect(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
 
 @django_pgqueue.handler("tests.sleep")
 def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """Sleeps ``payload['seconds']`` (only on attempts listed in ``only_attempts``); first
-    creates the file ``payload['started_file']``, if given, so a test knows it started."""
+    """Sleeps ``payload['seconds']`` (only on attempts listed in ``only_attempts``; only on
+    its first run with ``first_run_only``, which needs a ``started_file``); first creates the
+    file ``payload['started_file']``, if given, so a test knows it started."""
+    first_run = True
     if payload.get("started_file"):
-        Path(payload["started_file"]).touch()
+        started = Path(payload["started_file"])
+        first_run = not started.exists()
+        started.touch()
     only = payload.get("only_attempts")
-    if only is None or context.attempt in only:
+    if (only is None or context.attempt in only) and (
+        first_run or not payload.get("first_run_only")
+    ):
         time.sleep(payload.get("seconds", 0))
     if payload.get("effect"):
         effect(context, payload)
