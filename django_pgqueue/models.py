@@ -106,6 +106,16 @@ class Message(MessageFields):
     leased_by = models.CharField(max_length=255, null=True, blank=True)
     leased_at = models.DateTimeField(null=True, blank=True)
     last_error = models.JSONField(null=True, blank=True)
+    refund_on_expiry = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=(
+            "Whether the current lease gives its attempt back if it expires: set when a "
+            "worker leases the message (a worker runs a message whose lease expired alone, "
+            "and records that start first); cleared by that start. See "
+            "docs/explanation/guarantees.md, 'Attempts and failures'."
+        ),
+    )
     fair_order = models.FloatField(
         null=True,
         blank=True,

@@ -181,19 +181,37 @@ NOTIFY_QUEUES = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)
 # ``{leased_order}`` is a leased message's ``fair_order``: -1 (out of the fair order while
 # leased) in a fair queue's claim, else LEASED_ORDER.
 # One statement does both jobs:
-#   1. buries leases that ran out on their last attempt (reason ``lease_expired``): attempts
-#      count at claim, so a message that kills its worker every time ends here, not in a loop;
-#   2. leases the batch: attempts + 1, a fresh fencing token, visible again after the timeout.
+#   1. the reaper, for leases that ran out on their last attempt: attempts count at claim, so
+#      a message that kills its worker every time is buried here (reason ``lease_expired``),
+#      not run in a loop; but a lease that gives its attempt back on expiry (below) gets it
+#      back here instead, and runs again;
+#   2. leases the batch: attempts + 1 (+ 0 after a lease that gives its attempt back), a
+#      fresh fencing token, visible again after the timeout.
 # Rows come back tagged ``claimed`` or ``buried`` so the caller can log both.
+#
+# The attempt rule. A worker's claim session sets ``pgqueue.refund_on_expiry``
+# (execution.dedicate_to_claims): its leases are marked ``refund_on_expiry``, and a lease so
+# marked that expires gives its attempt back. A worker runs a redelivered message (its
+# previous lease expired) alone, and clears the mark in a committed statement just before
+# its handler starts (transitions.start_alone). So when a worker dies, only a message whose
+# handler was running alone has spent an attempt: the batch-mates it had leased, started or
+# not, have not. Any other claim (``lease()`` called by your code) leaves the mark off: every
+# claim counts, as it always did.
 LEASE = """
 WITH exhausted AS (
-    SELECT id FROM pgqueue_message
+    SELECT id, refund_on_expiry AND lease_token IS NOT NULL AS refund FROM pgqueue_message
     WHERE queue = %s AND attempts >= max_attempts AND available_at <= now()
     ORDER BY available_at
     LIMIT {reap_limit}
     FOR UPDATE SKIP LOCKED
+), refunded AS (
+    -- Keeps its lease token: the next claim sees it redelivered (and the worker runs it
+    -- alone), and counts that attempt again.
+    UPDATE pgqueue_message m SET attempts = m.attempts - 1, refund_on_expiry = false
+    WHERE m.id = ANY(ARRAY(SELECT id FROM exhausted WHERE refund))
 ), reaped AS (
-    DELETE FROM pgqueue_message m WHERE m.id = ANY(ARRAY(SELECT id FROM exhausted))
+    DELETE FROM pgqueue_message m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM exhausted WHERE NOT refund))
     RETURNING m.*
 ), buried AS (
     INSERT INTO pgqueue_dead (message_id, {shared}, reason, details, worker_id, died_at)
@@ -219,7 +237,11 @@ WITH exhausted AS (
     SELECT id, lease_token, row_number() OVER () AS position FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
-    SET attempts = m.attempts + 1,
+    -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
+    SET attempts = m.attempts
+                   + CASE WHEN m.refund_on_expiry AND m.lease_token IS NOT NULL THEN 0 ELSE 1 END,
+        refund_on_expiry = COALESCE(current_setting('pgqueue.refund_on_expiry', true) = 'on',
+                                    false),
         lease_token = gen_random_uuid(),
         leased_by = %s,
         leased_at = now(),
@@ -335,6 +357,15 @@ WHERE m.id = l.id AND m.lease_token = l.token
 RETURNING m.id
 """
 
+# A worker starts the handler of a redelivered message alone (worker/executor.py): from this
+# statement's commit on, the lease no longer gives its attempt back if it expires (see "The
+# attempt rule" above). Fenced by lease token.
+START_ALONE = """
+UPDATE pgqueue_message SET refund_on_expiry = false
+WHERE id = %s AND lease_token = %s
+RETURNING id
+"""
+
 # Give leases back so the messages run again at once (graceful shutdown past its grace
 # period). ``reset_attempt`` takes back the attempt counted at claim: it was not a failure.
 RELEASE = """
@@ -424,7 +455,9 @@ SELECT queue FROM q WHERE queue IS NOT NULL
 # When the next message of one queue falls due, for the idle worker's sleep. A skip scan
 # over the priorities of the claim index, then one probe per priority: O(priorities), not a
 # scan of everything scheduled. Leased rows count too: their lease expiry is when they may
-# be redelivered.
+# be redelivered. The answer is seconds from now (a float, ``Infinity`` for 'infinity'), not
+# a timestamp: a stored time past the year 9999 is no Python datetime, and must not stop the
+# worker that reads it.
 NEXT_DUE_AT = """
 WITH RECURSIVE p(priority) AS (
     (SELECT priority FROM pgqueue_message
@@ -436,11 +469,11 @@ WITH RECURSIVE p(priority) AS (
             ORDER BY m.priority DESC LIMIT 1)
     FROM p WHERE p.priority IS NOT NULL
 )
-SELECT min((SELECT m.available_at FROM pgqueue_message m
+SELECT (extract(epoch FROM min((SELECT m.available_at FROM pgqueue_message m
             WHERE m.queue = %(queue)s AND m.attempts < m.max_attempts
               AND m.priority = p.priority AND m.available_at > now()
-            ORDER BY m.priority DESC, m.available_at LIMIT 1)),
-       now()
+            ORDER BY m.priority DESC, m.available_at LIMIT 1)))
+        - extract(epoch FROM now()))::float8
 FROM p WHERE p.priority IS NOT NULL
 """
 

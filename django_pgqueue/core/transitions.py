@@ -33,6 +33,7 @@ __all__ = [
     "extend",
     "fail",
     "release",
+    "start_alone",
 ]
 
 
@@ -315,3 +316,18 @@ def release(
     rows = _ack(connections[_alias(using)], "release", params, _RELEASE_TYPES, {}, queue)
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
+
+
+def start_alone(lease: LeaseRef, *, using: str | None = None) -> bool:
+    """Record that ``lease``'s handler starts now, with no other handler running beside it in
+    its worker: committed when this returns, so if the worker dies from now on, the lease
+    spends its attempt when it expires (see "The attempt rule" in ``sql.py``). False when the
+    lease is no longer held (it expired and another worker took it)."""
+    ids, tokens, _ = _pairs([lease])
+    connection = connections[_alias(using)]
+    with connection.cursor() as cursor:
+        # Its own transaction, asynchronous commit allowed: it survives a crash of the worker
+        # process (what it is for); a crash of the database may forget it, which gives one
+        # attempt back.
+        execute(cursor, sql.START_ALONE, [ids[0], tokens[0]], ack_settings(connection))
+        return cursor.fetchone() is not None

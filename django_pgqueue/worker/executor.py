@@ -6,6 +6,15 @@ it started), or ``running -> abandoned`` (its timeout or the grace period ran ou
 worker already failed or released the lease, so whatever the handler returns later is
 dropped). A Python thread cannot be killed, so an abandoned sync handler keeps running until
 it returns; its thread then exits and a fresh one has already taken its slot.
+
+A redelivered message (its previous lease expired: its worker died, perhaps because of this
+very message) runs *alone*: it waits until no other handler runs, no other starts until it
+ends, and its start is recorded in the database before its handler runs
+(``transitions.start_alone``); the others start again once its outcome is written. So when
+a handler kills the process, the only lease that spends an attempt is the one running
+alone, if any: the batch-mates leased beside it get theirs back (see "The attempt rule" in
+``core/sql.py``). Handlers abandoned after their timeout are not waited for (they may never
+return).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ class Job:
     """One leased message inside this worker."""
 
     __slots__ = (
+        "alone",
         "deadline",
         "encoded",
         "handler",
@@ -66,6 +76,7 @@ class Job:
         self.vt = vt
         self.timeout = timeout
         self.state = QUEUED
+        self.alone = message.redelivered
         self.started = 0.0
         self.deadline: float | None = None
         # Leased with decode_payloads=False: the JSON text is decoded by the handler's
@@ -109,6 +120,9 @@ class Executor:
         self.max_traceback = conf.MAX_TRACEBACK_CHARS
         self.lock = threading.Lock()
         self.jobs: dict[int, Job] = {}  # leased and not yet finished, by message id
+        self._running = 0  # jobs in RUNNING
+        self._alone: Job | None = None  # the job running alone, or waiting to
+        self._gate = threading.Condition(self.lock)  # notified when either changes
         self.mean_run = 0.0  # seconds, moving average over recent handler runs
         self.stuck = 0  # threads still running a handler that timed out
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
@@ -176,9 +190,31 @@ class Executor:
         with self.lock:
             taken = [j for j in self.jobs.values() if j.state == state]
             for job in taken:
-                job.state = marking
+                self._leave(job, marking)
                 del self.jobs[job.message.id]
         return taken
+
+    def _leave(self, job: Job, state: int) -> None:
+        """Move ``job`` out of QUEUED or RUNNING (the lock held) and wake jobs at the gate.
+        A job alone that finished keeps the gate until its outcome is written
+        (:meth:`_end_alone`)."""
+        if job.state == RUNNING:
+            self._running -= 1
+        if self._alone is job and state != FINISHED:
+            self._alone = None
+        job.state = state
+        self._gate.notify_all()
+
+    def _end_alone(self, job: Job) -> None:
+        """Open the gate after ``job`` ran alone, once its outcome is written: had another
+        handler killed the worker first, the finished message would have spent an attempt."""
+        self.completer.wake()
+        while self._alone is job and self.completer.pending():
+            time.sleep(0.002)
+        with self.lock:
+            if self._alone is job:
+                self._alone = None
+                self._gate.notify_all()
 
     def expire_overdue(self, now: float) -> float | None:
         """Fail running sync jobs past their deadline; return the next deadline, if any."""
@@ -189,7 +225,7 @@ class Executor:
                 if job.state != RUNNING or job.deadline is None or job.handler.is_async:
                     continue
                 if job.deadline <= now:
-                    job.state = ABANDONED
+                    self._leave(job, ABANDONED)
                     expired.append(job)
                 elif next_deadline is None or job.deadline < next_deadline:
                     next_deadline = job.deadline
@@ -242,9 +278,13 @@ class Executor:
     def _start_task(self, job: Job) -> None:
         # The loop keeps only weak references to tasks: hold them until they finish.
         assert self._loop is not None
-        task = self._loop.create_task(self._run_async(job))
+        loop = self._loop
+        task = loop.create_task(self._run_async(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if job.alone:
+            # Waiting for its outcome to be written happens off the loop.
+            task.add_done_callback(lambda _: loop.run_in_executor(None, self._end_alone, job))
 
     def _start_loop(self) -> None:
         ready = threading.Event()
@@ -268,19 +308,67 @@ class Executor:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, job: Job) -> bool:
+    def _start(self, job: Job, *, block: bool = True) -> bool | None:
+        """Move ``job`` to RUNNING, after the gate (see the module's docstring): True to run
+        it, False when it must not run (released, or its lease is lost), None when it has to
+        wait and ``block`` is False (the event loop's thread must not wait)."""
         with self.lock:
+            while job.state == QUEUED:
+                if job.alone and self._alone is None:
+                    self._alone = job  # no other job starts from now on
+                if self._alone is None or (self._alone is job and self._running == 0):
+                    break
+                if not block:
+                    return None
+                self._gate.wait()
             if job.state != QUEUED:
                 return False
             job.state = RUNNING
+            self._running += 1
             job.started = time.monotonic()
-            if job.timeout is None:
-                return True
-            job.deadline = job.started + job.timeout
-        if not job.handler.is_async:
+            if job.timeout is not None:
+                job.deadline = job.started + job.timeout
+        if job.alone and not self._record_start_alone(job):
+            with self.lock:
+                if job.state == RUNNING:
+                    self._leave(job, RELEASED)
+                    del self.jobs[job.message.id]
+            self.on_finished()
+            return False
+        if job.timeout is not None and not job.handler.is_async:
             # The main loop enforces sync deadlines: let it plan a wake-up for this one.
             self.on_deadline()
         return True
+
+    def _record_start_alone(self, job: Job) -> bool:
+        """Record in the database that ``job``'s handler starts alone; False if it must not
+        run: its lease is lost, or the record failed (the lease then expires and the message
+        runs again, its attempt given back)."""
+        try:
+            if transitions.start_alone(job.message, using=self.alias):
+                return True
+            logger.warning(
+                "Message %s (%s on %s) not run: its lease was lost before it started.",
+                job.message.id,
+                job.message.task,
+                job.message.queue,
+            )
+        except Exception as exc:
+            connections[self.alias].close_if_unusable_or_obsolete()
+            logger.warning(
+                "Message %s (%s on %s) not run: recording its start failed (%s: %s); it runs "
+                "again once its lease expires.",
+                job.message.id,
+                job.message.task,
+                job.message.queue,
+                type(exc).__name__,
+                exc,
+            )
+        finally:
+            if job.handler.is_async:
+                # A thread of the event loop's default executor: no connection left behind.
+                connections[self.alias].close()
+        return False
 
     def _finish(self, job: Job, report: Callable[[], None]) -> bool:
         """Report the job's outcome unless it was abandoned meanwhile (then return False).
@@ -291,7 +379,7 @@ class Executor:
         with self.lock:
             if job.state != RUNNING:
                 return False
-            job.state = FINISHED
+            self._leave(job, FINISHED)
             report()
             del self.jobs[job.message.id]
             # Moving average of handler run time: sizes how much the worker prefetches.
@@ -323,6 +411,8 @@ class Executor:
                 logger.exception("Internal error while handling message %s", job.message.id)
                 failure = self._failure(job, RuntimeError("internal worker error"))
                 self._finish(job, partial(self.completer.fail, failure, job.message))
+            if job.alone:
+                self._end_alone(job)
             if job.state == ABANDONED:
                 # Timed out: a replacement thread owns this slot now.
                 with self.lock:
@@ -377,7 +467,11 @@ class Executor:
     async def _run_async_job(self, job: Job) -> None:
         assert self._async_slots is not None
         async with self._async_slots:
-            if not self._start(job):
+            # Waiting at the gate, and recording a start alone (a query), happen off the loop.
+            started = None if job.alone else self._start(job, block=False)
+            if started is None:
+                started = await asyncio.to_thread(self._start, job)
+            if not started:
                 return
             handler = job.handler
             timed_out = False

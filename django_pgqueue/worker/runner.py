@@ -88,13 +88,6 @@ WITH RECURSIVE live AS ({sql.LIVE_QUEUES}), e(queue) AS (
 SELECT queue FROM live UNION SELECT queue FROM e WHERE queue IS NOT NULL ORDER BY 1
 """
 
-# sql.NEXT_DUE_AT as seconds from now, computed by the database on numeric epochs: a stored
-# available_at beyond what Python's datetime holds ('infinity', year 275817) cannot break it.
-SECONDS_TO_NEXT_DUE = f"""
-SELECT (extract(epoch FROM d.due) - extract(epoch FROM d.now))::float8
-FROM ({sql.NEXT_DUE_AT}) AS d(due, now)
-"""
-
 #: The longest an idle worker sleeps on a far-future message (it polls meanwhile anyway).
 LONGEST_DUE_WAIT = 3600.0
 
@@ -662,7 +655,9 @@ class Worker:
     def _lease_one_queue(self, queue: str, want: int) -> list[Message]:
         # Claims run on the main loop's and the listener's connections only, and nothing
         # else but the worker's own bookkeeping does: they may keep the claim's settings.
-        execution.dedicate_to_claims(connections[self.alias])
+        # Its leases give their attempt back if they expire: the executor runs a redelivered
+        # message alone (see "The attempt rule" in core/sql.py).
+        execution.dedicate_to_claims(connections[self.alias], refund_on_expiry=True)
         return Message.objects.lease(
             queue,
             worker_id=self.worker_id,
@@ -737,7 +732,7 @@ class Worker:
         earliest: float | None = None
         with connections[self.alias].cursor() as cursor:
             for queue in queues:
-                cursor.execute(SECONDS_TO_NEXT_DUE, {"queue": queue})
+                cursor.execute(sql.NEXT_DUE_AT, {"queue": queue})
                 row = cursor.fetchone()
                 if row and row[0] is not None:
                     seconds = min(float(row[0]), LONGEST_DUE_WAIT)

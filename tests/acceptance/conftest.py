@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import psycopg
 import pytest
 from django.db import connection
+
+from .cluster import PrivateCluster, unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,12 +38,18 @@ def database_url() -> str:
 class WorkerProcess:
     """One worker subprocess; its log lines are collected as they come."""
 
-    def __init__(self, args: list[str], worker_id: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        worker_id: str,
+        env: dict[str, str] | None = None,
+        database: str | None = None,
+    ) -> None:
         self.worker_id = worker_id
         environment = dict(os.environ)
         environment.update(
             DJANGO_SETTINGS_MODULE="tests.settings",
-            DATABASE_URL=database_url(),
+            DATABASE_URL=database or database_url(),
             PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "example_project")]),
             PYTHONUNBUFFERED="1",
         )
@@ -102,9 +113,15 @@ def spawn_worker(transactional_db: None) -> Iterator[Callable[..., WorkerProcess
     counter = iter(range(1, 1000))
 
     def spawn(
-        *args: str, worker_id: str | None = None, env: dict[str, str] | None = None
+        *args: str,
+        worker_id: str | None = None,
+        env: dict[str, str] | None = None,
+        database: str | None = None,
     ) -> WorkerProcess:
-        worker = WorkerProcess(list(args), worker_id or f"acceptance-{next(counter)}", env)
+        """A worker on the test database, or on ``database`` (a URL); ``env`` adds variables."""
+        worker = WorkerProcess(
+            list(args), worker_id or f"acceptance-{next(counter)}", env, database
+        )
         spawned.append(worker)
         return worker
 
@@ -122,3 +139,41 @@ def terminate_backends(admin_conn: object, worker_id: str, role: str) -> int:
         [f"pgq_worker:{worker_id}:{role}"[:63]],
     ).fetchall()
     return len(rows)
+
+
+@pytest.fixture(scope="session")
+def private_cluster() -> Iterator[PrivateCluster]:
+    """A PostgreSQL server of this test session's own, migrated (tests.settings' apps), to
+    restart: the shared server is never restarted."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no private PostgreSQL cluster: {reason}")
+    # Not under pytest's temporary folder: as root, the server runs as ``postgres``, which
+    # must reach its folder.
+    root = Path(tempfile.mkdtemp(prefix="pgq-cluster-"))
+    cluster = PrivateCluster(root).start()
+    try:
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.settings",
+            DATABASE_URL=cluster.url,
+            PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "example_project")]),
+        )
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
+            cwd=REPO,
+            env=env,
+            check=True,
+        )
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster_db(private_cluster: PrivateCluster) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """An autocommit connection to the private cluster, its queue tables empty."""
+    with private_cluster.connect() as conn:
+        conn.execute("TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_worker")
+        yield conn

@@ -42,12 +42,18 @@ def effect(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
 
 @django_pgqueue.handler("tests.sleep")
 def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """Sleeps ``payload['seconds']`` (only on attempts listed in ``only_attempts``); first
-    creates the file ``payload['started_file']``, if given, so a test knows it started."""
+    """Sleeps ``payload['seconds']`` (only on attempts listed in ``only_attempts``; only on
+    its first run with ``first_run_only``, which needs a ``started_file``); first creates the
+    file ``payload['started_file']``, if given, so a test knows it started."""
+    first_run = True
     if payload.get("started_file"):
-        Path(payload["started_file"]).touch()
+        started = Path(payload["started_file"])
+        first_run = not started.exists()
+        started.touch()
     only = payload.get("only_attempts")
-    if only is None or context.attempt in only:
+    if (only is None or context.attempt in only) and (
+        first_run or not payload.get("first_run_only")
+    ):
         time.sleep(payload.get("seconds", 0))
     if payload.get("effect"):
         effect(context, payload)
@@ -88,3 +94,47 @@ def extends_lease(context: MessageContext, payload: Any) -> bool:
 @django_pgqueue.handler("tests.async-extend")
 async def async_extends_lease(context: MessageContext, payload: Any) -> bool:
     return context.extend_lease(120)
+
+
+@django_pgqueue.handler("tests.crash")
+def crash(payload: Any) -> None:
+    """Kills its own worker process at once, as a segfault or the OOM killer would."""
+    os._exit(1)
+
+
+# (message id, start, end) of each run of tests.timed / tests.async-timed, in-process workers.
+TIMELINE: list[tuple[int, float, float]] = []
+
+
+@django_pgqueue.handler("tests.timed")
+def timed(context: MessageContext, payload: dict[str, Any]) -> None:
+    start = time.monotonic()
+    time.sleep(payload.get("seconds", 0.1))
+    TIMELINE.append((context.message_id, start, time.monotonic()))
+
+
+@django_pgqueue.handler("tests.async-timed")
+async def async_timed(context: MessageContext, payload: dict[str, Any]) -> None:
+    start = time.monotonic()
+    await asyncio.sleep(payload.get("seconds", 0.1))
+    TIMELINE.append((context.message_id, start, time.monotonic()))
+
+
+_soak_log: int | None = None
+
+
+@django_pgqueue.handler("tests.soak")
+def soak(context: MessageContext, payload: dict[str, Any]) -> None:
+    """The soak test's handler (tests/acceptance/test_soak.py): writes ``id pid attempt`` to
+    this process's run log in ``PGQUEUE_SOAK_RUNS`` before anything else (a write the
+    kernel keeps through a SIGKILL); a ``poison`` message then raises, a ``crash`` one kills
+    the process."""
+    global _soak_log
+    if _soak_log is None:
+        path = Path(os.environ["PGQUEUE_SOAK_RUNS"]) / f"runs-{os.getpid()}.log"
+        _soak_log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(_soak_log, f"{context.message_id} {os.getpid()} {context.attempt}\n".encode())
+    if payload.get("poison"):
+        raise ValueError("poison message")
+    if payload.get("crash"):
+        os._exit(1)
