@@ -213,9 +213,10 @@ class MessageManager(models.Manager["Message"]):
                 .select_for_update(skip_locked=True)
                 .values("id", "lease_token")[:limit]
             )
-            # select_for_update() compiles only inside a transaction; nothing is sent here.
+            # select_for_update() compiles only inside a transaction (of the alias it is
+            # compiled for: sql_with_params() would take the default's); nothing is sent here.
             with transaction.atomic(using=alias):
-                candidates_sql, candidates_params = candidates.query.sql_with_params()
+                candidates_sql, candidates_params = candidates.query.get_compiler(alias).as_sql()
             statement = sql.LEASE.format(
                 candidates=candidates_sql,
                 reap_limit=REAP_LIMIT,
