@@ -264,7 +264,8 @@ def enqueue(
     """Write one message in the caller's transaction (autocommit when there is none).
 
     A rollback leaves no message and sends no notification. ``run_after`` is an aware
-    datetime or a timedelta added to database time. With ``dedup_key``, a live message of the
+    datetime or a timedelta added to database time, either way from
+    ``validation.RUN_AFTER_EARLIEST`` to ``RUN_AFTER_LATEST``. With ``dedup_key``, a live message of the
     same queue and key is returned instead (``deduplicated=True``). Raises
     :class:`~django_pgqueue.exceptions.InvalidMessage` before writing anything on bad input.
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -128,11 +129,11 @@ def validate_delay(run_after: datetime | timedelta | None) -> tuple[datetime | N
     if run_after is None:
         return None, None
     if isinstance(run_after, timedelta):
-        # Compared as timedeltas: now + run_after itself may overflow.
-        now = datetime.now(UTC)
-        if not RUN_AFTER_EARLIEST - now <= run_after < RUN_AFTER_LATEST - now:
+        # In seconds from now: now + run_after itself may overflow.
+        delay, now = run_after.total_seconds(), time.time()
+        if not _EARLIEST_SECONDS - now <= delay < _LATEST_SECONDS - now:
             raise InvalidMessage(f"run_after {run_after!r} is out of range: {_RUN_AFTER_RANGE}.")
-        return None, run_after.total_seconds()
+        return None, delay
     if isinstance(run_after, datetime):
         if run_after.tzinfo is None or run_after.utcoffset() is None:
             raise InvalidMessage(
@@ -149,6 +150,8 @@ def validate_delay(run_after: datetime | timedelta | None) -> tuple[datetime | N
     )
 
 
+_EARLIEST_SECONDS = RUN_AFTER_EARLIEST.timestamp()
+_LATEST_SECONDS = RUN_AFTER_LATEST.timestamp()
 _RUN_AFTER_RANGE = (
     f"it must fall from {RUN_AFTER_EARLIEST:%Y-%m-%d} (included) to "
     f"{RUN_AFTER_LATEST:%Y-%m-%d} UTC (excluded), as a datetime or as now + a timedelta"
