@@ -154,3 +154,11 @@ def test_run_after_inside_the_range_is_stored_and_read_back(run_after):
     assert rows[0].available_at == rows[1].available_at or isinstance(run_after, dt.timedelta)
     if isinstance(run_after, dt.datetime):
         assert sent.available_at == run_after
+
+
+@pytest.mark.parametrize("worker_id", ["w\x00x", "w\ud800"])
+def test_a_worker_id_the_rows_cannot_store_is_refused_before_the_claim(worker_id):
+    django_pgqueue.enqueue("t", {})
+    with pytest.raises(InvalidMessage, match="worker_id"):
+        Message.objects.lease("default", worker_id=worker_id)
+    assert Message.objects.get().lease_token is None
