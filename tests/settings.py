@@ -57,6 +57,12 @@ STATIC_URL = "static/"
 
 DATABASES = {"default": database_from_environment(REPO_DIR / ".pgdata")}
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGQUEUE_TEST_DB", "test_pgqueue")}
+# The same test database through psycopg's server-side binding (one statement per query).
+DATABASES["server_side_binding"] = {
+    **DATABASES["default"],
+    "OPTIONS": {**DATABASES["default"].get("OPTIONS", {}), "server_side_binding": True},
+    "TEST": {"MIRROR": "default"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PGQUEUE = {"BACKOFF_JITTER": 0.0}

@@ -30,7 +30,15 @@ from .validation import (
     validate_task_name,
 )
 
-__all__ = ["EnqueuedMessage", "enqueue", "enqueue_many", "enqueue_on_commit"]
+__all__ = [
+    "EnqueuedMessage",
+    "PreparedMessage",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_on_commit",
+    "prepare_message",
+    "write_message",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +54,9 @@ class EnqueuedMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class _Prepared:
+class PreparedMessage:
+    """A message that passed every check, ready to be written (:func:`write_message`)."""
+
     queue: str
     task: str
     payload_json: str
@@ -58,7 +68,7 @@ class _Prepared:
     delay: float | None
 
 
-def _prepare(
+def prepare_message(
     task: str,
     payload: Any,
     *,
@@ -68,7 +78,9 @@ def _prepare(
     dedup_key: str | None,
     max_attempts: int | None,
     tenant: str | None,
-) -> _Prepared:
+) -> PreparedMessage:
+    """Check everything ``enqueue`` takes, before any SQL: :class:`InvalidMessage` (or a
+    subclass) naming what is wrong. The one validation of every enqueue path."""
     conf = get_settings()
     registered = registry.get(task) if isinstance(task, str) else None
     if registered is not None:
@@ -79,7 +91,7 @@ def _prepare(
     run_at, delay = validate_delay(run_after)
     if max_attempts is None:
         max_attempts = conf.for_queue(queue, "MAX_ATTEMPTS")
-    return _Prepared(
+    return PreparedMessage(
         queue=queue,
         task=validate_task_name(task),
         payload_json=encode_payload(payload, conf.MAX_PAYLOAD_BYTES),
@@ -92,7 +104,7 @@ def _prepare(
     )
 
 
-def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
+def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
     conf = get_settings()
     params: list[Any] = [
         message.queue,
@@ -124,7 +136,7 @@ def _write(message: _Prepared, using: str | None) -> EnqueuedMessage:
     if row is None:
         row = _insert(connection, statement, params, dedup)
     if row is None:  # the holder finished between the two statements: enqueue anew
-        return _write(message, using)
+        return write_message(message, using)
     return EnqueuedMessage(
         id=row[0],
         queue=message.queue,
@@ -252,11 +264,12 @@ def enqueue(
     """Write one message in the caller's transaction (autocommit when there is none).
 
     A rollback leaves no message and sends no notification. ``run_after`` is an aware
-    datetime or a timedelta added to database time. With ``dedup_key``, a live message of the
+    datetime or a timedelta added to database time, either way from
+    ``validation.RUN_AFTER_EARLIEST`` to ``RUN_AFTER_LATEST``. With ``dedup_key``, a live message of the
     same queue and key is returned instead (``deduplicated=True``). Raises
     :class:`~django_pgqueue.exceptions.InvalidMessage` before writing anything on bad input.
     """
-    prepared = _prepare(
+    prepared = prepare_message(
         task,
         payload,
         queue=queue,
@@ -266,7 +279,7 @@ def enqueue(
         max_attempts=max_attempts,
         tenant=tenant,
     )
-    return _write(prepared, using)
+    return write_message(prepared, using)
 
 
 def enqueue_on_commit(
@@ -288,7 +301,7 @@ def enqueue_on_commit(
     atomic with it. Use this when it must not be (e.g. the work reads the committed data
     through another connection).
     """
-    prepared = _prepare(
+    prepared = prepare_message(
         task,
         payload,
         queue=queue,
@@ -299,7 +312,7 @@ def enqueue_on_commit(
         tenant=tenant,
     )
     alias = using or get_settings().DATABASE_ALIAS
-    transaction.on_commit(lambda: _write(prepared, alias), using=alias)
+    transaction.on_commit(lambda: write_message(prepared, alias), using=alias)
 
 
 def enqueue_many(
@@ -321,7 +334,7 @@ def enqueue_many(
     counted). Every payload is validated before anything is written; one wake-up is sent.
     """
     # The arguments shared by every row are validated once; only payloads (and keys) vary.
-    template = _prepare(
+    template = prepare_message(
         task,
         None,
         queue=queue,
@@ -342,7 +355,7 @@ def enqueue_many(
 
 
 def _write_many(
-    template: _Prepared,
+    template: PreparedMessage,
     payloads_json: list[str],
     dedup_keys: list[str | None] | None,
     *,
@@ -399,7 +412,7 @@ def _write_many(
 
 def _copy(
     raw_cursor: Any,
-    template: _Prepared,
+    template: PreparedMessage,
     payloads_json: list[str],
     available_at: datetime | None,
     places: list[float] | None,

@@ -40,7 +40,7 @@ import re
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -949,7 +949,7 @@ def _send_claim(
     with connection.cursor() as cursor:
         if not can_prepare(connection, cursor):
             with transaction.atomic(using=alias, savepoint=False):
-                _execute_each(cursor, lock + statement, params)
+                _execute_each(cursor, (lock, statement), params)
                 rows = cursor.fetchall()
             return rows
         # Like the plain claim: may commit without waiting for the WAL flush (a crash
@@ -973,10 +973,14 @@ def _send_claim(
     return rows
 
 
-def _execute_each(cursor: Any, statements: str, params: dict[str, Any]) -> None:
-    """Run ``;``-separated statements, leaving the cursor on the last one's result."""
+def _execute_each(cursor: Any, statements: Sequence[str], params: dict[str, Any]) -> None:
+    """Run ``statements`` (each one whole statement, or empty), leaving the cursor on the last
+    one's result: in one round trip with client-side binding, else one by one (server-side
+    binding takes a single statement per query). They come as a list, never split from one
+    text: their comments and literals may hold a ``;``."""
+    parts = [part for part in statements if part.strip()]
     if isinstance(cursor.cursor, psycopg.ClientCursor):
-        execute_all(cursor, statements, params)
+        execute_all(cursor, "".join(parts), params)
         return
-    for part in (part for part in statements.split(";") if part.strip()):
+    for part in parts:
         cursor.execute(part, params)

@@ -20,7 +20,7 @@ from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim
 from .flow_control import claim_with_flow_control, flow_config
 from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
 from .timestamps import TimestampLoader
-from .validation import validate_queue_name
+from .validation import storable_text, validate_queue_name
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -84,6 +84,7 @@ class MessageManager(models.Manager["Message"]):
         queue_list = [queues] if isinstance(queues, str) else list(queues)
         for queue in queue_list:
             validate_queue_name(queue)
+        storable_text(worker_id, "worker_id")  # written into each leased row
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         alias = using or get_settings().DATABASE_ALIAS
@@ -213,9 +214,10 @@ class MessageManager(models.Manager["Message"]):
                 .select_for_update(skip_locked=True)
                 .values("id", "lease_token")[:limit]
             )
-            # select_for_update() compiles only inside a transaction; nothing is sent here.
+            # select_for_update() compiles only inside a transaction (of the alias it is
+            # compiled for: sql_with_params() would take the default's); nothing is sent here.
             with transaction.atomic(using=alias):
-                candidates_sql, candidates_params = candidates.query.sql_with_params()
+                candidates_sql, candidates_params = candidates.query.get_compiler(alias).as_sql()
             statement = sql.LEASE.format(
                 candidates=candidates_sql,
                 reap_limit=REAP_LIMIT,

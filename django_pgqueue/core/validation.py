@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..exceptions import InvalidMessage, PayloadError, QueueNameError
@@ -15,8 +16,11 @@ __all__ = [
     "QUEUE_NAME_CHARACTERS",
     "QUEUE_NAME_MAX_LENGTH",
     "QUEUE_NAME_PATTERN",
+    "RUN_AFTER_EARLIEST",
+    "RUN_AFTER_LATEST",
     "QueueNameError",
     "encode_payload",
+    "storable_text",
     "validate_delay",
     "validate_priority",
     "validate_queue_name",
@@ -36,6 +40,12 @@ TASK_NAME_MAX_LENGTH = 255
 DEDUP_KEY_MAX_LENGTH = 255
 TENANT_MAX_LENGTH = 255
 
+#: ``run_after`` (a datetime, or database time + a timedelta) falls in [EARLIEST, LATEST).
+#: PostgreSQL stores far more, but Python's datetime ends with year 9999: a row it could not
+#: read back would break every reader of its queue. The bounds leave room for any time zone.
+RUN_AFTER_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_AFTER_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
 # Django's Tasks framework uses the same range; larger numbers run sooner.
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
@@ -50,13 +60,33 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
+def storable_text(value: str, field: str) -> str:
+    """``value``, or :class:`InvalidMessage` naming ``field`` if PostgreSQL cannot store it:
+    U+0000 (text refuses it, and libpq would cut the parameter there) or a lone surrogate
+    (not UTF-8). The value itself is not repeated in the message: it may be sensitive."""
+    if "\x00" in value:
+        raise InvalidMessage(
+            f"Invalid {field}: it contains U+0000 (NUL) at character {value.index(chr(0))}, "
+            "which PostgreSQL cannot store."
+        )
+    if not value.isascii():  # ASCII text (the common case) is UTF-8: no encoding needed
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessage(
+                f"Invalid {field}: it contains a lone surrogate (U+{ord(value[exc.start]):04X}) "
+                f"at character {exc.start}, which is not UTF-8."
+            ) from None
+    return value
+
+
 def validate_task_name(name: object) -> str:
     if not isinstance(name, str) or not name or len(name) > TASK_NAME_MAX_LENGTH:
         raise InvalidMessage(
             f"Invalid task name {name!r}: a non-empty string of at most "
             f"{TASK_NAME_MAX_LENGTH} characters."
         )
-    return name
+    return storable_text(name, "task")
 
 
 def validate_optional_key(value: object, what: str, max_length: int) -> str | None:
@@ -67,7 +97,7 @@ def validate_optional_key(value: object, what: str, max_length: int) -> str | No
             f"Invalid {what} {value!r}: None or a non-empty string of at most "
             f"{max_length} characters."
         )
-    return value
+    return storable_text(value, what)
 
 
 def validate_priority(priority: object) -> int:
@@ -90,21 +120,42 @@ def validate_max_attempts(max_attempts: object) -> int:
 
 
 def validate_delay(run_after: datetime | timedelta | None) -> tuple[datetime | None, float | None]:
-    """Split ``run_after`` into an absolute time or a delay in seconds added to database time."""
+    """Split ``run_after`` into an absolute time or a delay in seconds added to database time.
+
+    Either must fall in [:data:`RUN_AFTER_EARLIEST`, :data:`RUN_AFTER_LATEST`); a delay is
+    checked against this host's clock, which the bounds' distance from any real time makes
+    as good as the database's.
+    """
     if run_after is None:
         return None, None
     if isinstance(run_after, timedelta):
-        return None, run_after.total_seconds()
+        # In seconds from now: now + run_after itself may overflow.
+        delay, now = run_after.total_seconds(), time.time()
+        if not _EARLIEST_SECONDS - now <= delay < _LATEST_SECONDS - now:
+            raise InvalidMessage(f"run_after {run_after!r} is out of range: {_RUN_AFTER_RANGE}.")
+        return None, delay
     if isinstance(run_after, datetime):
         if run_after.tzinfo is None or run_after.utcoffset() is None:
             raise InvalidMessage(
                 f"run_after must be an aware datetime (got naive {run_after!r}); "
                 "use django.utils.timezone or pass a timedelta."
             )
+        if not RUN_AFTER_EARLIEST <= run_after < RUN_AFTER_LATEST:
+            raise InvalidMessage(
+                f"run_after {run_after.isoformat()} is out of range: {_RUN_AFTER_RANGE}."
+            )
         return run_after, None
     raise InvalidMessage(
         f"run_after must be an aware datetime, a timedelta or None; got {type(run_after).__name__}."
     )
+
+
+_EARLIEST_SECONDS = RUN_AFTER_EARLIEST.timestamp()
+_LATEST_SECONDS = RUN_AFTER_LATEST.timestamp()
+_RUN_AFTER_RANGE = (
+    f"it must fall from {RUN_AFTER_EARLIEST:%Y-%m-%d} (included) to "
+    f"{RUN_AFTER_LATEST:%Y-%m-%d} UTC (excluded), as a datetime or as now + a timedelta"
+)
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -116,8 +167,17 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
         text = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"Payload is not JSON-serializable: {exc}") from exc
-    # A UTF-8 character is at most 4 bytes: short texts need no encoding to be measured.
-    if len(text) * 4 > max_bytes and (size := len(text.encode("utf-8"))) > max_bytes:
+    if text.isascii():  # the common case: one byte a character, no surrogate possible
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"Payload contains a lone surrogate (U+{ord(text[exc.start]):04X}), which is "
+                "not UTF-8 and cannot be stored."
+            ) from None
+    if size > max_bytes:
         raise PayloadError(
             f"Payload is {size} bytes, over the {max_bytes}-byte cap "
             "(PGQUEUE['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."

@@ -8,12 +8,18 @@ Tasks are messages: they live in the same live / archive / dead tables and run i
 ``pgq_worker`` as plain messages. See ``docs/how-to/django-tasks.md``.
 """
 
-from .backend import PgQueueBackend, PgQueueDummyBackend, PgQueueImmediateBackend
+from .backend import (
+    InvalidTaskMessage,
+    PgQueueBackend,
+    PgQueueDummyBackend,
+    PgQueueImmediateBackend,
+)
 from .commit import enqueue_on_commit
 from .results import LeaseExpired, TaskRejected, TaskTimeout
 from .task import PgQueueTask, task
 
 __all__ = [
+    "InvalidTaskMessage",
     "LeaseExpired",
     "PgQueueBackend",
     "PgQueueDummyBackend",

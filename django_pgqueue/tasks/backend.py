@@ -26,12 +26,23 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
 from ..conf import get_settings
-from ..core.enqueue import enqueue as enqueue_message
+from ..core.enqueue import PreparedMessage, prepare_message, write_message
 from ..core.validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
 from ..exceptions import InvalidMessage
 from .task import TASK_OPTIONS, PgQueueTask
 
-__all__ = ["PgQueueBackend", "PgQueueDummyBackend", "PgQueueImmediateBackend"]
+__all__ = [
+    "InvalidTaskMessage",
+    "PgQueueBackend",
+    "PgQueueDummyBackend",
+    "PgQueueImmediateBackend",
+]
+
+
+class InvalidTaskMessage(InvalidTask, InvalidMessage):
+    """A task django-pgqueue cannot store as a message (a payload over the cap, text with
+    U+0000, a ``run_after`` out of range...): Django's ``InvalidTask`` and django-pgqueue's
+    ``InvalidMessage`` at once, so either ``except`` catches it."""
 
 
 def _whole(value: Any) -> bool:
@@ -166,7 +177,7 @@ class PgQueueBackend(BaseTaskBackend):
         try:
             validate_queue_name(task.queue_name)
         except InvalidMessage as exc:
-            raise InvalidTask(str(exc)) from None
+            raise InvalidTaskMessage(str(exc)) from None
         if len(task.module_path) > TASK_NAME_MAX_LENGTH:
             raise InvalidTask(
                 f"Task path {task.module_path!r} is longer than {TASK_NAME_MAX_LENGTH} characters."
@@ -199,26 +210,36 @@ class PgQueueBackend(BaseTaskBackend):
         own = getattr(task, "max_attempts", None)
         return own if own is not None else self.task_defaults()["max_attempts"]
 
-    # -- the contract ----------------------------------------------------------------------
-
-    def enqueue(
-        self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any]
-    ) -> TaskResult[Any, Any]:
+    def prepare(
+        self, task: Task[Any, Any], args: Any, kwargs: Any
+    ) -> tuple[dict[str, Any], PreparedMessage]:
+        """(payload, message) for ``task(*args, **kwargs)``, every check done and nothing
+        written: ``InvalidTask`` (:class:`InvalidTaskMessage` for what the queue refuses)."""
         self.validate_task(task)
         payload = self._payload(task, args, kwargs)
-        using = self.database
         try:
-            message = enqueue_message(
+            message = prepare_message(
                 task.module_path,
                 payload,
                 queue=task.queue_name,
                 priority=task.priority,
                 run_after=task.run_after,
+                dedup_key=None,
                 max_attempts=self._max_attempts(task),
-                using=using,
+                tenant=None,
             )
         except InvalidMessage as exc:  # e.g. over PGQUEUE['MAX_PAYLOAD_BYTES']
-            raise InvalidTask(str(exc)) from exc
+            raise InvalidTaskMessage(str(exc)) from exc
+        return payload, message
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def enqueue(
+        self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any]
+    ) -> TaskResult[Any, Any]:
+        payload, prepared = self.prepare(task, args, kwargs)
+        using = self.database
+        message = write_message(prepared, using)
         from .results import unchecked_copy
 
         if message.available_at > message.enqueued_at:

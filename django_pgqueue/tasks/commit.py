@@ -8,6 +8,8 @@ from typing import Any
 from django.db import transaction
 from django.tasks import Task
 
+from .backend import PgQueueBackend
+
 __all__ = ["enqueue_on_commit"]
 
 
@@ -23,9 +25,9 @@ def enqueue_on_commit[**P](task: Task[P, Any], /, *args: P.args, **kwargs: P.kwa
     ``task_enqueued`` or enqueue in the transaction if you need it.
     """
     backend = task.get_backend()
-    backend.validate_task(task)
-    payload_check = getattr(backend, "_payload", None)
-    if payload_check is not None:
-        payload_check(task, args, kwargs)
+    if isinstance(backend, PgQueueBackend):
+        backend.prepare(task, args, kwargs)  # every check enqueue() makes, nothing written
+    else:
+        backend.validate_task(task)
     using = getattr(backend, "database", None)
     transaction.on_commit(partial(task.enqueue, *args, **kwargs), using=using)

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import importlib
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from django.apps import apps
 from django.db import connections
-from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
-from django.tasks.exceptions import TaskResultDoesNotExist
-from django.utils.module_loading import import_string
+from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 
 __all__ = [
     "LeaseExpired",
@@ -27,6 +29,7 @@ __all__ = [
     "fetch_row",
     "find_task",
     "parse_result_id",
+    "runs_on_pgqueue",
     "to_result",
 ]
 
@@ -127,19 +130,52 @@ def fetch_row(message_id: int, *, using: str) -> TaskRow | None:
 def find_task(module_path: str) -> Task | None:
     """The task object for a stored ``module_path``, or None if this code has no such task.
 
-    Tasks created in this process are known by path; otherwise the path is imported the way
-    Django unpickles a ``Task`` and must name a ``Task`` instance.
+    The path comes from a row, which anyone able to write the table controls: tasks created
+    in this process are known by path, and otherwise only a module already imported or one
+    of an installed app is imported, so a stored path can never import an arbitrary module.
+    What it names must be a ``Task`` whose own path is that one.
     """
     from .execution import known_task
 
     found = known_task(module_path)
     if found is not None:
         return found
-    try:
-        candidate = import_string(module_path)
-    except (ImportError, ValueError):
+    module_name, _, name = module_path.rpartition(".")
+    if not name.isidentifier() or not _may_import(module_name):
         return None
-    return candidate if isinstance(candidate, Task) else None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    candidate = getattr(module, name, None)
+    if isinstance(candidate, Task) and candidate.module_path == module_path:
+        return candidate
+    return None
+
+
+def _may_import(module_name: str) -> bool:
+    """Whether ``module_name`` is imported already or belongs to an installed app."""
+    if module_name in sys.modules:
+        return True
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        return False
+    return any(
+        module_name == config.name or module_name.startswith(f"{config.name}.")
+        for config in apps.get_app_configs()
+    )
+
+
+def runs_on_pgqueue(task: Task, payload: Any) -> bool:
+    """Whether the backend the row was enqueued through (the payload's ``backend``, else the
+    task's own) is a django-pgqueue backend: only those write these rows."""
+    from .backend import PgQueueBackend
+
+    alias = payload.get("backend") if isinstance(payload, Mapping) else None
+    try:
+        backend = task_backends[alias if isinstance(alias, str) else task.backend]
+    except InvalidTaskBackend:
+        return False
+    return isinstance(backend, PgQueueBackend)
 
 
 def unchecked_copy(task: Task, **changes: Any) -> Task:
@@ -268,7 +304,7 @@ def load_result(result_id: object, *, backend: str, using: str) -> TaskResult:
     if row is None:
         raise TaskResultDoesNotExist(result_id)
     task = find_task(row.task)
-    if task is None:
-        # A plain message, or a task this code no longer defines.
+    if task is None or not runs_on_pgqueue(task, row.payload):
+        # A plain message, a task this code no longer defines, or not one of ours.
         raise TaskResultDoesNotExist(result_id)
     return to_result(row, task, result_id=str(message_id), backend=backend)

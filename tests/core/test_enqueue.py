@@ -369,3 +369,16 @@ def test_enqueue_many_copies_awkward_payloads_and_keys_exactly():
     assert {r[1:] for r in rows} == {("t\\ask", "ten\\ant\tx", 4)}
     first = Message.objects.order_by("id").first()
     assert first.available_at - first.enqueued_at >= dt.timedelta(seconds=29)
+
+
+def test_enqueue_and_enqueue_on_commit_take_the_same_arguments():
+    # One validation (prepare_message) behind both: their parameters must not drift apart.
+    import inspect
+
+    now = inspect.signature(django_pgqueue.enqueue).parameters
+    later = inspect.signature(django_pgqueue.enqueue_on_commit).parameters
+    assert list(now.values()) == list(later.values())
+    prepared = inspect.signature(django_pgqueue.core.enqueue.prepare_message).parameters
+    assert [(p.name, p.annotation) for p in prepared.values()] == [
+        (p.name, p.annotation) for p in now.values() if p.name != "using"
+    ]
