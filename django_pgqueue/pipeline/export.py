@@ -318,21 +318,16 @@ def reconcile_manifests(
     ]
 
 
-#: Transactions of the snapshot still running *in this database*: each holds the lock on
-#: its own transaction id, and pg_locks/pg_stat_activity say which backend (and database)
-#: that is; prepared transactions name their database. Transactions of other databases on
-#: the same server cannot write this table, so they are not waited for.
+#: Transactions running *in this database*, other than this session's: each holds the lock on
+#: its own transaction id, and pg_stat_activity says which database its backend is in;
+#: prepared transactions name their database. Transactions of other databases on the same
+#: server cannot write this table, so they are never waited for.
 RUNNING_HERE_SQL = """
-    WITH here(xid) AS (
-        SELECT l.transactionid FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
-        WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock'
-          AND a.datname = current_database()
-        UNION ALL
-        SELECT p.transaction FROM pg_prepared_xacts AS p WHERE p.database = current_database()
-    )
-    SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x
-    WHERE pg_xact_status(x) = 'in progress'
-      AND ((x::text::bigint %% 4294967296)::text)::xid IN (SELECT xid FROM here)
+    SELECT l.transactionid::text FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+      AND a.datname = current_database() AND l.pid <> pg_backend_pid()
+    UNION
+    SELECT p.transaction::text FROM pg_prepared_xacts AS p WHERE p.database = current_database()
 """
 
 
@@ -341,25 +336,27 @@ def safe_horizon(source: SourceTable, alias: str, wait: float) -> tuple[int, lis
 
     Ids come from a sequence taken in insertion order, so a transaction that took id 10 may
     commit after one that took id 11. The horizon is ``max(id) + 1`` as seen now, but only
-    once every transaction of this database that was running at that moment has ended: rows they were still
-    writing below that id are then visible or gone for good. Moves into the archive delete the
-    live row first, so each writer has its transaction id before it draws an archive id.
-    Waiting is bounded by ``wait`` seconds; past it the horizon is used anyway and the late
-    rows are caught by the re-check of recent ranges and by prune's exact verification.
+    once every transaction of this database that was running at that moment has ended: rows
+    they were still writing below that id are then visible or gone for good. Moves into the
+    archive delete the live row first, so each writer has its transaction id before it draws
+    an archive id. Waiting is bounded by ``wait`` seconds; past it the horizon is used anyway
+    and the late rows are caught by the re-check of recent ranges and by prune's exact
+    verification.
     """
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            f"SELECT pg_current_snapshot()::text, coalesce(max(id), 0) FROM {source.table}"
+            f"SELECT coalesce(max(id), 0), ARRAY({RUNNING_HERE_SQL}) FROM {source.table}"
         )
-        snapshot, max_id = cursor.fetchone()
+        max_id, running = cursor.fetchone()
         deadline = time.monotonic() + wait
-        running: list[str] = []
-        while True:
-            cursor.execute(RUNNING_HERE_SQL, [snapshot])
-            running = [row[0] for row in cursor.fetchall()]
-            if not running or time.monotonic() >= deadline:
-                break
+        while running and time.monotonic() < deadline:
             time.sleep(0.1)
+            # Still running: a transaction id keeps its lock until the transaction ends.
+            cursor.execute(
+                f"SELECT * FROM ({RUNNING_HERE_SQL}) AS running(xid) WHERE xid = ANY(%s)",
+                [running],
+            )
+            running = [row[0] for row in cursor.fetchall()]
     waited = [f"{source.name}: transaction {xid} still running" for xid in running]
     return int(max_id) + 1, waited
 
