@@ -39,6 +39,8 @@ def test_horizon_wait_ignores_transactions_of_other_databases() -> None:
     fill_archive(10)
     with psycopg.connect(_dsn("postgres")) as elsewhere:
         elsewhere.execute("SELECT txid_current()")  # holds a transaction id, stays open
+        with psycopg.connect(_dsn("postgres"), autocommit=True) as later:
+            later.execute("SELECT txid_current()")  # a later one ends: the open one is in xip
         started = time.monotonic()
         horizon, waited = safe_horizon(ARCHIVE, "default", wait=5.0)
         assert waited == [] and time.monotonic() - started < 4
