@@ -33,7 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Extra Spark configuration, repeatable (e.g. spark.driver.memory=2g).",
     )
     parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
-    jobs = parser.add_subparsers(dest="job", required=True, metavar="{export,stats,prune,enqueue}")
+    jobs = parser.add_subparsers(
+        dest="job", required=True, metavar="{export,compact,stats,prune,enqueue}"
+    )
 
     export = jobs.add_parser("export", help="Archive and dead rows -> Parquet (queue/day).")
     export.add_argument("destination", help="Local path or Hadoop-compatible URL (s3a://...).")
@@ -66,6 +68,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="Length of the destination's writer lease, renewed while the run works; a killed "
         "run's lease expires after it and the next run takes over (default 60).",
+    )
+
+    compact = jobs.add_parser(
+        "compact", help="Merge the small files of consecutive committed export ranges."
+    )
+    compact.add_argument("destination", help="Local path (or file://) of the export.")
+    compact.add_argument(
+        "--source", action="append", choices=["archive", "dead"], help="Default: both."
+    )
+    compact.add_argument(
+        "--target-rows",
+        type=int,
+        default=1_000_000,
+        help="Rows per merged range at most (default 1,000,000).",
+    )
+    compact.add_argument(
+        "--file-mode", type=_octal_mode, default="600", help="As for export (default 600)."
     )
 
     stats = jobs.add_parser("stats", help="Hourly stats per queue and task -> stats table.")
@@ -166,6 +185,34 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 prune_text(result),
                 1 if result.refused or result.skipped else 0,
             )
+        if job == "compact":  # no Spark needed: the driver merges with pyarrow
+            from .compact import compact
+
+            compacted = compact(
+                options["destination"],
+                sources=options.get("source") or ["archive", "dead"],
+                target_rows=options.get("target_rows") or 1_000_000,
+                file_mode=options.get("file_mode") or 0o600,
+                report=report,
+                using=alias,
+            )
+            summary = {
+                "run": compacted.run_id,
+                "ranges_merged": compacted.ranges_merged,
+                "ranges_written": compacted.ranges_written,
+                "files_before": compacted.files_before,
+                "files_after": compacted.files_after,
+                "skipped": compacted.skipped,
+                "seconds": round(compacted.seconds, 3),
+            }
+            text = (
+                f"compact #{compacted.run_id}: {compacted.ranges_merged} ranges merged into "
+                f"{compacted.ranges_written}, {compacted.files_before:,} files -> "
+                f"{compacted.files_after:,}"
+            )
+            if compacted.skipped:
+                text += "; skipped: " + "; ".join(compacted.skipped)
+            return _emit(options, out, summary, text, 1 if compacted.skipped else 0)
         if job == "export":
             from .export import nothing_to_export
 

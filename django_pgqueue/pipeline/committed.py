@@ -221,15 +221,31 @@ def manifest_dir(store: Store, source: str) -> str:
     return f"{store.root}/{COMMITTED_DIR}/{source}"
 
 
-def committed_manifests(store: Store, source: str) -> list[Manifest]:
-    """The committed manifests of ``source``, in id order."""
+def committed_manifests(
+    store: Store, source: str, *, include_covered: bool = False
+) -> list[Manifest]:
+    """The committed manifests of ``source``, in id order.
+
+    A manifest whose ids another one covers was replaced by a compaction (which deletes it
+    right after committing the covering one): it is left out, so its rows are read once.
+    """
     directory = manifest_dir(store, source)
-    manifests = [
-        Manifest.from_json(store.read_bytes(f"{directory}/{name}"))
-        for name in store.list_names(directory)
-        if name.endswith(".json") and not name.startswith((".", "_"))
-    ]
-    return sorted(manifests, key=lambda m: m.lo)
+    manifests = sorted(
+        (
+            Manifest.from_json(store.read_bytes(f"{directory}/{name}"))
+            for name in store.list_names(directory)
+            if name.endswith(".json") and not name.startswith((".", "_"))
+        ),
+        key=lambda m: (m.lo, -m.hi),
+    )
+    if include_covered:
+        return manifests
+    kept: list[Manifest] = []
+    for manifest in manifests:  # sorted by lo, widest first: a covered one follows its cover
+        if kept and kept[-1].lo <= manifest.lo and manifest.hi <= kept[-1].hi:
+            continue
+        kept.append(manifest)
+    return kept
 
 
 def _sources(source: str | None) -> Iterable[str]:

@@ -20,8 +20,10 @@ import pytest
 from django.db import connections
 
 from django_pgqueue.models import ArchivedMessage, DeadMessage, ExportRange, ExportRun
+from django_pgqueue.pipeline import compact as compact_module
 from django_pgqueue.pipeline import export as export_module
 from django_pgqueue.pipeline.committed import read_committed, read_committed_arrow
+from django_pgqueue.pipeline.compact import compact
 from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.pipeline.export import export, read_export
 from django_pgqueue.pipeline.prune import prune
@@ -247,3 +249,48 @@ def test_a_killed_export_leaves_readers_committed_data_and_the_next_run_takes_ov
     assert not [p for p in Path(destination).rglob(".pgq-tmp-*")]
     on_disk = {str(p) for p in Path(destination, "archive").rglob("*.parquet")}
     assert on_disk == set(read_committed(destination, "archive"))
+
+
+def test_compact_merges_small_files_and_readers_and_prune_see_the_same_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    fill_archive(1_200)
+    destination = str(tmp_path / "out")
+    export(spark, destination, sources=["archive"], range_size=100)
+    files_before = len(read_committed(destination, "archive"))
+    ranges_before = ExportRange.objects.count()
+
+    result = compact(destination, sources=["archive"], target_rows=700)
+
+    assert result.ranges_merged == ranges_before and result.files_after < files_before
+    assert ExportRange.objects.count() == result.ranges_written < ranges_before
+    assert committed_ids(spark, destination) == db_ids()
+    on_disk = {str(p) for p in Path(destination, "archive").rglob("*.parquet")}
+    assert on_disk == set(read_committed(destination, "archive"))  # replaced files deleted
+    assert export(spark, destination, sources=["archive"], range_size=100).rows_exported == 0
+    pruned = prune(destination=destination)
+    assert pruned.rows == 1_200 and pruned.refused == [] and pruned.skipped == []
+
+
+def test_a_compaction_killed_after_its_commit_is_read_once_and_finished_next_time(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill_archive(600)
+    destination = str(tmp_path / "out")
+    export(spark, destination, sources=["archive"], range_size=100)
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("killed after the manifest was committed")
+
+    monkeypatch.setattr(compact_module, "_merge_records", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        compact(destination, sources=["archive"])
+    ids = read_committed_arrow(destination, "archive").to_table(columns=["id"])["id"]
+    assert sorted(ids.to_pylist()) == db_ids()  # old and new manifests both there: read once
+    monkeypatch.undo()
+
+    compact(destination, sources=["archive"])
+
+    assert ExportRange.objects.count() == 1
+    assert committed_ids(spark, destination) == db_ids()
+    assert prune(destination=destination).rows == 600
