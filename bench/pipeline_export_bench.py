@@ -14,14 +14,17 @@ processes timed from launch to exit, in alternating order:
   verified ranges, manifests, everything a user waits for;
 - the same export command again, with nothing new to export (decided without Spark).
 
-Prints one table: median seconds and rows/s per side and the median (min-max) of the
-per-repetition ratio reference seconds / export seconds.
+Prints one table: median seconds and rows/s per side, the median (min-max) of the
+per-repetition ratio reference seconds / export seconds, and the CPU seconds of each command
+(user + system of the process and the children it waited for; PostgreSQL's own work is not in
+it), which a loaded machine inflates far less than wall-clock time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -37,13 +40,17 @@ REPO = Path(__file__).resolve().parent.parent
 DB_NAME = "pgq_export_bench"
 
 
-def run_timed(command: list[str], env: dict[str, str]) -> float:
+def run_timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and the children it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])}... failed:\n{done.stderr[-3000:]}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -75,6 +82,7 @@ def main() -> None:
         admin.execute(f"CREATE DATABASE {DB_NAME}")
     work = Path(tempfile.mkdtemp(prefix="pgq-export-bench-"))
     timings: dict[str, list[float]] = {"reference": [], "export": [], "no-op export": []}
+    cpu: dict[str, list[float]] = {side: [] for side in timings}
     try:
         subprocess.run(
             [sys.executable, "example_project/manage.py", "migrate", "-v0"],
@@ -99,12 +107,14 @@ def main() -> None:
                 destination, "--source", "archive",
             ]  # fmt: skip
             for side in ("reference", "export") if rep % 2 == 0 else ("export", "reference"):
-                seconds = run_timed(reference if side == "reference" else job, env)
+                seconds, used = run_timed(reference if side == "reference" else job, env)
                 timings[side].append(seconds)
-                print(f"rep {rep + 1}: {side} {seconds:.1f} s", file=sys.stderr)
-            seconds = run_timed(job, env)
+                cpu[side].append(used)
+                print(f"rep {rep + 1}: {side} {seconds:.1f} s, {used:.1f} s CPU", file=sys.stderr)
+            seconds, used = run_timed(job, env)
             timings["no-op export"].append(seconds)
-            print(f"rep {rep + 1}: no-op export {seconds:.1f} s", file=sys.stderr)
+            cpu["no-op export"].append(used)
+            print(f"rep {rep + 1}: no-op export {seconds:.1f} s, {used:.1f} s CPU", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         with psycopg.connect(args.server_dsn, autocommit=True) as admin:
@@ -112,15 +122,16 @@ def main() -> None:
     ratios = [r / e for r, e in zip(timings["reference"], timings["export"], strict=True)]
     print(f"\n{args.rows:,} archive rows, Spark {args.master}, {args.repeat} repetitions, "
           "whole commands (process start to exit)\n")  # fmt: skip
-    print("| side | seconds (median) | rows/s | x reference, median (min-max) |")
-    print("|---|---:|---:|---:|")
+    print("| side | seconds (median) | rows/s | x reference, median (min-max) | CPU s (median) |")
+    print("|---|---:|---:|---:|---:|")
     for side, values in timings.items():
         median = statistics.median(values)
         rate = f"{args.rows / median:,.0f}" if side != "no-op export" else "-"
         ratio = ""
         if side == "export":
             ratio = f"**{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f})"
-        print(f"| {side} | {median:.1f} | {rate} | {ratio} |")
+        used = statistics.median(cpu[side])
+        print(f"| {side} | {median:.1f} | {rate} | {ratio} | {used:.1f} |")
 
 
 if __name__ == "__main__":
