@@ -9,6 +9,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from ..conf import get_settings
 from .errors import BadInput, PipelineError
 from .progress import Writer, printer
 
@@ -222,6 +223,9 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 summary = {"run": None, "rows": 0, "ranges": 0, "verified": 0, "mismatched": []}
                 text = f"export: nothing new to export to {options['destination']}"
                 return _emit(options, out, summary, text, 0)
+            from .lease import refuse_if_held
+
+            refuse_if_held(options["destination"], alias or get_settings().DATABASE_ALIAS)
         conf = dict(item.split("=", 1) for item in options.get("spark_conf") or [])
         spark = build_session(options.get("master"), app_name=f"pgq_pipeline {job}", conf=conf)
         master = str(spark.sparkContext.master)

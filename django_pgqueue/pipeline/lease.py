@@ -12,14 +12,22 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models.functions import Now
 
+from .committed import local_directory
 from .errors import DestinationBusy, LeaseLost
 from .models import EXPORT_LEASE_TABLE, ExportRun, ExportRunStatus
 
 DEFAULT_LEASE_SECONDS = 60.0
+
+
+def lease_key(destination: str) -> str:
+    """One key per place on disk: a local path however it is spelled, a URL as given."""
+    directory = local_directory(destination.rstrip("/"))
+    return os.path.realpath(directory) if directory is not None else destination.rstrip("/")
 
 
 def holder_name(run_id: int) -> str:
@@ -42,37 +50,56 @@ def acquire(destination: str, run: ExportRun, seconds: float, alias: str) -> Lea
     """
     if seconds <= 0:
         raise ValueError(f"lease seconds must be > 0, got {seconds}")
+    key = lease_key(destination)
     with connections[alias].cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {EXPORT_LEASE_TABLE} (destination, run_id, holder, acquired_at, "
             "expires_at) VALUES (%s, %s, %s, now(), now() + make_interval(secs => %s)) "
             "ON CONFLICT (destination) DO NOTHING",
-            [destination, run.pk, holder_name(run.pk), seconds],
+            [key, run.pk, holder_name(run.pk), seconds],
         )
         cursor.execute(
             f"SELECT run_id, holder, acquired_at, expires_at, expires_at < now() "
             f"FROM {EXPORT_LEASE_TABLE} WHERE destination = %s FOR UPDATE",
-            [destination],
+            [key],
         )
         held_by, holder, acquired_at, expires_at, expired = cursor.fetchone()
         if held_by == run.pk:
             previous = None
         elif not expired:
-            raise DestinationBusy(
-                f"Export destination {destination} is being written by export {holder} "
-                f"since {acquired_at:%Y-%m-%d %H:%M:%S%z}; its lease runs until "
-                f"{expires_at:%Y-%m-%d %H:%M:%S%z} unless renewed. Wait for it to finish; a "
-                "killed run's lease expires and the next run takes over."
-            )
+            raise DestinationBusy(_busy(destination, holder, acquired_at, expires_at))
         else:
             previous = int(held_by)
             cursor.execute(
                 f"UPDATE {EXPORT_LEASE_TABLE} SET run_id = %s, holder = %s, acquired_at = now(), "
                 "expires_at = now() + make_interval(secs => %s) WHERE destination = %s",
-                [run.pk, holder_name(run.pk), seconds, destination],
+                [run.pk, holder_name(run.pk), seconds, key],
             )
     fail_abandoned_runs(destination, run.pk, alias, previous, holder if previous else "")
-    return Lease(destination, run.pk, seconds, alias, taken_over_from=previous)
+    return Lease(key, run.pk, seconds, alias, taken_over_from=previous)
+
+
+def _busy(destination: str, holder: str, acquired_at: Any, expires_at: Any) -> str:
+    return (
+        f"Export destination {destination} is being written by export {holder} since "
+        f"{acquired_at:%Y-%m-%d %H:%M:%S%z}; its lease runs until "
+        f"{expires_at:%Y-%m-%d %H:%M:%S%z} unless renewed. Wait for it to finish; a killed "
+        "run's lease expires and the next run takes over."
+    )
+
+
+def refuse_if_held(destination: str, alias: str) -> None:
+    """:class:`DestinationBusy` at once when a live lease holds ``destination`` (a quick look
+    before starting Spark; :func:`acquire` decides)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            f"SELECT holder, acquired_at, expires_at FROM {EXPORT_LEASE_TABLE} "
+            "WHERE destination = %s AND expires_at >= now()",
+            [lease_key(destination)],
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        raise DestinationBusy(_busy(destination.rstrip("/"), *row))
 
 
 def fail_abandoned_runs(
