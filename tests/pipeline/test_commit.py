@@ -191,6 +191,7 @@ def test_export_files_are_owner_only_by_default_and_as_chosen(spark: Any, tmp_pa
         export(spark, str(tmp_path / "x"), file_mode=0o755)
 
 
+@pytest.mark.slow  # a second Spark process, killed
 def test_a_killed_export_leaves_readers_committed_data_and_the_next_run_takes_over(
     spark: Any, tmp_path: Path
 ) -> None:
