@@ -319,6 +319,7 @@ class WorkerHeartbeat(models.Model):
 from .core.flow_models import FlowCredit, FlowKeyBucket, FlowRateShard, FlowState  # noqa: E402, F401
 from .pipeline.models import (  # noqa: E402, F401
     BulkEnqueueVote,
+    ExportLease,
     ExportRange,
     ExportRun,
     QueueStatsHourly,

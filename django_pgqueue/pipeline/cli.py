@@ -9,8 +9,14 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from ..conf import get_settings
 from .errors import BadInput, PipelineError
 from .progress import Writer, printer
+
+LEAN_LOCAL_EXPORT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Extra Spark configuration, repeatable (e.g. spark.driver.memory=2g).",
     )
     parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
-    jobs = parser.add_subparsers(dest="job", required=True, metavar="{export,stats,prune,enqueue}")
+    jobs = parser.add_subparsers(
+        dest="job", required=True, metavar="{export,compact,stats,prune,enqueue}"
+    )
 
     export = jobs.add_parser("export", help="Archive and dead rows -> Parquet (queue/day).")
     export.add_argument("destination", help="Local path or Hadoop-compatible URL (s3a://...).")
@@ -42,7 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     export.add_argument("--range-size", type=int, default=50_000, help="Ids per range.")
     export.add_argument(
-        "--ranges-per-job", type=int, default=None, help="Ranges per Spark job (default: cores)."
+        "--ranges-per-job",
+        type=int,
+        default=None,
+        help="Ranges per Spark job (default: 4 x the cluster's default parallelism).",
     )
     export.add_argument(
         "--horizon-wait",
@@ -50,18 +61,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="Seconds to wait for transactions older than the export start (see docs).",
     )
+    export.add_argument(
+        "--file-mode",
+        type=_octal_mode,
+        default="600",
+        help="Permissions of the Parquet files, octal (default 600, owner only; directories "
+        "get the matching 700). E.g. 640 to let the group read.",
+    )
+    export.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=60.0,
+        help="Length of the destination's writer lease, renewed while the run works; a killed "
+        "run's lease expires after it and the next run takes over (default 60).",
+    )
+
+    compact = jobs.add_parser(
+        "compact", help="Merge the small files of consecutive committed export ranges."
+    )
+    compact.add_argument("destination", help="Local path (or file://) of the export.")
+    compact.add_argument(
+        "--source", action="append", choices=["archive", "dead"], help="Default: both."
+    )
+    compact.add_argument(
+        "--target-rows",
+        type=int,
+        default=1_000_000,
+        help="Rows per merged range at most (default 1,000,000).",
+    )
+    compact.add_argument(
+        "--file-mode", type=_octal_mode, default="600", help="As for export (default 600)."
+    )
 
     stats = jobs.add_parser("stats", help="Hourly stats per queue and task -> stats table.")
     stats.add_argument("--hours", type=int, default=24, help="Window: the last N hours.")
     stats.add_argument("--since", type=_aware, help="Window start (ISO 8601 with offset).")
     stats.add_argument("--until", type=_aware, help="Window end, exclusive.")
 
-    prune = jobs.add_parser("prune", help="Delete rows a completed export verified.")
-    prune.add_argument("--destination", help="Only ranges verified in this export.")
+    prune = jobs.add_parser(
+        "prune", help="Delete rows that an export holds, after re-verifying its files."
+    )
+    prune.add_argument(
+        "--destination",
+        required=True,
+        help="The export whose committed files are re-verified before their rows are deleted.",
+    )
     prune.add_argument("--source", action="append", choices=["archive", "dead"])
     prune.add_argument("--keep-days", type=float, default=None, help="Keep the last N days.")
     prune.add_argument("--vacuum", action="store_true", help="VACUUM (ANALYZE) afterwards.")
-    prune.add_argument("--dry-run", action="store_true", help="Report, delete nothing.")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="Re-verify and report; delete nothing."
+    )
 
     enqueue = jobs.add_parser("enqueue", help="Bulk-enqueue a Parquet/CSV/JSON path.")
     enqueue.add_argument("path", help="Input path or URL.")
@@ -85,6 +135,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _octal_mode(value: str) -> int:
+    try:
+        return int(value, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an octal mode such as 600") from None
+
+
 def _aware(value: str) -> datetime:
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
@@ -99,6 +156,8 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
     report = printer(err)
     job = options["job"]
     try:
+        alias = options.get("database")
+        check_database(alias)
         if job == "prune":  # no Spark needed: deletes run from the driver
             from .prune import prune
 
@@ -112,27 +171,71 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 using=options.get("database"),
             )
             summary = {
+                "destination": result.destination,
+                "dry_run": result.dry_run,
                 "rows": result.rows,
                 "row_bytes": result.row_bytes,
                 "ranges_pruned": result.ranges_pruned,
                 "relation_bytes_before": result.relation_bytes_before,
                 "relation_bytes_after": result.relation_bytes_after,
                 "vacuumed": result.vacuumed,
+                "vacuum_skipped": result.vacuum_skipped,
+                "refused": result.refused,
                 "skipped": result.skipped,
                 "seconds": round(result.seconds, 3),
             }
-            text = (
-                f"pruned {result.rows:,} rows ({result.row_bytes:,} bytes of row data) in "
-                f"{result.ranges_pruned} ranges; tables {result.relation_bytes_before:,} -> "
-                f"{result.relation_bytes_after:,} bytes"
-                + ("" if result.vacuumed else " (run with --vacuum to make the space reusable)")
+            return _emit(
+                options,
+                out,
+                summary,
+                prune_text(result),
+                1 if result.refused or result.skipped else 0,
             )
-            if result.skipped:
-                text += f"; skipped {len(result.skipped)} changed ranges: " + "; ".join(
-                    result.skipped
-                )
-            return _emit(options, out, summary, text, 1 if result.skipped else 0)
+        if job == "compact":  # no Spark needed: the driver merges with pyarrow
+            from .compact import compact
+
+            compacted = compact(
+                options["destination"],
+                sources=options.get("source") or ["archive", "dead"],
+                target_rows=options.get("target_rows") or 1_000_000,
+                file_mode=options.get("file_mode") or 0o600,
+                report=report,
+                using=alias,
+            )
+            summary = {
+                "run": compacted.run_id,
+                "ranges_merged": compacted.ranges_merged,
+                "ranges_written": compacted.ranges_written,
+                "files_before": compacted.files_before,
+                "files_after": compacted.files_after,
+                "skipped": compacted.skipped,
+                "seconds": round(compacted.seconds, 3),
+            }
+            text = (
+                f"compact #{compacted.run_id}: {compacted.ranges_merged} ranges merged into "
+                f"{compacted.ranges_written}, {compacted.files_before:,} files -> "
+                f"{compacted.files_after:,}"
+            )
+            if compacted.skipped:
+                text += "; skipped: " + "; ".join(compacted.skipped)
+            return _emit(options, out, summary, text, 1 if compacted.skipped else 0)
+        if job == "export":
+            from .export import nothing_to_export
+
+            sources = options.get("source") or ["archive", "dead"]
+            if nothing_to_export(options["destination"], sources, alias):
+                # Decided from PostgreSQL alone: no Spark start-up for a run with nothing to do.
+                summary = {"run": None, "rows": 0, "ranges": 0, "verified": 0, "mismatched": []}
+                text = f"export: nothing new to export to {options['destination']}"
+                return _emit(options, out, summary, text, 0)
+            from .lease import refuse_if_held
+
+            refuse_if_held(options["destination"], alias or get_settings().DATABASE_ALIAS)
         conf = dict(item.split("=", 1) for item in options.get("spark_conf") or [])
+        if job == "export" and (options.get("master") or "local").startswith("local"):
+            # Embedded export: Python tasks do the work, the JVM only schedules them, so a
+            # JVM that starts lean (no UI, no optimizing JIT) is time won. --spark-conf wins.
+            conf = {**LEAN_LOCAL_EXPORT_CONF, **conf}
         spark = build_session(options.get("master"), app_name=f"pgq_pipeline {job}", conf=conf)
         master = str(spark.sparkContext.master)
         if job == "export":
@@ -148,6 +251,8 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 report=report,
                 using=options.get("database"),
                 master=master,
+                file_mode=options.get("file_mode") or 0o600,
+                lease_seconds=options.get("lease_seconds") or 60.0,
             )
             summary = {
                 "run": exported.run_id,
@@ -157,6 +262,9 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 "mismatched": exported.mismatched,
                 "horizons": exported.horizons,
                 "waited_for": exported.waited_for,
+                "took_over_from": exported.took_over_from,
+                "leftovers_removed": exported.leftovers_removed,
+                "warnings": exported.warnings,
                 "seconds": round(exported.seconds, 3),
                 "rows_per_second": round(exported.rows_per_second),
             }
@@ -165,8 +273,14 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 f"{exported.ranges_exported} ranges ({exported.ranges_verified} verified), "
                 f"{exported.rows_per_second:,.0f} rows/s"
             )
+            if exported.took_over_from is not None:
+                text += f"; took over from run #{exported.took_over_from} (marked failed)"
+            if exported.leftovers_removed:
+                text += f"; removed {exported.leftovers_removed} files an interrupted run left"
             if exported.mismatched:
                 text += "; changed while exported, re-run: " + ", ".join(exported.mismatched)
+            for warning in exported.warnings:
+                text += f"\nwarning: {warning}"
             return _emit(options, out, summary, text, 1 if exported.mismatched else 0)
         if job == "stats":
             from .stats import stats
@@ -237,6 +351,53 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
     except PipelineError as exc:
         err.write(f"error: {exc}\n")
         return 2
+
+
+def prune_text(result: Any) -> str:
+    """What prune did (or, dry run, would do), in words that match what happened."""
+    where = f"{result.destination}"
+    if result.dry_run:
+        text = (
+            f"dry run, nothing deleted: would prune {result.rows:,} rows in "
+            f"{result.ranges_pruned} ranges re-verified at {where}"
+        )
+    elif result.ranges_pruned:
+        text = (
+            f"pruned {result.rows:,} rows ({result.row_bytes:,} bytes of row data) in "
+            f"{result.ranges_pruned} ranges re-verified at {where}; tables "
+            f"{result.relation_bytes_before:,} -> {result.relation_bytes_after:,} bytes"
+        )
+        if not result.vacuumed:
+            text += " (run with --vacuum to make the space reusable)"
+    else:
+        text = f"pruned nothing: no range of {where} could be deleted"
+    for skipped in result.vacuum_skipped:
+        text += f"\nvacuum skipped: {skipped}"
+    if result.refused:
+        text += f"\nrefused {len(result.refused)} ranges (rows kept): " + "; ".join(
+            result.refused[:20]
+        )
+    if result.skipped:
+        text += f"\nskipped {len(result.skipped)} changed ranges: " + "; ".join(result.skipped[:20])
+    return text
+
+
+def check_database(alias: str | None) -> None:
+    """Connect before anything else (Spark, files): a bad DATABASE_URL is one line, at once."""
+    from django.db import DatabaseError, connections
+
+    from ..conf import get_settings
+
+    name = alias or get_settings().DATABASE_ALIAS
+    try:
+        connections[name].ensure_connection()
+    except DatabaseError as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        settings = connections[name].settings_dict
+        raise PipelineError(
+            f"cannot connect to database {name!r} ({settings.get('HOST') or 'localhost'}:"
+            f"{settings.get('PORT') or 5432}/{settings.get('NAME')}): {reason}"
+        ) from None
 
 
 def _emit(options: dict[str, Any], out: Writer, summary: Any, text: str, status: int) -> int:

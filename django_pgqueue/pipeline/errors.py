@@ -21,6 +21,18 @@ class ForeignOutput(PipelineError):
     """The export destination holds files this pipeline did not write."""
 
 
+class DestinationBusy(PipelineError):
+    """Another export run holds the destination's lease."""
+
+
+class LeaseLost(PipelineError):
+    """This run's lease on its destination expired or was taken over; it stops committing."""
+
+
+class NotPrunable(PipelineError):
+    """Prune refused: what it would delete is not (or no longer) verifiably exported."""
+
+
 class NoVerifiedExport(PipelineError):
     """Prune was asked to delete rows that no completed export verified."""
 

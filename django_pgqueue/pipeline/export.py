@@ -1,17 +1,18 @@
-"""export: archive and dead-letter rows -> Parquet, in verified, resumable id ranges.
+"""export: archive and dead-letter rows -> Parquet, in verified, committed, resumable id ranges.
 
 Layout: ``<destination>/<archive|dead>/queue=<q>/day=<YYYY-MM-DD>/id_range=<lo>/part-*.parquet``
-(hive-style; ``day`` is the UTC day of ``finished_at`` / ``died_at``). ``id_range`` is the
-first id of the export range that wrote the files, so a retried range replaces exactly its own
-files and nothing else: a crash at any point never leaves duplicates behind.
+(hive-style; ``day`` is the UTC day of ``finished_at`` / ``died_at``) and one manifest per
+committed range under ``<destination>/_committed/`` (:mod:`committed`, :mod:`commit`).
 
+One run writes a destination at a time: it holds the destination's lease (:mod:`lease`).
 Each range is one Spark task: psycopg ``COPY`` of the range and PostgreSQL's count and
 checksum of the same rows in one short REPEATABLE READ transaction, pyarrow writes the files
-and the ids written are read back (:mod:`rangeio`). For URLs Python workers cannot write
-(``s3a://``, ``hdfs://``...) ranges are read by Spark's JDBC source, one predicate each, and
-written by Spark's writer, then verified by reading the files back through Spark. Either
-way nothing holds a snapshot open for the whole export, so the primary's xmin is never pinned. See docs/how-to/pipeline.md for the safe-horizon rule that keeps late
-committing transactions from being skipped.
+under temporary names and the ids written are read back (:mod:`rangeio`); the driver then
+commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
+ranges are read by Spark's JDBC source, one predicate each, and written by Spark's writer,
+then verified by reading the files back through Spark. Either way nothing holds a snapshot
+open for the whole export, so the primary's xmin is never pinned. See docs/how-to/pipeline.md
+for the safe-horizon rule that keeps late committing transactions from being skipped.
 """
 
 from __future__ import annotations
@@ -24,16 +25,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..conf import get_settings
 from .columns import SOURCES, SourceTable, spark_row_hash, sql_row_hash
+from .commit import Committer, HadoopCommitter, LocalCommitter, final_name
+from .committed import (
+    TEMP_PREFIX,
+    Manifest,
+    directory_mode,
+    local_directory,
+    read_committed_spark,
+)
 from .errors import ForeignOutput, PipelineError
-from .models import ExportRange, ExportRangeStatus, ExportRun, ExportRunStatus
+from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, Lease, acquire, release
+from .models import (
+    ExportRange,
+    ExportRangeStatus,
+    ExportRun,
+    ExportRunStatus,
+)
 from .progress import Progress
 from .rangeio import RangeFigures, RangeJob, export_ranges
 from .session import (
@@ -49,6 +63,8 @@ if TYPE_CHECKING:
 
 MARKER_NAME = "_PGQUEUE_EXPORT"
 DEFAULT_RANGE_SIZE = 50_000
+#: Owner-only: payloads are application data. Directories get the matching 0700.
+DEFAULT_FILE_MODE = 0o600
 #: Verified ranges not yet pruned that each run checks again against the database.
 RECHECK_RANGES = 2
 _OWN_ENTRIES = {MARKER_NAME, "archive", "dead", "_SUCCESS"}
@@ -56,7 +72,7 @@ _OWN_ENTRIES = {MARKER_NAME, "archive", "dead", "_SUCCESS"}
 
 @dataclass
 class ExportResult:
-    run_id: int
+    run_id: int | None
     destination: str
     rows_exported: int = 0
     ranges_exported: int = 0
@@ -64,11 +80,24 @@ class ExportResult:
     mismatched: list[str] = field(default_factory=list)
     horizons: dict[str, int] = field(default_factory=dict)
     waited_for: list[str] = field(default_factory=list)
+    took_over_from: int | None = None
+    leftovers_removed: int = 0
+    warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def rows_per_second(self) -> float:
         return self.rows_exported / self.seconds if self.seconds > 0 else 0.0
+
+
+def check_file_mode(mode: int) -> int:
+    """Files must stay readable and writable by their owner and are never executable."""
+    if not 0 <= mode <= 0o777 or mode & 0o600 != 0o600 or mode & 0o111:
+        raise PipelineError(
+            f"file mode {mode:o} is not a file permission with owner read/write and no execute "
+            "bits (e.g. 600, 640, 644)."
+        )
+    return mode
 
 
 def export(
@@ -82,57 +111,75 @@ def export(
     report: Callable[[str], None] | None = None,
     using: str | None = None,
     master: str = "",
+    file_mode: int = DEFAULT_FILE_MODE,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> ExportResult:
     """Export every archive / dead row below the safe horizon that is not exported yet.
 
     Re-running adds nothing; after a crash the next run re-does only the ranges that were not
-    verified. Raises :class:`ForeignOutput` when ``destination`` holds files not written here.
+    committed, after deleting what the crashed run left. Raises :class:`ForeignOutput` when
+    ``destination`` holds files not written here and :class:`DestinationBusy` when another
+    run holds its lease.
     """
     if range_size < 1:
         raise PipelineError(f"range_size must be >= 1, got {range_size}")
+    check_file_mode(file_mode)
     alias = using or get_settings().DATABASE_ALIAS
     destination = destination.rstrip("/")
     chosen = [_source(name) for name in sources]
-    claim_destination(spark, destination, alias)
+    check_destination(spark, destination)
+    with transaction.atomic(using=alias):
+        run = ExportRun.objects.using(alias).create(destination=destination, master=master)
+        lease = acquire(destination, run, lease_seconds, alias)
     started = time.monotonic()
-    run = ExportRun.objects.using(alias).create(destination=destination, master=master)
-    result = ExportResult(run_id=run.pk, destination=destination)
+    result = ExportResult(
+        run_id=run.pk, destination=destination, took_over_from=lease.taken_over_from
+    )
     try:
-        todo: list[tuple[SourceTable, list[ExportRange]]] = []
-        for source in chosen:
-            horizon, waited = safe_horizon(source, alias, horizon_wait)
-            result.horizons[source.name] = horizon
-            result.waited_for += waited
-            plan_ranges(run, source, horizon, range_size, alias)
-            recheck_recent(source, destination, alias)
-            pending = list(
-                ExportRange.objects.using(alias)
-                .filter(destination=destination, source=source.name)
-                .exclude(status__in=[ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED])
-                .order_by("lo")
-            )
-            todo.append((source, pending))
-        run.archive_horizon = result.horizons.get("archive")
-        run.dead_horizon = result.horizons.get("dead")
-        run.ranges_total = sum(len(ranges) for _, ranges in todo)
-        run.save(using=alias)
-        progress = Progress("export", run.ranges_total, report)
-        # A few ranges per core per Spark job: job start-up costs more than a range on small
-        # ranges, and a failed job redoes at most this many ranges.
-        per_job = ranges_per_job or 4 * default_parallelism(spark)
-        for source, ranges in todo:
-            for start in range(0, len(ranges), per_job):
-                batch = ranges[start : start + per_job]
-                rows = export_batch(spark, run, source, destination, batch, alias)
-                result.ranges_exported += len(batch)
-                result.rows_exported += rows
-                verified = [r for r in batch if r.status == ExportRangeStatus.VERIFIED]
-                result.ranges_verified += len(verified)
-                result.mismatched += [str(r) for r in batch if r not in verified]
-                run.ranges_done = result.ranges_exported
-                run.rows_exported = result.rows_exported
-                run.save(using=alias, update_fields=["ranges_done", "rows_exported"])
-                progress.advance(rows, len(batch), f"{source.name} ids < {batch[-1].hi}")
+        with Heartbeat(lease) as heartbeat:
+            committer = _committer(spark, destination, file_mode)
+            create_destination(spark, committer, alias)
+            todo: list[tuple[SourceTable, list[ExportRange]]] = []
+            cleanup = _needs_cleanup(lease, run, alias)
+            for source in chosen:
+                horizon, waited = safe_horizon(source, alias, horizon_wait)
+                result.horizons[source.name] = horizon
+                result.waited_for += waited
+                plan_ranges(run, source, horizon, range_size, alias)
+                result.warnings += reconcile_manifests(committer, source, destination, alias)
+                recheck_recent(source, destination, alias)
+                pending = list(
+                    ExportRange.objects.using(alias)
+                    .filter(destination=destination, source=source.name)
+                    .exclude(status__in=[ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED])
+                    .order_by("lo")
+                )
+                if cleanup or any(
+                    r.attempts or r.status != ExportRangeStatus.PENDING for r in pending
+                ):
+                    result.leftovers_removed += remove_leftovers(committer, source, pending)
+                todo.append((source, pending))
+            run.archive_horizon = result.horizons.get("archive")
+            run.dead_horizon = result.horizons.get("dead")
+            run.ranges_total = sum(len(ranges) for _, ranges in todo)
+            run.save(using=alias)
+            progress = Progress("export", run.ranges_total, report)
+            # A few ranges per core per Spark job: job start-up costs more than a range on
+            # small ranges, and a failed job redoes at most this many ranges.
+            per_job = ranges_per_job or 4 * default_parallelism(spark)
+            for source, ranges in todo:
+                for start in range(0, len(ranges), per_job):
+                    batch = ranges[start : start + per_job]
+                    rows = export_batch(spark, run, source, committer, batch, alias, heartbeat)
+                    result.ranges_exported += len(batch)
+                    result.rows_exported += rows
+                    verified = [r for r in batch if r.status == ExportRangeStatus.VERIFIED]
+                    result.ranges_verified += len(verified)
+                    result.mismatched += [str(r) for r in batch if r not in verified]
+                    run.ranges_done = result.ranges_exported
+                    run.rows_exported = result.rows_exported
+                    run.save(using=alias, update_fields=["ranges_done", "rows_exported"])
+                    progress.advance(rows, len(batch), f"{source.name} ids < {batch[-1].hi}")
         run.status = ExportRunStatus.COMPLETED if not result.mismatched else ExportRunStatus.FAILED
         if result.mismatched:
             run.error = "ranges changed while exported (re-run to export them again): " + (
@@ -145,8 +192,38 @@ def export(
     finally:
         run.finished_at = timezone.now()
         run.save(using=alias)
+        _release_quietly(lease)
         result.seconds = time.monotonic() - started
     return result
+
+
+def _release_quietly(lease: Lease) -> None:
+    try:
+        release(lease)
+    except Exception:  # an unreleased lease expires by itself
+        pass
+
+
+def _committer(spark: SparkSession, destination: str, file_mode: int) -> Committer:
+    if local_directory(destination) is not None:
+        return LocalCommitter(destination, file_mode)
+    # Spark's writer (and Hadoop's file system) create files and directories with this umask.
+    umask = f"{0o777 & ~directory_mode(file_mode):03o}"
+    spark.sparkContext._jsc.hadoopConfiguration().set("fs.permissions.umask-mode", umask)
+    return HadoopCommitter(spark, destination, file_mode)
+
+
+def _needs_cleanup(lease: Lease, run: ExportRun, alias: str) -> bool:
+    """Whether an earlier run may have left files: it was taken over, failed or killed."""
+    if lease.taken_over_from is not None:
+        return True
+    previous = (
+        ExportRun.objects.using(alias)
+        .filter(destination=run.destination, pk__lt=run.pk)
+        .order_by("-pk")
+        .first()
+    )
+    return previous is not None and previous.status != ExportRunStatus.COMPLETED
 
 
 def _source(name: str) -> SourceTable:
@@ -156,32 +233,102 @@ def _source(name: str) -> SourceTable:
         raise PipelineError(f"Unknown export source {name!r}; use archive and/or dead.") from None
 
 
-def claim_destination(spark: SparkSession, destination: str, alias: str) -> None:
-    """Refuse a destination holding foreign files; mark an empty one as ours."""
-    fs, root = hadoop_fs(spark, destination)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    marker = jvm.org.apache.hadoop.fs.Path(root, MARKER_NAME)
-    if fs.exists(root):
+def check_destination(spark: SparkSession | None, destination: str) -> None:
+    """Refuse a destination holding foreign files. Creates nothing."""
+    directory = local_directory(destination)
+    if directory is not None:
+        if not os.path.exists(directory):
+            return
+        if not os.path.isdir(directory):
+            raise ForeignOutput(f"Export destination {destination} is a file, not a directory.")
+        names = sorted(os.listdir(directory))
+        has_marker = MARKER_NAME in names
+    else:
+        assert spark is not None
+        fs, root = hadoop_fs(spark, destination)
+        if not fs.exists(root):
+            return
         if not fs.getFileStatus(root).isDirectory():
             raise ForeignOutput(f"Export destination {destination} is a file, not a directory.")
         names = sorted(status.getPath().getName() for status in fs.listStatus(root))
-        foreign = [n for n in names if n not in _OWN_ENTRIES and not n.startswith((".", "_"))]
-        if foreign or (names and not fs.exists(marker)):
-            shown = ", ".join((foreign or names)[:5])
-            raise ForeignOutput(
-                f"Export destination {destination} holds files pgq_pipeline did not write "
-                f"({shown}). Choose an empty or new directory; the export never deletes or "
-                "mixes with foreign data."
-            )
-        if fs.exists(marker):
-            return
-    fs.mkdirs(root)
-    stream = fs.create(marker, False)
+        has_marker = MARKER_NAME in names
+    foreign = [n for n in names if n not in _OWN_ENTRIES and not n.startswith((".", "_"))]
+    if foreign or (names and not has_marker):
+        shown = ", ".join((foreign or names)[:5])
+        raise ForeignOutput(
+            f"Export destination {destination} holds files pgq_pipeline did not write "
+            f"({shown}). Choose an empty or new directory; the export never deletes or "
+            "mixes with foreign data."
+        )
+
+
+def create_destination(spark: SparkSession, committer: Committer, alias: str) -> None:
+    """Create the destination (owner-only by default) and mark it as an export's."""
     name = connections[alias].settings_dict.get("NAME")
     text = json.dumps({"written_by": "django_pgqueue pgq_pipeline export", "database": name})
-    stream.write(bytearray(text.encode()))
-    stream.close()
+    marker = f"{committer.destination}/{MARKER_NAME}"
+    if isinstance(committer, LocalCommitter):
+        committer.create_root()
+        if not os.path.exists(marker):
+            committer.write_atomic(marker, text.encode())
+        return
+    fs, root = hadoop_fs(spark, committer.destination)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(root, MARKER_NAME)
+    if not fs.exists(path):
+        fs.mkdirs(root)
+        stream = fs.create(path, False)
+        stream.write(bytearray(text.encode()))
+        stream.close()
+
+
+def reconcile_manifests(
+    committer: Committer, source: SourceTable, destination: str, alias: str
+) -> list[str]:
+    """Verified ranges whose manifest is gone (files deleted by hand) are exported again.
+
+    Pruned ranges cannot be: their rows left the database. Those are reported.
+    """
+    present = committer.manifest_names(source.name)
+    done = ExportRange.objects.using(alias).filter(
+        destination=destination,
+        source=source.name,
+        status__in=[ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED],
+    )
+    missing_verified, missing_pruned = [], []
+    for record in done.only("pk", "lo", "hi", "status"):
+        if f"{record.lo}-{record.hi}.json" in present:
+            continue
+        if record.status == ExportRangeStatus.VERIFIED:
+            missing_verified.append(record.pk)
+        else:
+            missing_pruned.append(record)
+    if missing_verified:
+        ExportRange.objects.using(alias).filter(pk__in=missing_verified).update(
+            status=ExportRangeStatus.MISMATCH
+        )
+    if not missing_pruned:
+        return []
+    shown = ", ".join(f"[{r.lo}, {r.hi})" for r in missing_pruned[:5])
+    return [
+        f"{len(missing_pruned)} pruned {source.name} ranges are no longer committed at "
+        f"{destination} ({shown}...): their rows were deleted from the database after export, "
+        "so only a backup of the files can bring them back."
+    ]
+
+
+#: Transactions running *in this database*, other than this session's: each holds the lock on
+#: its own transaction id, and pg_stat_activity says which database its backend is in;
+#: prepared transactions name their database. Transactions of other databases on the same
+#: server cannot write this table, so they are never waited for.
+RUNNING_HERE_SQL = """
+    SELECT l.transactionid::text FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+      AND a.datname = current_database() AND l.pid <> pg_backend_pid()
+    UNION
+    SELECT p.transaction::text FROM pg_prepared_xacts AS p WHERE p.database = current_database()
+"""
 
 
 def safe_horizon(source: SourceTable, alias: str, wait: float) -> tuple[int, list[str]]:
@@ -189,29 +336,27 @@ def safe_horizon(source: SourceTable, alias: str, wait: float) -> tuple[int, lis
 
     Ids come from a sequence taken in insertion order, so a transaction that took id 10 may
     commit after one that took id 11. The horizon is ``max(id) + 1`` as seen now, but only
-    once every transaction that was running at that moment has ended: rows they were still
-    writing below that id are then visible or gone for good. Moves into the archive delete the
-    live row first, so each writer has its transaction id before it draws an archive id.
-    Waiting is bounded by ``wait`` seconds; past it the horizon is used anyway and the late
-    rows are caught by the re-check of recent ranges and by prune's exact verification.
+    once every transaction of this database that was running at that moment has ended: rows
+    they were still writing below that id are then visible or gone for good. Moves into the
+    archive delete the live row first, so each writer has its transaction id before it draws
+    an archive id. Waiting is bounded by ``wait`` seconds; past it the horizon is used anyway
+    and the late rows are caught by the re-check of recent ranges and by prune's exact
+    verification.
     """
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            f"SELECT pg_current_snapshot()::text, coalesce(max(id), 0) FROM {source.table}"
+            f"SELECT coalesce(max(id), 0), ARRAY({RUNNING_HERE_SQL}) FROM {source.table}"
         )
-        snapshot, max_id = cursor.fetchone()
+        max_id, running = cursor.fetchone()
         deadline = time.monotonic() + wait
-        running: list[str] = []
-        while True:
+        while running and time.monotonic() < deadline:
+            time.sleep(0.1)
+            # Still running: a transaction id keeps its lock until the transaction ends.
             cursor.execute(
-                "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x "
-                "WHERE pg_xact_status(x) = 'in progress'",
-                [snapshot],
+                f"SELECT * FROM ({RUNNING_HERE_SQL}) AS running(xid) WHERE xid = ANY(%s)",
+                [running],
             )
             running = [row[0] for row in cursor.fetchall()]
-            if not running or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
     waited = [f"{source.name}: transaction {xid} still running" for xid in running]
     return int(max_id) + 1, waited
 
@@ -264,6 +409,8 @@ def recheck_recent(source: SourceTable, destination: str, alias: str) -> None:
 
     A row committed late into an already exported range (see :func:`safe_horizon`) changes
     that range's figures; the range then goes back to ``mismatch`` and is exported again.
+    A range whose rows were pruned through another destination is left as it is: its files
+    here are the copy of rows the database no longer has.
     """
     recent = (
         ExportRange.objects.using(alias)
@@ -271,10 +418,27 @@ def recheck_recent(source: SourceTable, destination: str, alias: str) -> None:
         .order_by("-lo")[:RECHECK_RANGES]
     )
     for record in recent:
+        if pruned_elsewhere(record, alias):
+            continue
         rows, checksum, _, _ = source_figures(source, record.lo, record.hi, alias)
         if (rows, checksum) != (record.source_rows, record.source_checksum):
             record.status = ExportRangeStatus.MISMATCH
             record.save(using=alias, update_fields=["status"])
+
+
+def pruned_elsewhere(record: ExportRange, alias: str) -> bool:
+    """Whether another destination pruned ids of this range (they left the database)."""
+    return (
+        ExportRange.objects.using(alias)
+        .filter(
+            source=record.source,
+            status=ExportRangeStatus.PRUNED,
+            lo__lt=record.hi,
+            hi__gt=record.lo,
+        )
+        .exclude(destination=record.destination)
+        .exists()
+    )
 
 
 def read_ranges(
@@ -303,19 +467,19 @@ def export_batch(
     spark: SparkSession,
     run: ExportRun,
     source: SourceTable,
-    destination: str,
+    committer: Committer,
     batch: list[ExportRange],
     alias: str,
+    heartbeat: Heartbeat,
 ) -> int:
-    """Write a few ranges in one Spark job, then verify each one; returns rows written."""
-    root = f"{destination}/{source.name}"
-    _remove_range_dirs(spark, root, [r.lo for r in batch])
-    directory = local_directory(root)
-    figures = None
-    if directory is not None:
-        figures = write_ranges_direct(spark, source, directory, batch, alias)
+    """Write a few ranges in one Spark job, verify each one, commit the verified ones."""
+    if isinstance(committer, LocalCommitter):
+        figures = write_ranges_direct(
+            spark, source, committer.source_root(source.name), batch, alias, committer.file_mode
+        )
     else:
-        write_ranges_with_spark(spark, source, root, batch, alias)
+        assert isinstance(committer, HadoopCommitter)
+        figures = write_ranges_with_spark(spark, source, committer, batch, alias)
     now = timezone.now()
     for record in batch:
         record.status = ExportRangeStatus.WRITTEN
@@ -325,92 +489,37 @@ def export_batch(
     ExportRange.objects.using(alias).bulk_update(
         batch, ["status", "run", "attempts", "exported_at"]
     )
-    return _verify_batch(spark, source, root, batch, alias, figures)
-
-
-def local_directory(url: str) -> str | None:
-    """The local directory ``url`` names (a plain path or ``file://``), else None."""
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return os.path.abspath(unquote(parts.path))
-    if parts.scheme == "" or (len(parts.scheme) == 1 and os.name == "nt"):
-        return os.path.abspath(url)
-    return None
-
-
-def write_ranges_direct(
-    spark: SparkSession, source: SourceTable, directory: str, batch: list[ExportRange], alias: str
-) -> dict[int, RangeFigures]:
-    """One Spark task per range: psycopg COPY -> Arrow -> Parquet, written by the task itself.
-
-    Measured faster than the JDBC source plus Spark's partitioned writer (see the how-to):
-    no JVM row conversion, no partitionBy sort, and the checksum is computed by PostgreSQL
-    in the read's own snapshot instead of by reading the files back through Spark.
-    """
-    job = RangeJob(
-        dsn=psycopg_dsn(alias),
-        table=source.table,
-        columns=tuple(source.columns),
-        time_column=source.time_column,
-        checksum_sql=sql_row_hash(source),
-        root=directory,
-    )
-    specs = [(r.lo, r.hi) for r in batch]
-    context = spark.sparkContext
-    context.setJobDescription(f"pgq_pipeline export {source.name} ids {specs[0][0]}..")
-    try:
-        rdd = context.parallelize(specs, len(specs))
-        figures = rdd.mapPartitions(partial(export_ranges, job)).collect()
-    finally:
-        context.setJobDescription(None)  # type: ignore[arg-type]
-    return {f.lo: f for f in figures}
-
-
-def write_ranges_with_spark(
-    spark: SparkSession, source: SourceTable, root: str, batch: list[ExportRange], alias: str
-) -> None:
-    """For a URL Python workers cannot write (s3a://, hdfs://...): JDBC -> Spark's writer."""
-    frame = read_ranges(spark, source, batch, alias)
-    (
-        frame.write.mode("append")
-        .partitionBy("queue", "day", "id_range")
-        .option("compression", "zstd")
-        .parquet(root)
-    )
-
-
-def _verify_batch(
-    spark: SparkSession,
-    source: SourceTable,
-    root: str,
-    batch: list[ExportRange],
-    alias: str,
-    figures: dict[int, RangeFigures] | None,
-) -> int:
-    """Compare each range's database figures with its files; mark verified or mismatch."""
-    written = _read_back(spark, source, root, [r.lo for r in batch]) if figures is None else {}
     rows_total = 0
+    heartbeat.check()
     for record in batch:
-        if figures is None:
-            rows, checksum, oldest, newest = source_figures(source, record.lo, record.hi, alias)
-            parquet_rows, parquet_checksum = written.get(record.lo, (0, 0))
-        else:
-            got = figures[record.lo]
-            rows, checksum = got.rows, got.checksum
-            oldest, newest = _from_micros(got.oldest_us), _from_micros(got.newest_us)
-            # The files hold exactly the rows read (ids read back one to one), and those
-            # rows' checksum is PostgreSQL's, taken in the same snapshot as the read.
-            parquet_rows = got.parquet_rows
-            parquet_checksum = got.checksum if got.ids_match else -1
-        record.source_rows, record.source_checksum = rows, checksum
-        record.parquet_rows, record.parquet_checksum = parquet_rows, parquet_checksum
-        record.min_at, record.max_at = oldest, newest
-        if (rows, checksum) == (parquet_rows, parquet_checksum):
+        got = figures[record.lo]
+        record.source_rows, record.source_checksum = got.rows, got.checksum
+        record.min_at, record.max_at = _from_micros(got.oldest_us), _from_micros(got.newest_us)
+        # The files hold exactly the rows read (ids read back one to one), and those rows'
+        # checksum is PostgreSQL's, taken in the same snapshot as the read.
+        record.parquet_rows = got.parquet_rows
+        record.parquet_checksum = got.checksum if got.ids_match else -1
+        if (got.rows, got.checksum) == (record.parquet_rows, record.parquet_checksum):
+            manifest = Manifest(
+                source=source.name,
+                lo=record.lo,
+                hi=record.hi,
+                rows=got.rows,
+                checksum=got.checksum,
+                run=run.pk,
+                files=tuple(
+                    committer.committed_file(source.name, final_name(path), rows, size, sha)
+                    for path, rows, size, sha in got.files
+                ),
+            )
+            committer.commit(manifest, [(path, final_name(path)) for path, *_ in got.files])
             record.status = ExportRangeStatus.VERIFIED
             record.verified_at = timezone.now()
         else:
+            # Keep what was committed before (if anything); drop this attempt's files.
+            committer.clean_leftovers(source.name, [(record.lo, record.hi)])
             record.status = ExportRangeStatus.MISMATCH
-        rows_total += parquet_rows
+        rows_total += record.parquet_rows
     ExportRange.objects.using(alias).bulk_update(
         batch,
         [
@@ -427,6 +536,132 @@ def _verify_batch(
     return rows_total
 
 
+def remove_leftovers(committer: Committer, source: SourceTable, pending: list[ExportRange]) -> int:
+    """Delete what interrupted runs left: temporary files anywhere, and files of the ranges to
+    redo that their manifest does not list. Runs under the lease, before anything is written."""
+    removed = 0
+    if isinstance(committer, LocalCommitter):
+        for path in committer.temp_files(source.name):
+            committer.delete(path)
+            removed += 1
+    else:
+        assert isinstance(committer, HadoopCommitter)
+        committer.delete_tree(f"{committer.source_root(source.name)}/_temporary")
+    return removed + committer.clean_leftovers(source.name, [(r.lo, r.hi) for r in pending])
+
+
+def write_ranges_direct(
+    spark: SparkSession,
+    source: SourceTable,
+    directory: str,
+    batch: list[ExportRange],
+    alias: str,
+    file_mode: int,
+) -> dict[int, RangeFigures]:
+    """One Spark task per range: psycopg COPY -> Arrow -> Parquet, written by the task itself.
+
+    Measured faster than the JDBC source plus Spark's partitioned writer (see the how-to):
+    no JVM row conversion, no partitionBy sort, and the checksum is computed by PostgreSQL
+    in the read's own snapshot instead of by reading the files back through Spark.
+    """
+    job = RangeJob(
+        dsn=psycopg_dsn(alias),
+        table=source.table,
+        columns=tuple(source.columns),
+        time_column=source.time_column,
+        checksum_sql=sql_row_hash(source),
+        root=directory,
+        file_mode=file_mode,
+    )
+    specs = [(r.lo, r.hi) for r in batch]
+    context = spark.sparkContext
+    context.setJobDescription(f"pgq_pipeline export {source.name} ids {specs[0][0]}..")
+    try:
+        rdd = context.parallelize(specs, len(specs))
+        figures = rdd.mapPartitions(partial(export_ranges, job)).collect()
+    finally:
+        context.setJobDescription(None)  # type: ignore[arg-type]
+    return {f.lo: f for f in figures}
+
+
+def write_ranges_with_spark(
+    spark: SparkSession,
+    source: SourceTable,
+    committer: HadoopCommitter,
+    batch: list[ExportRange],
+    alias: str,
+) -> dict[int, RangeFigures]:
+    """For a URL Python workers cannot write (s3a://, hdfs://...): JDBC -> Spark's writer,
+    then the files read back through Spark (rows and checksum per file, SHA-256 of each)."""
+    from pyspark.sql import functions as F
+
+    root = committer.source_root(source.name)
+    temp_root = f"{committer.destination}/_temporary_ranges/{source.name}"
+    frame = read_ranges(spark, source, batch, alias)
+    # Written aside, then each file renamed to a temporary name in its final directory.
+    (
+        frame.write.mode("overwrite")
+        .partitionBy("queue", "day", "id_range")
+        .option("compression", "zstd")
+        .parquet(temp_root)
+    )
+    written = [
+        p for p in committer.list_files(temp_root) if p.rsplit("/", 1)[1].startswith("part-")
+    ]
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    per_file: dict[str, tuple[int, int]] = {}
+    if written:
+        read = spark.read.option("basePath", temp_root).parquet(*written)
+        for row in (
+            read.withColumn("file", F.input_file_name())
+            .groupBy("file")
+            .agg(F.count(F.lit(1)).alias("rows"), F.sum(spark_row_hash(source)).alias("sum"))
+            .collect()
+        ):
+            per_file[committer.qualify(row["file"])] = (int(row["rows"]), int(row["sum"] or 0))
+        hashes = {
+            committer.qualify(row["path"]): row["sha"]
+            for row in spark.read.format("binaryFile")
+            .load(written)
+            .select("path", F.sha2("content", 256).alias("sha"))
+            .collect()
+        }
+    figures: dict[int, RangeFigures] = {}
+    moved: dict[int, list[tuple[str, int, int, str, int]]] = {r.lo: [] for r in batch}
+    for path in written:
+        relative = path[len(temp_root) + 1 :]
+        lo = int(relative.split("id_range=", 1)[1].split("/", 1)[0])
+        directory, name = f"{root}/{relative}".rsplit("/", 1)
+        target = f"{directory}/{TEMP_PREFIX}{name}"
+        committer.make_dirs(directory)
+        committer.rename(path, target)
+        rows, checksum = per_file[path]
+        moved[lo].append((target, rows, committer.size(target), hashes[path], checksum))
+    committer.delete_tree(temp_root)
+    for record in batch:
+        rows, checksum, oldest, newest = source_figures(source, record.lo, record.hi, alias)
+        files = moved[record.lo]
+        parquet_rows = sum(f[1] for f in files)
+        parquet_checksum = sum(f[4] for f in files)
+        figures[record.lo] = RangeFigures(
+            lo=record.lo,
+            rows=rows,
+            checksum=checksum,
+            oldest_us=_to_micros(oldest),
+            newest_us=_to_micros(newest),
+            parquet_rows=parquet_rows,
+            ids_match=parquet_checksum == checksum,
+            files=tuple(f[:4] for f in files),
+        )
+    return figures
+
+
+def _to_micros(moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
 def _from_micros(micros: int | None) -> datetime | None:
     if micros is None:
         return None
@@ -434,50 +669,8 @@ def _from_micros(micros: int | None) -> datetime | None:
 
 
 def read_export(spark: SparkSession, destination: str, source: str) -> DataFrame:
-    """The exported rows of ``source`` as Spark reads them back (partition values as text)."""
-    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    root = f"{destination.rstrip('/')}/{source}"
-    return spark.read.option("basePath", root).parquet(root)
-
-
-def _read_back(
-    spark: SparkSession, source: SourceTable, root: str, los: list[int]
-) -> dict[int, tuple[int, int]]:
-    """Per range: (rows, checksum) of the Parquet files on disk, computed by Spark."""
-    from pyspark.sql import functions as F
-
-    fs, _ = hadoop_fs(spark, root)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    # Only the directories of these ranges: listing the whole export would grow with it.
-    paths = []
-    for lo in los:
-        pattern = f"{root}/queue=*/day=*/id_range={lo}"
-        if fs.globStatus(jvm.org.apache.hadoop.fs.Path(pattern)):
-            paths.append(pattern)
-    if not paths:
-        return {}
-    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    frame = spark.read.option("basePath", root).parquet(*paths)
-    figures = (
-        frame.groupBy("id_range")
-        .agg(F.count(F.lit(1)).alias("rows"), F.sum(spark_row_hash(source)).alias("checksum"))
-        .collect()
-    )
-    return {int(row["id_range"]): (int(row["rows"]), int(row["checksum"] or 0)) for row in figures}
-
-
-def _remove_range_dirs(spark: SparkSession, root: str, los: list[int]) -> None:
-    """Delete what an earlier, interrupted attempt of these ranges may have left."""
-    fs, base = hadoop_fs(spark, root)
-    if not fs.exists(base):
-        return
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    for lo in los:
-        pattern = jvm.org.apache.hadoop.fs.Path(f"{root}/queue=*/day=*/id_range={lo}")
-        for status in fs.globStatus(pattern) or []:
-            fs.delete(status.getPath(), True)
+    """The committed rows of ``source`` as Spark reads them (partition values as text)."""
+    return read_committed_spark(spark, destination, source)
 
 
 def verified_ranges(destination: str | None, source: str, alias: str) -> Any:
@@ -486,3 +679,48 @@ def verified_ranges(destination: str | None, source: str, alias: str) -> Any:
     if destination is not None:
         query &= Q(destination=destination.rstrip("/"))
     return ExportRange.objects.using(alias).filter(query).order_by("lo")
+
+
+def nothing_to_export(destination: str, sources: Iterable[str], using: str | None = None) -> bool:
+    """Whether an export to ``destination`` would find nothing to do, decided from PostgreSQL
+    (and the manifests, for a local destination) without starting Spark.
+
+    True only when every source has no row past its watermark, no range left to (re)do, the
+    ranges a run re-checks are unchanged, no run is left shown running, and (local) every
+    verified range's manifest is in place.
+    """
+    alias = using or get_settings().DATABASE_ALIAS
+    destination = destination.rstrip("/")
+    directory = local_directory(destination)
+    if directory is None or not os.path.isdir(directory):
+        return False
+    runs = ExportRun.objects.using(alias).filter(destination=destination)
+    if runs.filter(status=ExportRunStatus.RUNNING).exists():
+        return False  # a run to take over (or a live one, which the export will name)
+    committer = LocalCommitter(destination, DEFAULT_FILE_MODE)
+    for name in sources:
+        source = _source(name)
+        ranges = ExportRange.objects.using(alias).filter(
+            destination=destination, source=source.name
+        )
+        if ranges.exclude(
+            status__in=[ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED]
+        ).exists():
+            return False
+        watermark = ranges.aggregate(m=Max("hi"))["m"]
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"SELECT max(id) FROM {source.table}")
+            newest = cursor.fetchone()[0]
+        if newest is not None and (watermark is None or newest >= watermark):
+            return False
+        verified = ranges.filter(status=ExportRangeStatus.VERIFIED)
+        present = committer.manifest_names(source.name)
+        if any(f"{lo}-{hi}.json" not in present for lo, hi in verified.values_list("lo", "hi")):
+            return False
+        for record in verified.order_by("-lo")[:RECHECK_RANGES]:
+            if pruned_elsewhere(record, alias):
+                continue
+            rows, checksum, _, _ = source_figures(source, record.lo, record.hi, alias)
+            if (rows, checksum) != (record.source_rows, record.source_checksum):
+                return False
+    return True

@@ -16,6 +16,7 @@ from ..core.validation import QUEUE_NAME_MAX_LENGTH, TASK_NAME_MAX_LENGTH
 
 EXPORT_RUN_TABLE = "pgqueue_export_run"
 EXPORT_RANGE_TABLE = "pgqueue_export_range"
+EXPORT_LEASE_TABLE = "pgqueue_export_lease"
 STATS_TABLE = "pgqueue_stats_hourly"
 
 
@@ -130,6 +131,28 @@ class ExportRange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} [{self.lo}, {self.hi}) -> {self.destination} ({self.status})"
+
+
+class ExportLease(models.Model):
+    """The one export run allowed to write a destination, until ``expires_at`` (database time).
+
+    The holder renews it while it works; a killed or stalled run stops renewing, and the next
+    run takes the lease over once it has expired and marks that run failed (``commit.py``).
+    """
+
+    destination = models.TextField(primary_key=True)
+    run = models.ForeignKey(ExportRun, on_delete=models.PROTECT, related_name="+")
+    holder = models.TextField(help_text="host, process id and run of the writer.")
+    acquired_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "django_pgqueue"
+        db_table = EXPORT_LEASE_TABLE
+        verbose_name = "export lease"
+
+    def __str__(self) -> str:
+        return f"{self.destination} held by {self.holder} until {self.expires_at}"
 
 
 class QueueStatsHourly(models.Model):

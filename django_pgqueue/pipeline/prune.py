@@ -1,9 +1,13 @@
-"""prune: delete archive / dead rows that a completed export verified, one range at a time.
+"""prune: delete archive / dead rows of one destination's committed export, one range at a time.
 
-Each range is deleted in its own short transaction by one ``DELETE ... RETURNING`` whose
-returned rows are counted and checksummed in the same statement; when they differ from what
-the export verified (a late-committed row, a requeue since), the transaction is rolled back
-and that range is left alone. So prune can never delete a row that is not in the export.
+Before it deletes a range, prune re-verifies the destination it was told: the range's
+committed manifest is there and agrees with what the export recorded, and every file it lists
+exists with the recorded size and SHA-256. A range that fails any check is refused, with the
+reason, and its rows stay. Each accepted range is deleted in its own short transaction by one
+``DELETE ... RETURNING`` whose returned rows are counted and checksummed in the same statement;
+when they differ from what the export verified (a late-committed row, a requeue since), the
+transaction is rolled back and that range is left alone. So prune can never delete a row that
+the destination's files do not hold. Only ranges of that destination are read or changed.
 Not a Spark job: Spark's JDBC source cannot DELETE; this runs from the driver.
 """
 
@@ -19,20 +23,28 @@ from django.utils import timezone
 
 from ..conf import get_settings
 from .columns import SOURCES, SourceTable, sql_row_hash
-from .errors import NoVerifiedExport, PipelineError
+from .committed import COMMITTED_DIR, Manifest, Store, manifest_name, open_store
+from .errors import NotPrunable, NoVerifiedExport, PipelineError
+from .export import pruned_elsewhere
 from .models import ExportRange, ExportRangeStatus
 from .progress import Progress
 
 
 @dataclass
 class PruneResult:
+    destination: str = ""
+    dry_run: bool = False
     rows: int = 0
     row_bytes: int = 0
     ranges_pruned: int = 0
+    #: Ranges whose files did not re-verify: "<range>: <reason>" (rows kept, state unchanged).
+    refused: list[str] = field(default_factory=list)
+    #: Ranges whose rows differed from the export at delete time (rolled back, re-exported).
     skipped: list[str] = field(default_factory=list)
     relation_bytes_before: int = 0
     relation_bytes_after: int = 0
     vacuumed: bool = False
+    vacuum_skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -41,12 +53,14 @@ class PruneResult:
 
 
 class _Mismatch(Exception):
-    pass
+    def __init__(self, message: str, rows: int) -> None:
+        super().__init__(message)
+        self.rows = rows
 
 
 def prune(
     *,
-    destination: str | None = None,
+    destination: str | None,
     sources: Iterable[str] = ("archive", "dead"),
     keep_days: float | None = None,
     vacuum: bool = False,
@@ -54,30 +68,39 @@ def prune(
     report: Callable[[str], None] | None = None,
     using: str | None = None,
 ) -> PruneResult:
-    """Delete the rows of verified export ranges, oldest first.
+    """Delete the rows of ``destination``'s committed ranges that re-verify, oldest first.
 
-    ``keep_days`` keeps ranges holding any row newer than that many days (by ``finished_at``
-    / ``died_at``). ``vacuum`` runs ``VACUUM (ANALYZE)`` afterwards so the freed space is
-    reusable at once and the relation sizes in the result reflect it. Raises
-    :class:`NoVerifiedExport` when there is nothing verified to prune.
+    ``destination`` is required: prune deletes only what it has just re-verified in that
+    export's files. ``keep_days`` keeps ranges holding any row newer than that many days (by
+    ``finished_at`` / ``died_at``). ``vacuum`` runs ``VACUUM (ANALYZE)`` afterwards so the
+    freed space is reusable at once (skipped, and said so, for a table this role does not
+    own). ``dry_run`` re-verifies and reports, deleting nothing. Raises
+    :class:`NoVerifiedExport` when there is nothing verified to prune and
+    :class:`NotPrunable` when the destination cannot be read.
     """
+    if not destination:
+        raise PipelineError(
+            "prune needs --destination: it deletes only rows it has just re-verified in that "
+            "export's files, so it must be told which export to check."
+        )
     alias = using or get_settings().DATABASE_ALIAS
+    destination = destination.rstrip("/")
     chosen: list[SourceTable] = []
     for name in sources:
         if name not in SOURCES:
             raise PipelineError(f"Unknown source {name!r}; use archive and/or dead.")
         chosen.append(SOURCES[name])
     candidates = ExportRange.objects.using(alias).filter(
-        source__in=[s.name for s in chosen], status=ExportRangeStatus.VERIFIED
+        destination=destination,
+        source__in=[s.name for s in chosen],
+        status=ExportRangeStatus.VERIFIED,
     )
-    if destination is not None:
-        candidates = candidates.filter(destination=destination.rstrip("/"))
     if not candidates.exists():
-        where = f" to {destination}" if destination else ""
         raise NoVerifiedExport(
-            f"Nothing to prune: no verified export range{where}. Run `pgq_pipeline export` "
-            "first; prune only deletes rows an export has written and verified."
+            f"Nothing to prune: no verified export range to {destination}. Run `pgq_pipeline "
+            "export` first; prune only deletes rows an export has written and verified."
         )
+    store = _open(destination)
     if keep_days is not None:
         if keep_days < 0:
             raise PipelineError(f"keep_days must be >= 0, got {keep_days}")
@@ -87,36 +110,137 @@ def prune(
         candidates = candidates.filter(max_at__lt=cutoff) | candidates.filter(source_rows=0)
     ranges = list(candidates.order_by("source", "lo"))
     started = time.monotonic()
-    result = PruneResult()
+    result = PruneResult(destination=destination, dry_run=dry_run)
     result.relation_bytes_before = _relation_bytes(chosen, alias)
     progress = Progress("prune", len(ranges), report)
     for record in ranges:
-        source = SOURCES[record.source]
+        where = f"{record.source} [{record.lo}, {record.hi})"
+        reason = verify_committed(store, record)
+        if reason is not None:
+            result.refused.append(f"{where}: {reason}")
+            _say(report, f"prune: refused {where}: {reason}")
+            continue
         if dry_run:
-            progress.advance(record.source_rows or 0, note="dry run")
-            result.rows += record.source_rows or 0
+            result.rows += record.parquet_rows or 0
+            result.ranges_pruned += 1
+            _say(report, f"prune (dry run): would delete {record.parquet_rows:,} rows of {where}")
             continue
         try:
-            rows, row_bytes = _delete_range(source, record, alias)
+            rows, row_bytes = _delete_range(SOURCES[record.source], record, alias)
         except _Mismatch as exc:
-            result.skipped.append(f"{record}: {exc}")
-            ExportRange.objects.using(alias).filter(pk=record.pk).update(
-                status=ExportRangeStatus.MISMATCH
-            )
-            progress.advance(0, note=f"skipped {record.source} [{record.lo}, {record.hi})")
+            if pruned_elsewhere(record, alias):
+                # Its rows went through another destination's prune: these files keep them.
+                if exc.rows == 0:
+                    _mark_pruned(record, 0, 0, alias)
+                result.skipped.append(
+                    f"{where}: {exc}; ids of it were pruned through another "
+                    "destination, whose files hold them"
+                )
+            else:
+                result.skipped.append(f"{where}: {exc}; re-run export")
+                ExportRange.objects.using(alias).filter(pk=record.pk).update(
+                    status=ExportRangeStatus.MISMATCH
+                )
+            progress.advance(0, note=f"skipped {where}")
             continue
         result.rows += rows
         result.row_bytes += row_bytes
         result.ranges_pruned += 1
         progress.advance(rows, note=f"{record.source} ids < {record.hi}")
     if vacuum and not dry_run:
-        with connections[alias].cursor() as cursor:
-            for source in chosen:
-                cursor.execute(f"VACUUM (ANALYZE) {source.table}")
-        result.vacuumed = True
+        result.vacuum_skipped = _vacuum(chosen, alias)
+        result.vacuumed = len(result.vacuum_skipped) < len(chosen)
     result.relation_bytes_after = _relation_bytes(chosen, alias)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _say(report: Callable[[str], None] | None, line: str) -> None:
+    if report is not None:
+        report(line)
+
+
+def _open(destination: str) -> Store:
+    try:
+        store = open_store(destination)
+        exists = store.exists(store.root)
+    except Exception as exc:  # any reason the files cannot be read refuses
+        raise NotPrunable(
+            f"Cannot read the export at {destination} from here to re-verify it ({exc}); "
+            "nothing was pruned."
+        ) from exc
+    if not exists:
+        raise NotPrunable(
+            f"The export destination {destination} does not exist (deleted, moved or not "
+            "mounted): prune deletes only rows it has just re-verified in the exported files, "
+            "so nothing was pruned. Run `pgq_pipeline export` to that destination to write "
+            "the rows that are still in the database again."
+        )
+    return store
+
+
+def verify_committed(store: Store, record: ExportRange) -> str | None:
+    """Why the committed files of ``record`` do not hold its rows, or None when they do."""
+    path = f"{store.root}/{COMMITTED_DIR}/{record.source}/{manifest_name(record.lo, record.hi)}"
+    try:
+        if not store.exists(path):
+            return "its commit manifest is missing (files deleted or moved)"
+        manifest = Manifest.from_json(store.read_bytes(path))
+        if (manifest.rows, manifest.checksum) != (record.parquet_rows, record.parquet_checksum):
+            return (
+                f"its manifest lists {manifest.rows} rows (checksum {manifest.checksum}), the "
+                f"export verified {record.parquet_rows} (checksum {record.parquet_checksum})"
+            )
+        if sum(f.rows for f in manifest.files) != manifest.rows:
+            return "its manifest's files do not add up to its row count"
+        root = f"{store.root}/{record.source}"
+        for committed in manifest.files:
+            file_path = f"{root}/{committed.path}"
+            if not store.exists(file_path):
+                return f"file {committed.path} is missing"
+            if store.size(file_path) != committed.bytes:
+                return f"file {committed.path} changed size"
+            if store.sha256(file_path) != committed.sha256:
+                return f"file {committed.path} changed (SHA-256 differs)"
+    except Exception as exc:  # unreadable means unverified
+        return f"its files could not be read ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _mark_pruned(record: ExportRange, rows: int, row_bytes: int, alias: str) -> None:
+    ExportRange.objects.using(alias).filter(pk=record.pk).update(
+        status=ExportRangeStatus.PRUNED,
+        pruned_at=timezone.now(),
+        pruned_rows=rows,
+        pruned_bytes=row_bytes,
+    )
+
+
+def _vacuum(sources: list[SourceTable], alias: str) -> list[str]:
+    """VACUUM (ANALYZE) the tables this role may vacuum; the others are returned, with why.
+
+    PostgreSQL only warns (and does nothing) when a non-owner asks, so ownership is checked
+    first and a skipped table is reported instead of a vacuum that did not happen.
+    """
+    skipped = []
+    with connections[alias].cursor() as cursor:
+        for source in sources:
+            cursor.execute(
+                "SELECT pg_has_role(current_user, c.relowner, 'USAGE') "
+                "OR pg_has_role(current_user, d.datdba, 'USAGE') "
+                "OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
+                "FROM pg_class c, pg_database d "
+                "WHERE c.oid = %s::regclass AND d.datname = current_database()",
+                [source.table],
+            )
+            if not cursor.fetchone()[0]:
+                skipped.append(
+                    f"{source.table}: only its owner (or the database owner, or a superuser) "
+                    "may vacuum it"
+                )
+                continue
+            cursor.execute(f"VACUUM (ANALYZE) {source.table}")
+    return skipped
 
 
 def _delete_range(source: SourceTable, record: ExportRange, alias: str) -> tuple[int, int]:
@@ -134,14 +258,10 @@ def _delete_range(source: SourceTable, record: ExportRange, alias: str) -> tuple
             # Rolls the DELETE back: these rows are not exactly what the export holds.
             raise _Mismatch(
                 f"database has {rows} rows (checksum {checksum}), the export verified "
-                f"{record.parquet_rows} (checksum {record.parquet_checksum}); re-run export"
+                f"{record.parquet_rows} (checksum {record.parquet_checksum})",
+                int(rows),
             )
-        ExportRange.objects.using(alias).filter(pk=record.pk).update(
-            status=ExportRangeStatus.PRUNED,
-            pruned_at=timezone.now(),
-            pruned_rows=rows,
-            pruned_bytes=row_bytes,
-        )
+        _mark_pruned(record, int(rows), int(row_bytes), alias)
     return int(rows), int(row_bytes)
 
 

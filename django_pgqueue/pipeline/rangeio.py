@@ -12,10 +12,13 @@ are read back and compared one to one with the rows read.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from .committed import TEMP_PREFIX, directory_mode, file_sha256
 
 #: Arrow type of each non-text column kind; integer widths follow the PostgreSQL columns so
 #: files match the ones Spark's JDBC path writes (smallint -> int16, integer -> int32).
@@ -32,6 +35,7 @@ class RangeJob:
     time_column: str
     checksum_sql: str  # columns.sql_row_hash(source)
     root: str  # local directory of this source's export
+    file_mode: int = 0o600  # permissions of the files; directories get the matching 0700 form
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,8 @@ class RangeFigures:
     newest_us: int | None
     parquet_rows: int
     ids_match: bool
-    files: int
+    #: (path under a temporary name, rows, bytes, sha256) of each file written
+    files: tuple[tuple[str, int, int, str], ...]
 
 
 def select_list(columns: Iterable[tuple[str, str]]) -> str:
@@ -93,6 +98,8 @@ def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[A
             f"FROM {job.table} {where}"
         ).fetchone()
     schema = arrow_schema(job.columns)
+    if not buffer:  # an empty range is a normal state (pyarrow refuses an empty CSV)
+        return schema.empty_table(), figures
     # Timestamps travel as epoch microseconds: no time zone or text format in between.
     wire = {f.name: (pa.int64() if pa.types.is_timestamp(f.type) else f.type) for f in schema}
     table = pacsv.read_csv(
@@ -108,8 +115,9 @@ def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[A
     return table.cast(schema), figures
 
 
-def write_range(job: RangeJob, table: Any, lo: int) -> tuple[list[str], int]:
-    """Write ``table`` under ``root/queue=/day=/id_range=lo``; returns (files, rows written)."""
+def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
+    """Write ``table`` under ``root/queue=/day=/id_range=lo`` with temporary (hidden) names;
+    returns (path, rows) per file. Readers skip the files until the commit renames them."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
@@ -118,13 +126,10 @@ def write_range(job: RangeJob, table: Any, lo: int) -> tuple[list[str], int]:
     table = table.append_column("day", days).append_column(
         "id_range", pa.array([str(lo)] * table.num_rows, pa.string())
     )
-    written: list[str] = []
-    rows = 0
+    written: list[tuple[str, int]] = []
 
     def visit(written_file: Any) -> None:
-        nonlocal rows
-        written.append(written_file.path)
-        rows += written_file.metadata.num_rows
+        written.append((written_file.path, written_file.metadata.num_rows))
 
     ds.write_dataset(
         table,
@@ -132,13 +137,13 @@ def write_range(job: RangeJob, table: Any, lo: int) -> tuple[list[str], int]:
         format="parquet",
         partitioning=["queue", "day", "id_range"],
         partitioning_flavor="hive",
-        basename_template=f"part-{uuid.uuid4().hex}-{{i}}.zstd.parquet",
+        basename_template=f"{TEMP_PREFIX}part-{uuid.uuid4().hex}-{{i}}.zstd.parquet",
         existing_data_behavior="overwrite_or_ignore",
         max_partitions=1 << 20,
         file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
         file_visitor=visit,
     )
-    return written, rows
+    return written
 
 
 def ids_on_disk(paths: list[str]) -> Any:
@@ -162,7 +167,8 @@ def _sorted(values: Any) -> Any:
 
 def export_range(job: RangeJob, conn: Any, lo: int, hi: int) -> RangeFigures:
     table, (rows, checksum, oldest, newest) = read_range(job, conn, lo, hi)
-    paths, _ = write_range(job, table, lo) if table.num_rows else ([], 0)
+    written = write_range(job, table, lo) if table.num_rows else []
+    paths = [path for path, _ in written]
     back = ids_on_disk(paths)
     ids_match = len(back) == table.num_rows and _sorted(back).equals(
         _sorted(table["id"].combine_chunks())
@@ -175,7 +181,7 @@ def export_range(job: RangeJob, conn: Any, lo: int, hi: int) -> RangeFigures:
         newest_us=None if newest is None else int(newest),
         parquet_rows=len(back),
         ids_match=bool(ids_match),
-        files=len(paths),
+        files=tuple((path, n, os.path.getsize(path), file_sha256(path)) for path, n in written),
     )
 
 
@@ -186,8 +192,13 @@ def export_ranges(job: RangeJob, ranges: Iterable[tuple[int, int]]) -> Iterator[
     ranges = list(ranges)
     if not ranges:
         return
-    with psycopg.connect(job.dsn) as conn:
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
-        for lo, hi in ranges:
-            yield export_range(job, conn, lo, hi)
+    # A Python worker runs one task at a time, so the umask is this task's for its length.
+    previous = os.umask(0o777 & ~directory_mode(job.file_mode))
+    try:
+        with psycopg.connect(job.dsn) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            for lo, hi in ranges:
+                yield export_range(job, conn, lo, hi)
+    finally:
+        os.umask(previous)

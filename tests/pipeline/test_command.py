@@ -43,11 +43,11 @@ def test_export_stats_and_prune_through_the_command(spark: Any, tmp_path: Path) 
     assert QueueStatsHourly.objects.exists()
 
     out = io.StringIO()
-    call_command("pgq_pipeline", "prune", stdout=out, stderr=err)
+    call_command("pgq_pipeline", "prune", "--destination", destination, stdout=out, stderr=err)
     assert "pruned 600 rows" in out.getvalue()
     assert not ArchivedMessage.objects.exists()
     with pytest.raises(CommandError, match="prune failed"):
-        call_command("pgq_pipeline", "prune", stdout=out, stderr=err)
+        call_command("pgq_pipeline", "prune", "--destination", destination, stdout=out, stderr=err)
 
 
 def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,7 +86,7 @@ def test_python_m_entry_point_runs_a_job() -> None:
         "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "example_project"), *sys.path]),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "django_pgqueue.pipeline", "prune"],
+        [sys.executable, "-m", "django_pgqueue.pipeline", "prune", "--destination", "/x"],
         cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr

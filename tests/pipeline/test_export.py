@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset
 import pytest
 
 from django_pgqueue.models import ExportRange, ExportRun
 from django_pgqueue.pipeline import export as export_module
+from django_pgqueue.pipeline.commit import LocalCommitter
+from django_pgqueue.pipeline.committed import read_committed
 from django_pgqueue.pipeline.errors import ForeignOutput
 from django_pgqueue.pipeline.export import export, read_export
 from django_pgqueue.pipeline.models import ExportRangeStatus
@@ -77,34 +81,49 @@ def test_second_export_adds_nothing_and_new_rows_go_in_new_ranges(
     assert len(ids) == len(set(ids)) == 600
 
 
-def test_crash_mid_export_resumes_without_duplicates(
+def test_crash_mid_commit_leaves_readers_the_committed_ranges_and_resumes_cleanly(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill_archive(1_200)
     destination = str(tmp_path / "out")
-    real_verify = export_module._verify_batch
+    real_commit = LocalCommitter.commit
     calls = {"n": 0}
 
-    def crash_on_second_batch(*args: Any, **kwargs: Any) -> Any:
+    def crash_on_third_range(self: Any, manifest: Any, renames: Any) -> None:
         calls["n"] += 1
-        if calls["n"] == 2:  # files of this batch are on disk, not yet verified
+        if calls["n"] == 3:  # files renamed into place, manifest not written yet
+            for temp, final in renames:
+                os.replace(temp, final)
             raise RuntimeError("injected crash")
-        return real_verify(*args, **kwargs)
+        real_commit(self, manifest, renames)
 
-    monkeypatch.setattr(export_module, "_verify_batch", crash_on_second_batch)
+    monkeypatch.setattr(LocalCommitter, "commit", crash_on_third_range)
     with pytest.raises(RuntimeError, match="injected crash"):
         export(spark, destination, sources=["archive"], range_size=200, ranges_per_job=2)
     assert ExportRun.objects.get().status == "failed"
     statuses = list(ExportRange.objects.order_by("lo").values_list("status", flat=True))
     assert statuses[:2] == ["verified", "verified"] and "verified" not in statuses[2:]
     crashed = ExportRange.objects.order_by("lo")[2]
-    assert list((tmp_path / "out").rglob(f"id_range={crashed.lo}"))  # its files are there
-    monkeypatch.setattr(export_module, "_verify_batch", real_verify)
+    assert list((tmp_path / "out").rglob(f"id_range={crashed.lo}/part-*"))  # uncommitted files
+    # Readers of the committed files see exactly the two committed ranges.
+    committed = pyarrow.dataset.dataset(read_committed(destination, "archive")).to_table()
+    first_two = ExportRange.objects.order_by("lo")[:2]
+    assert sorted(committed["id"].to_pylist()) == [
+        r[0]
+        for r in run_sql(
+            "SELECT id FROM pgqueue_archive WHERE id >= %s AND id < %s ORDER BY id",
+            [first_two[0].lo, first_two[1].hi],
+        )
+    ]
+    monkeypatch.setattr(LocalCommitter, "commit", real_commit)
 
     resumed = export(spark, destination, sources=["archive"], range_size=200, ranges_per_job=2)
 
     assert resumed.ranges_exported == len(statuses) - 2
+    assert resumed.leftovers_removed >= 1
     assert exported_archive(spark, destination) == [tuple(r) for r in run_sql(ARCHIVE_SQL)]
+    on_disk = sorted(p.name for p in (tmp_path / "out" / "archive").rglob("*.parquet"))
+    assert len(on_disk) == len(read_committed(destination, "archive"))  # nothing else left
 
 
 def test_urls_python_workers_cannot_write_go_through_spark_writer(

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 def test_prune_refuses_without_a_verified_export() -> None:
     fill_archive(20)
     with pytest.raises(NoVerifiedExport, match="Run `pgq_pipeline export` first"):
-        prune()
+        prune(destination="/nonexistent/export")
     assert ArchivedMessage.objects.count() == 20
 
 
@@ -66,7 +66,7 @@ def test_prune_keeps_the_last_days(spark: Any, tmp_path: Path) -> None:
     export(spark, str(tmp_path / "out"), sources=["archive"], range_size=100)
     cutoff = timezone.now() - dt.timedelta(days=3)
 
-    result = prune(keep_days=3, vacuum=True)
+    result = prune(destination=str(tmp_path / "out"), keep_days=3, vacuum=True)
 
     kept_ranges = ExportRange.objects.filter(status="verified")
     assert kept_ranges.exists() and all(r.max_at >= cutoff for r in kept_ranges)
