@@ -23,6 +23,7 @@ from ..core import operations
 from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, Message, WorkerHeartbeat
 from .actions import CappedPaginator, bounded_selection, report
+from .cancel import CancelAction
 from .display import errors_html, json_html, json_preview, traceback_html
 from .filters import LiveStateFilter, QueueFilter, TaskFilter
 
@@ -143,7 +144,7 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyAdmin):
+class MessageAdmin(CancelAction, ReadOnlyAdmin):
     list_display = (
         "id",
         "task",
@@ -189,7 +190,7 @@ class MessageAdmin(ReadOnlyAdmin):
         "last_error_pretty",
         "errors_pretty",
     )
-    actions = ("retry_now", "release_leases", "discard")
+    actions = ("retry_now", "release_leases", "discard", "cancel")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # The state column compares with database time, not the web server's clock.

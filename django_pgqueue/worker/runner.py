@@ -737,6 +737,8 @@ class Worker:
                 alias=self.alias,
                 abort=self._abort_io,
             )
+            if outcome.cancel_requested:
+                self._flag_cancelled(group, outcome.cancel_requested)
             if outcome.stale:
                 logger.warning(
                     "Lost the lease of %d in-flight messages (expired and taken by another "
@@ -745,6 +747,14 @@ class Worker:
                     outcome.stale[:20],
                 )
         retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._abort_io)
+
+    @staticmethod
+    def _flag_cancelled(jobs: list[Job], message_ids: list[int]) -> None:
+        """Tell the handlers of messages cancel() flagged (``context.cancel_requested``)."""
+        flagged = set(message_ids)
+        for job in jobs:
+            if job.message.id in flagged:
+                job.cancel_requested = True
 
     def _beat_row(self, first: bool = False) -> None:
         snapshot = self.stats.snapshot(self.executor.in_flight(), self.stats.rate())

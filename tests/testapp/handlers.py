@@ -88,3 +88,16 @@ def extends_lease(context: MessageContext, payload: Any) -> bool:
 @django_pgqueue.handler("tests.async-extend")
 async def async_extends_lease(context: MessageContext, payload: Any) -> bool:
     return context.extend_lease(120)
+
+
+@django_pgqueue.handler("tests.cancellable")
+def cancellable(context: MessageContext, payload: dict[str, Any]) -> str:
+    """Works in small steps until cancel() is seen (then raises) or ``seconds`` pass."""
+    if payload.get("started_file"):
+        Path(payload["started_file"]).touch()
+    deadline = time.monotonic() + payload.get("seconds", 10)
+    while time.monotonic() < deadline:
+        if context.cancel_requested:
+            raise RuntimeError("stopped: cancel requested")
+        time.sleep(0.05)
+    return "finished"
