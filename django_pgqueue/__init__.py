@@ -2,7 +2,7 @@
 
 The public API is small: enqueue in the caller's transaction (:func:`enqueue`), after it
 commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`), register handlers
-(:func:`handler`) and cancel messages (:func:`cancel`). Leasing and transitions live on ``Message.objects`` and in
+(:func:`handler`), schedule them (:func:`periodic`) and cancel messages (:func:`cancel`). Leasing and transitions live on ``Message.objects`` and in
 ``django_pgqueue.core``.
 """
 
@@ -10,6 +10,7 @@ from ._version import __version__
 from .core.cancel import CancelResult, cancel, cancel_many
 from .core.enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
 from .exceptions import InvalidMessage, LeaseError, PayloadError, PgQueueError, QueueNameError
+from .periodic import periodic
 from .worker.registry import handler
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "enqueue_many",
     "enqueue_on_commit",
     "handler",
+    "periodic",
 ]

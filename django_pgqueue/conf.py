@@ -62,6 +62,8 @@ class PgQueueSettings:
     COMPLETION_FLUSH_INTERVAL: float = 0.05
     STALE_READY_WARNING: float = 60.0
     SYNCHRONOUS_ACKS: bool = False
+    PERIODIC_GRACE: float = 60.0
+    PERIODIC_CHECK_INTERVAL: float = 5.0
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -112,6 +114,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "COMPLETION_FLUSH_INTERVAL": (_non_negative, "a number of seconds >= 0"),
     "STALE_READY_WARNING": (_positive, "a number of seconds > 0"),
     "SYNCHRONOUS_ACKS": (lambda v: isinstance(v, bool), "True or False"),
+    "PERIODIC_GRACE": (_non_negative, "a number of seconds >= 0"),
+    "PERIODIC_CHECK_INTERVAL": (_positive, "a number of seconds > 0"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 

@@ -306,6 +306,7 @@ class WorkerHeartbeat(models.Model):
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
 # pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
 from .core.flow_models import FlowCredit, FlowKeyBucket, FlowRateShard, FlowState  # noqa: E402, F401
+from .core.periodic_models import PeriodicSchedule  # noqa: E402, F401
 from .pipeline.models import (  # noqa: E402, F401
     BulkEnqueueVote,
     ExportRange,

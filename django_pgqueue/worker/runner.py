@@ -35,6 +35,7 @@ from ..conf import get_settings
 from ..core import execution, sql, transitions
 from ..core.validation import validate_queue_name
 from ..models import DeadReason, Message
+from ..periodic import Ticker
 from . import heartbeat
 from .completer import Completer
 from .db import Stopped, is_connection_error, label_connection, retrying
@@ -427,8 +428,13 @@ class Worker:
         stale_every = self.conf.STALE_READY_WARNING
         next_stale = now + min(stale_every, 60.0)
         burst_checked = False
+        # Periodic schedules (periodic.py): due slots are enqueued from this loop.
+        ticker = None if burst else Ticker(self.alias)
+        next_tick = now
         while not self._stop.is_set():
             now = time.monotonic()
+            if ticker and now >= next_tick:
+                next_tick = time.monotonic() + ticker.run_due()
             next_deadline = self.executor.expire_overdue(now)
             if self.executor.stuck > self.concurrency:
                 # Only a new process frees threads stuck in handlers: stop, exit non-zero,
@@ -516,6 +522,8 @@ class Worker:
                 next_stale = now + min(stale_every, 60.0)
 
             timers = [next_poll, next_status, next_stale]
+            if ticker:
+                timers.append(next_tick)
             if self.listener is not None:
                 timers.append(next_probe)
             if next_due is not None:
