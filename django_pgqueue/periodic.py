@@ -37,7 +37,7 @@ from .core.validation import (
     validate_task_name,
 )
 
-__all__ = ["Schedule", "Ticker", "periodic", "schedules"]
+__all__ = ["Schedule", "Ticker", "periodic", "run_now", "schedules"]
 
 logger = logging.getLogger("django_pgqueue.periodic")
 
@@ -231,6 +231,31 @@ SET next_run_at = %s, last_run_at = COALESCE(%s, last_run_at), updated_at = now(
 WHERE name = %s AND next_run_at = %s AND NOT paused
 RETURNING name
 """
+
+
+def run_now(name: str, *, using: str | None = None) -> int:
+    """Enqueue schedule ``name`` once now, outside its slots (the admin's "Run now"); its
+    slots go on unchanged. Returns the message id; ``LookupError`` if the code does not
+    declare it."""
+    schedule = _SCHEDULES.get(name)
+    if schedule is None:
+        raise LookupError(f"no periodic schedule {name!r} is declared in the code")
+    alias = using or get_settings().DATABASE_ALIAS
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute("SELECT now()")
+        now = cursor.fetchone()[0]
+        sent = enqueue(
+            schedule.task,
+            schedule.payload_for(now),
+            queue=schedule.queue,
+            priority=schedule.priority,
+            using=alias,
+        )
+        cursor.execute(
+            "UPDATE pgqueue_periodic SET last_message_id = %s, updated_at = now() WHERE name = %s",
+            [sent.id, name],
+        )
+    return sent.id
 
 
 class Ticker:

@@ -31,6 +31,10 @@ class PeriodicSchedule(models.Model):
     class Meta:
         db_table = PERIODIC_TABLE
         verbose_name = "periodic schedule"
+        permissions = [
+            ("pause_periodicschedule", "Can pause and resume a periodic schedule"),
+            ("run_periodicschedule", "Can run a periodic schedule now"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.spec})"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
+from django.tasks import task
 
 import django_pgqueue
 from django_pgqueue.models import Message, PeriodicSchedule
@@ -185,3 +186,17 @@ def test_bad_declarations_fail_at_import(args: Any, kwargs: Any, error: str) -> 
 def test_an_unregistered_function_is_refused() -> None:
     with pytest.raises(TypeError, match="not a registered handler"):
         django_pgqueue.periodic(every=60)(lambda payload: None)
+
+
+def test_the_decorator_takes_a_tasks_task_with_no_arguments(monkeypatch: Any) -> None:
+    monkeypatch.setattr(periodic_module, "_SCHEDULES", {})
+    django_pgqueue.periodic("0 3 * * *", timezone="Europe/Paris")(nightly)
+    [schedule] = periodic_module.schedules()
+    assert schedule.task == nightly.module_path and schedule.queue == "default"
+    assert schedule.payload == {"args": [], "kwargs": {}}
+    assert schedule.spec == "cron 0 3 * * * Europe/Paris"
+
+
+@task
+def nightly() -> None:
+    """A Tasks task (defined at module level, as Django requires) for the test above."""
