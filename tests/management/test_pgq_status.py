@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
@@ -14,6 +17,7 @@ from django.utils import timezone
 
 from django_pgqueue.management.commands.pgq_status import THRESHOLD_EXIT_CODE
 from django_pgqueue.models import DeadReason
+from tests.acceptance.conftest import REPO, database_url
 from tests.factories import (
     DeadMessageFactory,
     MessageFactory,
@@ -98,3 +102,23 @@ def test_thresholds_not_crossed_exit_zero_and_paused_queues_do_not_alert() -> No
 def test_a_bad_queue_name_is_refused() -> None:
     with pytest.raises(CommandError, match="queue"):
         status("--queue", "Not A Queue")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_from_the_shell_the_exit_code_is_2_with_the_problem_on_stderr() -> None:
+    """What cron sees: the real command in its own process."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "example_project")]),
+    }
+    command = [sys.executable, "-m", "django", "pgq_status"]
+    alert = subprocess.run(
+        [*command, "--min-workers", "1"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert alert.returncode == THRESHOLD_EXIT_CODE, alert.stderr
+    assert "0 live workers (fewer than 1)" in alert.stderr
+    assert "Live workers: 0" in alert.stdout
+    healthy = subprocess.run([*command, "--json"], cwd=REPO, env=env, capture_output=True)
+    assert healthy.returncode == 0 and json.loads(healthy.stdout)["ok"] is True
