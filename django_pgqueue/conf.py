@@ -70,6 +70,8 @@ class PgQueueSettings:
     MAX_ERROR_MESSAGE_CHARS: int = 4096
     MAX_TRACEBACK_CHARS: int = 16384
     LOG_ERROR_CHARS: int = 200
+    PERIODIC_GRACE: float = 60.0
+    PERIODIC_CHECK_INTERVAL: float = 5.0
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -134,6 +136,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_ERROR_MESSAGE_CHARS": (_positive_int, "a whole number of characters >= 1"),
     "MAX_TRACEBACK_CHARS": (_positive_int, "a whole number of characters >= 1"),
     "LOG_ERROR_CHARS": (_non_negative_int, "a whole number of characters >= 0"),
+    "PERIODIC_GRACE": (_non_negative, "a number of seconds >= 0"),
+    "PERIODIC_CHECK_INTERVAL": (_positive, "a number of seconds > 0"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 

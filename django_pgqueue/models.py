@@ -125,6 +125,14 @@ class Message(MessageFields):
             "off). NULL in queues without fairness."
         ),
     )
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "When cancel() flagged this message while a worker held it; its handler sees "
+            "context.cancel_requested after the worker's next lease extension."
+        ),
+    )
 
     objects = MessageManager()
 
@@ -204,6 +212,7 @@ class Message(MessageFields):
             ("release_message", "Can release a live message's lease"),
             ("discard_message", "Can discard a live message to the dead table"),
             ("purge_queue", "Can purge all live messages of a queue"),
+            ("cancel_message", "Can cancel a live message"),
         ]
 
     @property
@@ -244,6 +253,7 @@ class DeadReason(models.TextChoices):
     TIMEOUT = "timeout", "timeout"
     LEASE_EXPIRED = "lease_expired", "lease expired on its last attempt"
     DISCARDED = "discarded", "discarded by an operator"
+    CANCELLED = "cancelled", "cancelled (django_pgqueue.cancel)"
 
 
 class DeadMessage(MessageFields):
@@ -317,6 +327,7 @@ class WorkerHeartbeat(models.Model):
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
 # pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
 from .core.flow_models import FlowCredit, FlowKeyBucket, FlowRateShard, FlowState  # noqa: E402, F401
+from .core.periodic_models import PeriodicSchedule  # noqa: E402, F401
 from .pipeline.models import (  # noqa: E402, F401
     BulkEnqueueVote,
     ExportLease,

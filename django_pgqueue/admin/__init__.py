@@ -6,11 +6,13 @@ the default admin site.
 
 from .browsers import ArchivedMessageAdmin, DeadMessageAdmin, MessageAdmin, WorkerHeartbeatAdmin
 from .dashboard import QueueStateAdmin
+from .periodic import PeriodicScheduleAdmin
 
 __all__ = [
     "ArchivedMessageAdmin",
     "DeadMessageAdmin",
     "MessageAdmin",
+    "PeriodicScheduleAdmin",
     "QueueStateAdmin",
     "WorkerHeartbeatAdmin",
 ]

@@ -26,6 +26,7 @@ from ..core import operations
 from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHeartbeat
 from .actions import CappedPaginator, bounded_selection, in_batches, report
+from .cancel import CancelAction
 from .columns import decode_json, json_text, safe_timestamps, timestamp_column
 from .display import (
     DETAIL_LIMIT,
@@ -212,7 +213,7 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyAdmin):
+class MessageAdmin(CancelAction, ReadOnlyAdmin):
     list_display = (
         "message_number",
         "task_name",
@@ -268,7 +269,7 @@ class MessageAdmin(ReadOnlyAdmin):
         "last_error_pretty",
         "errors_pretty",
     )
-    actions = ("retry_now", "release_leases", "discard")
+    actions = ("retry_now", "release_leases", "discard", "cancel")
     timestamp_fields = ("enqueued_at", "available_at", "leased_at")
     json_fields = ("payload", "errors", "last_error")
     message_id_field = "id"

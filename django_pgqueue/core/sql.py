@@ -318,8 +318,12 @@ WITH input AS (
     -- caller set them: the Tasks backend reports a task's first start from this history.
     SELECT m.id, m.queue, m.fair_order,
            jsonb_build_object('started_at', m.leased_at, 'at', now()) || i.error::jsonb AS error,
-           i.final_reason, i.delay,
-           (i.delay IS NOT NULL AND m.attempts < m.max_attempts) AS retry
+           -- A message flagged by cancel() while it ran is never retried.
+           CASE WHEN m.cancel_requested_at IS NULL THEN i.final_reason ELSE 'cancelled' END
+               AS final_reason,
+           i.delay,
+           (i.delay IS NOT NULL AND m.attempts < m.max_attempts
+            AND m.cancel_requested_at IS NULL) AS retry
     FROM pgqueue_message m JOIN input i ON m.id = i.id AND m.lease_token = i.token
     FOR UPDATE OF m
 ), retried AS (
@@ -348,13 +352,14 @@ UNION ALL
 SELECT message_id, 'buried' FROM buried
 """
 
-# Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token.
+# Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token. Also tells which of
+# them cancel() flagged meanwhile (the worker's heartbeat passes that on to the handlers).
 EXTEND = """
 UPDATE pgqueue_message m
 SET available_at = now() + make_interval(secs => %s)
 FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
 WHERE m.id = l.id AND m.lease_token = l.token
-RETURNING m.id
+RETURNING m.id, m.cancel_requested_at IS NOT NULL
 """
 
 # A worker starts the handler of a redelivered message alone (worker/executor.py): from this
@@ -425,6 +430,37 @@ SELECT id, {SHARED_COLUMNS}, 'discarded',
        leased_by, now()
 FROM removed
 RETURNING message_id
+"""
+
+# cancel(): a message no worker holds (never leased, backing off, or its lease expired) goes
+# to dead with reason ``cancelled``; one a worker holds is flagged for its handler to see.
+# One statement: the row lock taken by ``target`` orders it against a concurrent claim.
+CANCEL = f"""
+WITH target AS (
+    SELECT id, (lease_token IS NOT NULL AND available_at > now()) AS held
+    FROM pgqueue_message WHERE id = ANY(%s)
+    FOR UPDATE
+), removed AS (
+    DELETE FROM pgqueue_message m USING target t
+    WHERE m.id = t.id AND NOT t.held
+    RETURNING m.*
+), buried AS (
+    INSERT INTO pgqueue_dead (message_id, {SHARED_COLUMNS}, reason, details, worker_id, died_at)
+    SELECT id, {SHARED_COLUMNS}, 'cancelled',
+           jsonb_build_object('type', 'Cancelled', 'message', %s, 'traceback', ''),
+           leased_by, now()
+    FROM removed
+    RETURNING message_id
+), flagged AS (
+    UPDATE pgqueue_message m
+    SET cancel_requested_at = COALESCE(m.cancel_requested_at, now())
+    FROM target t
+    WHERE m.id = t.id AND t.held
+    RETURNING m.id
+)
+SELECT message_id, 'cancelled' FROM buried
+UNION ALL
+SELECT id, 'flagged' FROM flagged
 """
 
 # Operator: a copy of an archived message as a new live message (new id, no dedup key).

@@ -53,6 +53,8 @@ class Outcome:
     stale: list[int] = field(default_factory=list)
     retried: list[int] = field(default_factory=list)
     buried: list[int] = field(default_factory=list)
+    # extend(): the leases among ``done`` whose message cancel() flagged meanwhile.
+    cancel_requested: list[int] = field(default_factory=list)
 
 
 def _pairs(
@@ -298,7 +300,8 @@ def extend(
     params = [float(visibility_timeout), _array(ids), _array(tokens)]
     rows = _run(connection, "extend", sql.EXTEND, params, _EXTEND_TYPES, ack_settings(connection))
     done = [row[0] for row in rows]
-    return Outcome(done=done, stale=_stale(ids, done))
+    flagged = [row[0] for row in rows if row[1]]
+    return Outcome(done=done, stale=_stale(ids, done), cancel_requested=flagged)
 
 
 def release(

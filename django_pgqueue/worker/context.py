@@ -17,6 +17,9 @@ class MessageContext:
     worker holds the message now: stop and do not repeat side effects). ``abandoned`` turns
     True once the worker has given this run up (its timeout or the shutdown grace period ran
     out: the attempt is already failed or released, and what the handler returns is dropped).
+    ``cancel_requested`` turns True once ``django_pgqueue.cancel()`` flagged the message, seen
+    at the worker's next lease extension (its heartbeat, or ``extend_lease()``): stop early
+    and raise, and the message is buried with reason ``cancelled`` instead of retried.
     """
 
     message_id: int
@@ -30,6 +33,7 @@ class MessageContext:
     tenant: str | None = None
     _extend: Callable[[float], bool] | None = field(default=None, repr=False)
     _abandoned: Callable[[], bool] | None = field(default=None, repr=False)
+    _cancel_requested: Callable[[], bool] | None = field(default=None, repr=False)
 
     @property
     def is_last_attempt(self) -> bool:
@@ -38,6 +42,10 @@ class MessageContext:
     @property
     def abandoned(self) -> bool:
         return self._abandoned is not None and self._abandoned()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel_requested is not None and self._cancel_requested()
 
     def extend_lease(self, seconds: float) -> bool:
         if self._extend is None:

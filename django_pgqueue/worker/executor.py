@@ -58,6 +58,7 @@ class Job:
 
     __slots__ = (
         "alone",
+        "cancel_requested",
         "deadline",
         "encoded",
         "handler",
@@ -79,6 +80,8 @@ class Job:
         self.alone = message.redelivered
         self.started = 0.0
         self.deadline: float | None = None
+        # Set by a lease extension that found the message flagged by cancel().
+        self.cancel_requested = False
         # Leased with decode_payloads=False: the JSON text is decoded by the handler's
         # thread, off the main loop that claims the next batch.
         self.encoded = isinstance(message.payload, str)
@@ -433,10 +436,13 @@ class Executor:
             tenant=m.tenant,
             _extend=extend,
             _abandoned=lambda: job.state == ABANDONED,
+            _cancel_requested=lambda: job.cancel_requested,
         )
 
     def _extend_now(self, job: Job, seconds: float) -> bool:
         outcome = transitions.extend([job.message], seconds, using=self.alias)
+        if outcome.cancel_requested:
+            job.cancel_requested = True
         return bool(outcome.done)
 
     def _run_sync(self, job: Job) -> None:

@@ -41,6 +41,7 @@ from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import execution, sql, transitions
 from ..core.validation import QueueNameError, validate_queue_name
 from ..models import DeadReason, Message
+from ..periodic import Ticker
 from . import heartbeat
 from .completer import Completer
 from .db import Stopped, is_connection_error, label_connection, retrying
@@ -512,8 +513,13 @@ class Worker:
         stale_every = self.conf.STALE_READY_WARNING
         next_stale = now + min(stale_every, 60.0)
         burst_checked = False
+        # Periodic schedules (periodic.py): due slots are enqueued from this loop.
+        ticker = None if burst else Ticker(self.alias)
+        next_tick = now
         while not self._stop.is_set():
             now = time.monotonic()
+            if ticker and now >= next_tick:
+                next_tick = time.monotonic() + ticker.run_due()
             next_deadline = self.executor.expire_overdue(now)
             if self.executor.stuck > self.concurrency:
                 # Only a new process frees threads stuck in handlers: stop, exit non-zero,
@@ -601,6 +607,8 @@ class Worker:
                 next_stale = now + min(stale_every, 60.0)
 
             timers = [next_poll, next_status, next_stale]
+            if ticker:
+                timers.append(next_tick)
             if self.listener is not None:
                 timers.append(next_probe)
             if next_due is not None:
@@ -829,6 +837,8 @@ class Worker:
                 alias=self.alias,
                 abort=self._abort_io,
             )
+            if outcome.cancel_requested:
+                self._flag_cancelled(group, outcome.cancel_requested)
             if outcome.stale:
                 logger.warning(
                     "Lost the lease of %d in-flight messages (expired and taken by another "
@@ -837,6 +847,14 @@ class Worker:
                     outcome.stale[:20],
                 )
         retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._abort_io)
+
+    @staticmethod
+    def _flag_cancelled(jobs: list[Job], message_ids: list[int]) -> None:
+        """Tell the handlers of messages cancel() flagged (``context.cancel_requested``)."""
+        flagged = set(message_ids)
+        for job in jobs:
+            if job.message.id in flagged:
+                job.cancel_requested = True
 
     def _beat_row(self, first: bool = False) -> None:
         snapshot = self.stats.snapshot(self.executor.in_flight(), self.stats.rate())

@@ -138,3 +138,16 @@ def soak(context: MessageContext, payload: dict[str, Any]) -> None:
         raise ValueError("poison message")
     if payload.get("crash"):
         os._exit(1)
+
+
+@django_pgqueue.handler("tests.cancellable")
+def cancellable(context: MessageContext, payload: dict[str, Any]) -> str:
+    """Works in small steps until cancel() is seen (then raises) or ``seconds`` pass."""
+    if payload.get("started_file"):
+        Path(payload["started_file"]).touch()
+    deadline = time.monotonic() + payload.get("seconds", 10)
+    while time.monotonic() < deadline:
+        if context.cancel_requested:
+            raise RuntimeError("stopped: cancel requested")
+        time.sleep(0.05)
+    return "finished"

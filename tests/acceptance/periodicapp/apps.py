@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PeriodicAppConfig(AppConfig):
+    name = "tests.acceptance.periodicapp"
+    label = "periodicapp"
