@@ -13,8 +13,9 @@ Writing: one transaction per partition, one ``COPY`` straight into ``pgqueue_mes
 one ``NOTIFY``. Keys repeated inside the partition keep their first row, keys already in the
 archive or the dead letters of the queue are dropped first (one hashed ``= ANY`` probe per
 table), and when the ``COPY`` meets a live key (a retried task, another partition, another
-producer) it is rolled back and the partition goes in again through a temporary table and
-``INSERT ... ON CONFLICT DO NOTHING``: the rare path pays for dedup, the common one does not.
+producer) it is rolled back and the partition goes in again as one ``INSERT ... SELECT FROM
+unnest(...) ON CONFLICT DO NOTHING`` (arrays as parameters: no temporary table, so no TEMP
+privilege needed): the rare path pays for dedup, the common one does not.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ class BulkJob:
     max_bytes: int
     trusted_json: bool  # payload is Spark's to_json of the row: valid JSON unless flagged
     wrapped: bool  # payload is {"v": value}: the message payload is the value
-    has_key_column: bool
     check_history: bool
     notify_channel: str | None
     message_table: str
@@ -111,9 +111,7 @@ def _certainly_valid(job: BulkJob, batch: Any) -> tuple[Any, Any]:
     return pc.fill_null(ok, False), priority
 
 
-def validate_batch(
-    job: BulkJob, batch: Any, part: int, first_row: int
-) -> tuple[Any, list[tuple[int, str]]]:
+def validate_batch(job: BulkJob, batch: Any, first_row: int) -> tuple[Any, list[tuple[int, str]]]:
     """(good rows as an Arrow table, [(row_no, reason)] of the bad ones) of one batch."""
     import numpy as np
     import pyarrow as pa
@@ -122,11 +120,8 @@ def validate_batch(
     n = batch.num_rows
     row_no = pa.array(np.arange(first_row, first_row + n, dtype=np.int64))
     ok, priority = _certainly_valid(job, batch)
-    generated = pc.binary_join_element_wise(
-        f"{job.batch_id}:{part}:", pc.cast(row_no, pa.string()), ""
-    )
     payload = batch.column("payload")
-    key = pc.coalesce(batch.column("dedup_key"), generated)
+    key = batch.column("dedup_key")  # the row's column, or its content hash (never null)
     tenant = batch.column("tenant")
     priority = pc.fill_null(priority, job.default_priority)
     bad: list[tuple[int, str]] = []
@@ -143,8 +138,6 @@ def validate_batch(
                 raw[1][i],
                 tenants[i],
                 raw[2][i],
-                key_prefix=f"{job.batch_id}:{part}:",
-                row_no=first_row + i,
                 wrapped=job.wrapped,
                 default_priority=job.default_priority,
                 max_bytes=job.max_bytes,
@@ -173,7 +166,10 @@ def validate_batch(
 def _first_of_each_key(table: Any, seen: set[str]) -> Any:
     """Rows whose key was not seen before in this partition (the first one wins)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    if pc.count_distinct(table.column("dedup_key")).as_py() == table.num_rows:
+        return table  # the usual case, decided without a loop in Python
     keep = []
     for key in table.column("dedup_key").to_pylist():
         keep.append(key not in seen)
@@ -243,20 +239,18 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
         return written
     except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
         pass  # some keys are live already: insert the others, skipping those
+    arrays = [
+        rows.column(name).to_pylist() for name in ("payload", "priority", "tenant", "dedup_key")
+    ]
+    fair = ", -1.0" if job.out_of_fair_order else ""
     with conn.transaction():
-        conn.execute(
-            "CREATE TEMP TABLE pgq_bulk_rows (queue text, task text, payload text, "
-            "priority smallint, tenant text, dedup_key text, max_attempts int, "
-            "fair_order float8) ON COMMIT DROP"
-        )
-        with conn.cursor().copy(f"COPY pgq_bulk_rows ({columns}) FROM STDIN (FORMAT csv)") as copy:
-            copy.write(data)
         cursor = conn.execute(
             f"INSERT INTO {job.message_table} ({columns}) "
-            "SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts"
-            + (", fair_order " if job.out_of_fair_order else " ")
-            + "FROM pgq_bulk_rows "
-            "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+            f"SELECT %s, %s, payload::jsonb, priority, tenant, dedup_key, %s{fair} "
+            "FROM unnest(%s::text[], %s::smallint[], %s::text[], %s::text[]) "
+            "AS r(payload, priority, tenant, dedup_key) "
+            "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING",
+            [job.queue, job.task, job.max_attempts, *arrays],
         )
         written = max(cursor.rowcount, 0)
         if written and job.notify_channel:
@@ -326,7 +320,7 @@ def run_partition(
     bad: list[tuple[int, str]] = []
     good = []
     for batch in batches:
-        table, batch_bad = validate_batch(job, batch, part, row)
+        table, batch_bad = validate_batch(job, batch, row)
         row += batch.num_rows
         bad += batch_bad
         if write:
@@ -341,9 +335,7 @@ def run_partition(
         write = write and input_valid
     enqueued = 0
     if write and good and not (all_or_nothing and bad):
-        rows = pa.concat_tables(good)
-        if job.has_key_column:
-            rows = _first_of_each_key(rows, set())
+        rows = _first_of_each_key(pa.concat_tables(good), set())
         if rows.num_rows:
             with psycopg.connect(job.dsn) as conn:
                 if job.check_history:

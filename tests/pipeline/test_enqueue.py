@@ -141,7 +141,7 @@ def test_malformed_json_lines_and_bad_payloads_are_reported(spark: Any, tmp_path
 
     assert (result.enqueued, result.duplicates, result.bad_count) == (1, 1, 2)
     message = Message.objects.get(queue="json")
-    assert (message.dedup_key, message.payload) == ("k1", {"event": "a"})
+    assert (message.dedup_key, message.payload) == ("k1", {"event": "a", "key": "k1"})
 
 
 def test_payload_column_and_archived_keys(spark: Any) -> None:
@@ -173,8 +173,11 @@ def test_bad_arguments_are_refused_before_any_work(spark: Any, tmp_path: Path) -
         enqueue_frame(spark, frame, task="t", queue="Not Valid")
     with pytest.raises(PipelineError, match="not in the input"):
         enqueue_frame(spark, frame, task="t", queue="q", dedup_key_column="missing")
-    with pytest.raises(PipelineError, match="Cannot read"):
+    with pytest.raises(PipelineError, match="does not exist"):
         enqueue_frame(spark, str(tmp_path / "nowhere.parquet"), task="t", queue="q")
+    (tmp_path / "empty.parquet").mkdir()
+    with pytest.raises(PipelineError, match="Cannot read"):
+        enqueue_frame(spark, str(tmp_path / "empty.parquet"), task="t", queue="q")
     assert not Message.objects.exists()
 
 
@@ -224,7 +227,7 @@ def test_one_bad_row_in_any_partition_stops_every_partition(spark: Any, partitio
 
     rows = [(n, 5) for n in range(1, 100)] + [(100, 500)]  # the last row's priority is bad
     frame = spark.createDataFrame(rows, "n long, prio long").repartition(partitions, "n")
-    assert _fits_one_barrier_stage(spark, frame) is (partitions <= 2)
+    assert _fits_one_barrier_stage(spark, frame.rdd.getNumPartitions()) is (partitions <= 2)
 
     with pytest.raises(BadInput) as caught:
         enqueue_frame(spark, frame, task="tests.echo", queue="parts", priority_column="prio")
