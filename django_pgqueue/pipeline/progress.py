@@ -79,12 +79,12 @@ class SparkJobWatch:
         spark: SparkSession,
         progress: Progress,
         what: str,
-        interval: float = WATCH_INTERVAL,
+        interval: float | None = None,
     ) -> None:
         self.context = spark.sparkContext
         self.progress = progress
         self.what = what
-        self.interval = interval
+        self.interval = WATCH_INTERVAL if interval is None else interval
         self.group = f"pgq-{uuid.uuid4().hex}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="pgq-progress", daemon=True)
