@@ -7,9 +7,9 @@ Run from the repository root:
 It creates (and drops afterwards) the database ``pgq_enqueue_bench`` and measures, in
 interleaved repetitions (the side that goes first alternates):
 
-- reference: one psycopg ``COPY`` into ``pgqueue_message`` of rows prepared beforehand
-  (queue, task, payload JSON text, dedup key), then one NOTIFY: no reading, no encoding, no
-  validation;
+- reference: one psycopg ``COPY`` into ``pgqueue_message`` of the same rows the job writes,
+  prepared beforehand (queue, task, payload JSON text, the job's dedup key), then one NOTIFY:
+  no reading, no encoding, no validation;
 - ``enqueue_frame`` of a cached DataFrame with the same content (JSON built by Spark,
   validation, content-hash dedup keys, history check, per-partition ``COPY`` + NOTIFY), in
   its default all-or-nothing mode, and with ``skip_bad=True``.
@@ -60,7 +60,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     try:
         pipeline_bench.setup_django(dsn)
-        from django_pgqueue.pipeline.enqueue import enqueue_frame
+        from django_pgqueue.pipeline.enqueue import _prepare, enqueue_frame
         from django_pgqueue.pipeline.session import build_session
 
         started = time.perf_counter()
@@ -79,9 +79,14 @@ def main() -> None:
             "concat(md5(cast(id AS string)), md5(cast(id + 1 AS string))) AS note",
         ).cache()  # fmt: skip
         frame.count()
+        # The rows the job writes: its payload JSON and its dedup keys (a content hash each).
+        rows, _, _ = _prepare(
+            frame, batch_id="b0", payload_column=None, dedup_key_column=None,
+            priority_column=None, tenant_column=None, drop_mapped_columns=False,
+        )  # fmt: skip
         prepared = [
-            ("bench", "bench.noop", row[0], f"copy:{i}")
-            for i, row in enumerate(frame.selectExpr("to_json(struct(*))").toLocalIterator())
+            ("bench", "bench.noop", row[0], row[1])
+            for row in rows.select("payload", "dedup_key").toLocalIterator()
         ]
         # One untimed call: the first enqueue of a session pays for Spark's Arrow path.
         enqueue_frame(spark, frame.limit(1000), task="bench.noop", queue="warm")
