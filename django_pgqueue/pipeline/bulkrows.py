@@ -21,7 +21,7 @@ privilege needed): the rare path pays for dedup, the common one does not.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,8 @@ class BulkJob:
 #: counts of them (a vote wakes the waiters at once through NOTIFY).
 VOTE_TIMEOUT_SECONDS = 600.0
 VOTE_RECOUNT_SECONDS = 1.0
+#: How long a COPY written before the vote waits for a row lock before it gives up.
+VOTE_LOCK_TIMEOUT_MS = 200
 
 
 def output_schema() -> Any:
@@ -206,10 +208,26 @@ def _csv(table: Any) -> bytes:
     return sink.getvalue()
 
 
-def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
-    """The partition's rows into the live table: one transaction, one NOTIFY; rows written."""
+def write_partition(
+    job: BulkJob, conn: Any, table: Any, commit_if: Callable[[], bool] | None = None
+) -> int:
+    """The partition's rows into the live table: one transaction, one NOTIFY; rows written.
+
+    ``commit_if`` (all-or-nothing in one pass: the partition's vote) is asked once the rows
+    are in, before they are committed: the database works on this partition's rows while the
+    others still validate theirs. False rolls them back and nothing is written.
+    """
     import psycopg
     import pyarrow as pa
+
+    verdict: list[bool] = []
+
+    def valid() -> bool:
+        if commit_if is None:
+            return True
+        if not verdict:
+            verdict.append(commit_if())
+        return verdict[0]
 
     n = table.num_rows
     rows = pa.table(
@@ -230,6 +248,11 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
         columns += ", fair_order"
     try:
         with conn.transaction():
+            if commit_if is not None:
+                # A key another partition holds uncommitted while it waits for this one's
+                # vote would wait forever: give the COPY up at once, go the ON CONFLICT way
+                # below once everyone voted.
+                conn.execute(f"SET LOCAL lock_timeout = '{VOTE_LOCK_TIMEOUT_MS}ms'")
             with conn.cursor().copy(
                 f"COPY {job.message_table} ({columns}) FROM STDIN (FORMAT csv)"
             ) as copy:
@@ -237,9 +260,17 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
             written = n
             if written and job.notify_channel:
                 conn.execute("SELECT pg_notify(%s, %s)", [job.notify_channel, job.queue])
-        return written
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+            if not valid():
+                raise psycopg.Rollback()
+        return written if valid() else 0
+    except (
+        psycopg.errors.UniqueViolation,
+        psycopg.errors.DeadlockDetected,
+        psycopg.errors.LockNotAvailable,
+    ):
         pass  # some keys are live already: insert the others, skipping those
+    if not valid():
+        return 0
     arrays = [
         rows.column(name).to_pylist() for name in ("payload", "priority", "tenant", "dedup_key")
     ]
@@ -304,6 +335,19 @@ def _input_is_valid(job: BulkJob, part: int, bad: int, voters: int) -> bool:
                 pass
 
 
+class _Vote:
+    """A partition's all-or-nothing vote, cast once, when first asked for its verdict."""
+
+    def __init__(self, job: BulkJob, part: int, bad: int, voters: int) -> None:
+        self.job, self.part, self.bad, self.voters = job, part, bad, voters
+        self.verdict: bool | None = None
+
+    def __call__(self) -> bool:
+        if self.verdict is None:
+            self.verdict = _input_is_valid(self.job, self.part, self.bad, self.voters)
+        return self.verdict
+
+
 def run_partition(
     job: BulkJob,
     batches: Iterable[Any],
@@ -333,14 +377,15 @@ def run_partition(
         bad += batch_bad
         if write:
             good.append(table)
+    vote: Callable[[], bool] | None = None
     if barrier:
         from pyspark import BarrierTaskContext
 
         # The stage's tasks as run (adaptive execution may have merged partitions).
         voters = len(BarrierTaskContext.get().getTaskInfos())
-        # Every partition votes, a bad one too: the others are waiting for its verdict.
-        input_valid = _input_is_valid(job, part, len(bad), voters)
-        write = write and input_valid
+        vote = _Vote(job, part, len(bad), voters)
+        if bad or not write:
+            write = write and vote()
     enqueued = 0
     if write and good and not (all_or_nothing and bad):
         rows = _first_of_each_key(pa.concat_tables(good), set())
@@ -349,7 +394,9 @@ def run_partition(
                 if job.check_history:
                     rows = _drop_finished(job, conn, rows)
                 if rows.num_rows:
-                    enqueued = write_partition(job, conn, rows)
+                    enqueued = write_partition(job, conn, rows, commit_if=vote)
+    if vote is not None:
+        vote()  # every partition votes, one with nothing to write too: the others wait for it
     shown = bad[:BAD_ROWS_SHOWN]  # the driver reports the first ones of the whole input
     yield pa.RecordBatch.from_pydict(
         {

@@ -428,3 +428,15 @@ def test_live_key_fallback_needs_no_temp_privilege() -> None:
         "k0",
         "k1",
     ]
+
+
+def test_identical_rows_in_two_partitions_are_one_message_in_one_pass(spark: Any) -> None:
+    """Partitions write before they vote (uncommitted); one meeting the other's uncommitted
+    key gives up its COPY at once and skips the key after the vote, instead of waiting for a
+    partition that is waiting for it."""
+    frame = spark.createDataFrame([(n % 50,) for n in range(100)], "n long").repartition(2)
+
+    result = enqueue_frame(spark, frame, task="t", queue="twins")
+
+    assert (result.rows, result.enqueued, result.duplicates) == (100, 50, 50)
+    assert sorted(m.payload["n"] for m in Message.objects.filter(queue="twins")) == list(range(50))
