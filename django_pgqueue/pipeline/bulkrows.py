@@ -13,14 +13,15 @@ Writing: one transaction per partition, one ``COPY`` straight into ``pgqueue_mes
 one ``NOTIFY``. Keys repeated inside the partition keep their first row, keys already in the
 archive or the dead letters of the queue are dropped first (one hashed ``= ANY`` probe per
 table), and when the ``COPY`` meets a live key (a retried task, another partition, another
-producer) it is rolled back and the partition goes in again through a temporary table and
-``INSERT ... ON CONFLICT DO NOTHING``: the rare path pays for dedup, the common one does not.
+producer) it is rolled back and the partition goes in again as one ``INSERT ... SELECT FROM
+unnest(...) ON CONFLICT DO NOTHING`` (arrays as parameters: no temporary table, so no TEMP
+privilege needed): the rare path pays for dedup, the common one does not.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,6 @@ class BulkJob:
     max_bytes: int
     trusted_json: bool  # payload is Spark's to_json of the row: valid JSON unless flagged
     wrapped: bool  # payload is {"v": value}: the message payload is the value
-    has_key_column: bool
     check_history: bool
     notify_channel: str | None
     message_table: str
@@ -57,9 +57,12 @@ class BulkJob:
     out_of_fair_order: bool = False
 
 
-#: How often a partition that has voted looks at the others' votes, and for how long.
-VOTE_POLL_SECONDS = 0.005
+#: How long a partition that has voted waits for the others' votes, and at most between two
+#: counts of them (a vote wakes the waiters at once through NOTIFY).
 VOTE_TIMEOUT_SECONDS = 600.0
+VOTE_RECOUNT_SECONDS = 1.0
+#: How long a COPY written before the vote waits for a row lock before it gives up.
+VOTE_LOCK_TIMEOUT_MS = 200
 
 
 def output_schema() -> Any:
@@ -113,9 +116,7 @@ def _certainly_valid(job: BulkJob, batch: Any) -> tuple[Any, Any]:
     return pc.fill_null(ok, False), priority
 
 
-def validate_batch(
-    job: BulkJob, batch: Any, part: int, first_row: int
-) -> tuple[Any, list[tuple[int, str]]]:
+def validate_batch(job: BulkJob, batch: Any, first_row: int) -> tuple[Any, list[tuple[int, str]]]:
     """(good rows as an Arrow table, [(row_no, reason)] of the bad ones) of one batch."""
     import numpy as np
     import pyarrow as pa
@@ -124,11 +125,8 @@ def validate_batch(
     n = batch.num_rows
     row_no = pa.array(np.arange(first_row, first_row + n, dtype=np.int64))
     ok, priority = _certainly_valid(job, batch)
-    generated = pc.binary_join_element_wise(
-        f"{job.batch_id}:{part}:", pc.cast(row_no, pa.string()), ""
-    )
     payload = batch.column("payload")
-    key = pc.coalesce(batch.column("dedup_key"), generated)
+    key = batch.column("dedup_key")  # the row's column, or its content hash (never null)
     tenant = batch.column("tenant")
     priority = pc.fill_null(priority, job.default_priority)
     bad: list[tuple[int, str]] = []
@@ -145,8 +143,6 @@ def validate_batch(
                 raw[1][i],
                 tenants[i],
                 raw[2][i],
-                key_prefix=f"{job.batch_id}:{part}:",
-                row_no=first_row + i,
                 wrapped=job.wrapped,
                 default_priority=job.default_priority,
                 max_bytes=job.max_bytes,
@@ -175,7 +171,10 @@ def validate_batch(
 def _first_of_each_key(table: Any, seen: set[str]) -> Any:
     """Rows whose key was not seen before in this partition (the first one wins)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    if pc.count_distinct(table.column("dedup_key")).as_py() == table.num_rows:
+        return table  # the usual case, decided without a loop in Python
     keep = []
     for key in table.column("dedup_key").to_pylist():
         keep.append(key not in seen)
@@ -211,10 +210,26 @@ def _csv(table: Any) -> bytes:
     return sink.getvalue()
 
 
-def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
-    """The partition's rows into the live table: one transaction, one NOTIFY; rows written."""
+def write_partition(
+    job: BulkJob, conn: Any, table: Any, commit_if: Callable[[], bool] | None = None
+) -> int:
+    """The partition's rows into the live table: one transaction, one NOTIFY; rows written.
+
+    ``commit_if`` (all-or-nothing in one pass: the partition's vote) is asked once the rows
+    are in, before they are committed: the database works on this partition's rows while the
+    others still validate theirs. False rolls them back and nothing is written.
+    """
     import psycopg
     import pyarrow as pa
+
+    verdict: list[bool] = []
+
+    def valid() -> bool:
+        if commit_if is None:
+            return True
+        if not verdict:
+            verdict.append(commit_if())
+        return verdict[0]
 
     n = table.num_rows
     rows = pa.table(
@@ -235,6 +250,11 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
         columns += ", fair_order"
     try:
         with conn.transaction():
+            if commit_if is not None:
+                # A key another partition holds uncommitted while it waits for this one's
+                # vote would wait forever: give the COPY up at once, go the ON CONFLICT way
+                # below once everyone voted.
+                conn.execute(f"SET LOCAL lock_timeout = '{VOTE_LOCK_TIMEOUT_MS}ms'")
             with conn.cursor().copy(
                 f"COPY {job.message_table} ({columns}) FROM STDIN (FORMAT csv)"
             ) as copy:
@@ -242,23 +262,29 @@ def write_partition(job: BulkJob, conn: Any, table: Any) -> int:
             written = n
             if written and job.notify_channel:
                 conn.execute("SELECT pg_notify(%s, %s)", [job.notify_channel, job.queue])
-        return written
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+            if not valid():
+                raise psycopg.Rollback()
+        return written if valid() else 0
+    except (
+        psycopg.errors.UniqueViolation,
+        psycopg.errors.DeadlockDetected,
+        psycopg.errors.LockNotAvailable,
+    ):
         pass  # some keys are live already: insert the others, skipping those
+    if not valid():
+        return 0
+    arrays = [
+        rows.column(name).to_pylist() for name in ("payload", "priority", "tenant", "dedup_key")
+    ]
+    fair = ", -1.0" if job.out_of_fair_order else ""
     with conn.transaction():
-        conn.execute(
-            "CREATE TEMP TABLE pgq_bulk_rows (queue text, task text, payload text, "
-            "priority smallint, tenant text, dedup_key text, max_attempts int, "
-            "fair_order float8) ON COMMIT DROP"
-        )
-        with conn.cursor().copy(f"COPY pgq_bulk_rows ({columns}) FROM STDIN (FORMAT csv)") as copy:
-            copy.write(data)
         cursor = conn.execute(
             f"INSERT INTO {job.message_table} ({columns}) "
-            "SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts"
-            + (", fair_order " if job.out_of_fair_order else " ")
-            + "FROM pgq_bulk_rows "
-            "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+            f"SELECT %s, %s, payload::jsonb, priority, tenant, dedup_key, %s{fair} "
+            "FROM unnest(%s::text[], %s::smallint[], %s::text[], %s::text[]) "
+            "AS r(payload, priority, tenant, dedup_key) "
+            "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING",
+            [job.queue, job.task, job.max_attempts, *arrays],
         )
         written = max(cursor.rowcount, 0)
         if written and job.notify_channel:
@@ -270,21 +296,26 @@ def _input_is_valid(job: BulkJob, part: int, bad: int, voters: int) -> bool:
     """Vote, then wait for every partition's vote: whether none found a bad row.
 
     Through the database rather than ``BarrierTaskContext.allGather``, whose wait polls once
-    a second (a second per call is most of the time of a 100,000-row input). The partitions
-    of a barrier stage run at once, so the wait ends; a stage that dies is retried as a
-    whole and its partitions vote again (the same verdicts: they read the same input).
+    a second (a second per call is most of the time of a 100,000-row input). Each vote sends
+    a NOTIFY that wakes the waiting partitions: they sleep instead of polling, leaving the
+    cores to the partitions still validating. The partitions of a barrier stage run at once,
+    so the wait ends; a stage that dies is retried as a whole and its partitions vote again
+    (the same verdicts: they read the same input).
     """
     import time
 
     import psycopg
 
     deadline = time.monotonic() + VOTE_TIMEOUT_SECONDS
+    channel = f"pgq_vote_{job.run_id}"  # run_id is hex: a valid identifier
     with psycopg.connect(job.dsn, autocommit=True) as conn:
+        conn.execute(f"LISTEN {channel}")  # before voting: no later vote goes unheard
         conn.execute(
             f"INSERT INTO {job.vote_table} (run_id, part, bad_rows) VALUES (%s, %s, %s) "
             "ON CONFLICT (run_id, part) DO UPDATE SET bad_rows = EXCLUDED.bad_rows",
             [job.run_id, part, bad],
         )
+        conn.execute("SELECT pg_notify(%s, '')", [channel])
         while True:
             row = conn.execute(
                 f"SELECT count(*), count(*) FILTER (WHERE bad_rows > 0) FROM {job.vote_table} "
@@ -296,12 +327,27 @@ def _input_is_valid(job: BulkJob, part: int, bad: int, voters: int) -> bool:
                 return False
             if voted >= voters:
                 return True
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise TimeoutError(
                     f"{voted} of {voters} partitions voted in "
                     f"{VOTE_TIMEOUT_SECONDS:.0f}s; the stage is retried"
                 )
-            time.sleep(VOTE_POLL_SECONDS)
+            for _ in conn.notifies(timeout=min(left, VOTE_RECOUNT_SECONDS), stop_after=1):
+                pass
+
+
+class _Vote:
+    """A partition's all-or-nothing vote, cast once, when first asked for its verdict."""
+
+    def __init__(self, job: BulkJob, part: int, bad: int, voters: int) -> None:
+        self.job, self.part, self.bad, self.voters = job, part, bad, voters
+        self.verdict: bool | None = None
+
+    def __call__(self) -> bool:
+        if self.verdict is None:
+            self.verdict = _input_is_valid(self.job, self.part, self.bad, self.voters)
+        return self.verdict
 
 
 def run_partition(
@@ -328,30 +374,31 @@ def run_partition(
     bad: list[tuple[int, str]] = []
     good = []
     for batch in batches:
-        table, batch_bad = validate_batch(job, batch, part, row)
+        table, batch_bad = validate_batch(job, batch, row)
         row += batch.num_rows
         bad += batch_bad
         if write:
             good.append(table)
+    vote: Callable[[], bool] | None = None
     if barrier:
         from pyspark import BarrierTaskContext
 
         # The stage's tasks as run (adaptive execution may have merged partitions).
         voters = len(BarrierTaskContext.get().getTaskInfos())
-        # Every partition votes, a bad one too: the others are waiting for its verdict.
-        input_valid = _input_is_valid(job, part, len(bad), voters)
-        write = write and input_valid
+        vote = _Vote(job, part, len(bad), voters)
+        if bad or not write:
+            write = write and vote()
     enqueued = 0
     if write and good and not (all_or_nothing and bad):
-        rows = pa.concat_tables(good)
-        if job.has_key_column:
-            rows = _first_of_each_key(rows, set())
+        rows = _first_of_each_key(pa.concat_tables(good), set())
         if rows.num_rows:
             with psycopg.connect(job.dsn) as conn:
                 if job.check_history:
                     rows = _drop_finished(job, conn, rows)
                 if rows.num_rows:
-                    enqueued = write_partition(job, conn, rows)
+                    enqueued = write_partition(job, conn, rows, commit_if=vote)
+    if vote is not None:
+        vote()  # every partition votes, one with nothing to write too: the others wait for it
     shown = bad[:BAD_ROWS_SHOWN]  # the driver reports the first ones of the whole input
     yield pa.RecordBatch.from_pydict(
         {

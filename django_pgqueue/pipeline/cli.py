@@ -12,6 +12,7 @@ from typing import Any
 from ..conf import get_settings
 from .errors import BadInput, PipelineError
 from .progress import Writer, printer
+from .session import SECRET_KEY
 
 LEAN_LOCAL_EXPORT_CONF = {
     "spark.ui.enabled": "false",
@@ -36,7 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="Extra Spark configuration, repeatable (e.g. spark.driver.memory=2g).",
+        help="Extra Spark configuration, repeatable (e.g. spark.driver.memory=2g). Visible "
+        "in the process list: put secrets in --spark-conf-file instead.",
+    )
+    parser.add_argument(
+        "--spark-conf-file",
+        default=None,
+        metavar="PATH",
+        help="Spark properties file (`key value` or `key=value` lines, like "
+        "spark-defaults.conf), for secrets: its values never appear in a command line.",
     )
     parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
     jobs = parser.add_subparsers(
@@ -122,11 +131,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     enqueue.add_argument("--dedup-key-column", default=None)
     enqueue.add_argument("--priority-column", default=None)
     enqueue.add_argument("--tenant-column", default=None)
+    enqueue.add_argument(
+        "--drop-mapped-columns",
+        action="store_true",
+        help="Leave the dedup key, priority and tenant columns out of the payload "
+        "(default: the payload holds every input column).",
+    )
     enqueue.add_argument("--priority", type=int, default=0)
     enqueue.add_argument("--max-attempts", type=int, default=None)
     enqueue.add_argument("--batch-id", default=None, help="Default: derived from path/task/queue.")
     enqueue.add_argument(
-        "--skip-bad", action="store_true", help="Enqueue the valid rows when some are invalid."
+        "--skip-bad",
+        action="store_true",
+        help="Enqueue the valid rows when some are invalid (exit status 2 when none is).",
     )
     enqueue.add_argument(
         "--no-history-check",
@@ -231,12 +248,29 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
             from .lease import refuse_if_held
 
             refuse_if_held(options["destination"], alias or get_settings().DATABASE_ALIAS)
-        conf = dict(item.split("=", 1) for item in options.get("spark_conf") or [])
+        conf = spark_conf(options.get("spark_conf") or [], err)
         if job == "export" and (options.get("master") or "local").startswith("local"):
             # Embedded export: Python tasks do the work, the JVM only schedules them, so a
             # JVM that starts lean (no UI, no optimizing JIT) is time won. --spark-conf wins.
             conf = {**LEAN_LOCAL_EXPORT_CONF, **conf}
-        spark = build_session(options.get("master"), app_name=f"pgq_pipeline {job}", conf=conf)
+        if job == "enqueue":  # refuse bad arguments before paying for Spark's start
+            from .enqueue import check_batch_id, check_target, input_format
+
+            check_target(
+                task=options["task"],
+                queue=options.get("queue"),
+                priority=options.get("priority") or 0,
+                max_attempts=options.get("max_attempts"),
+            )
+            if options.get("batch_id") is not None:
+                check_batch_id(options["batch_id"])
+            input_format(options["path"], options.get("format"))
+        spark = build_session(
+            options.get("master"),
+            app_name=f"pgq_pipeline {job}",
+            conf=conf,
+            conf_file=options.get("spark_conf_file"),
+        )
         master = str(spark.sparkContext.master)
         if job == "export":
             from .export import export
@@ -317,6 +351,7 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
             dedup_key_column=options.get("dedup_key_column"),
             priority_column=options.get("priority_column"),
             tenant_column=options.get("tenant_column"),
+            drop_mapped_columns=options.get("drop_mapped_columns", False),
             priority=options.get("priority") or 0,
             max_attempts=options.get("max_attempts"),
             batch_id=options.get("batch_id"),
@@ -337,11 +372,13 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
         }
         text = (
             f"enqueued {enqueued.enqueued:,} of {enqueued.rows:,} rows (batch "
-            f"{enqueued.batch_id}): {enqueued.duplicates:,} already enqueued before, "
-            f"{enqueued.bad_count:,} invalid and skipped"
+            f"{enqueued.batch_id}): {enqueued.duplicates:,} duplicates (enqueued before, or "
+            f"repeated in the input), {enqueued.bad_count:,} invalid and skipped"
         )
         for number, reason in enqueued.bad_rows:
             text += f"\n  row {number}: {reason}"
+        if enqueued.bad_count:
+            err.write(f"warning: skipped {enqueued.bad_count:,} invalid rows\n")
         return _emit(options, out, summary, text, 0)
     except BadInput as exc:
         err.write(f"error: {exc}\n")
@@ -398,6 +435,23 @@ def check_database(alias: str | None) -> None:
             f"cannot connect to database {name!r} ({settings.get('HOST') or 'localhost'}:"
             f"{settings.get('PORT') or 5432}/{settings.get('NAME')}): {reason}"
         ) from None
+
+
+def spark_conf(items: list[str], err: Writer) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` items; a secret among them gets a warning (never echoed)."""
+    conf = {}
+    for number, item in enumerate(items, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # Not echoed: a mistyped item may be a secret value.
+            raise PipelineError(f"--spark-conf takes KEY=VALUE; item {number} has no KEY=.")
+        if SECRET_KEY.search(key):
+            err.write(
+                f"warning: --spark-conf {key} puts a secret in the process list (ps); "
+                "use --spark-conf-file.\n"
+            )
+        conf[key.strip()] = value
+    return conf
 
 
 def _emit(options: dict[str, Any], out: Writer, summary: Any, text: str, status: int) -> int:

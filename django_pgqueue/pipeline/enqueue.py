@@ -5,11 +5,13 @@ How a row becomes a message, in order:
 1. every row is validated by the rules :func:`django_pgqueue.enqueue` applies, in Spark's
    Python workers on Arrow batches (vectorized; rows in any doubt go through
    :func:`rowcheck.check_row`, the same functions ``enqueue()`` uses); each row gets a dedup
-   key: its own column's value, or ``<batch_id>:<partition>:<row>``;
+   key: its own column's value, or ``<batch_id>:<hash of the row's content>`` (payload,
+   priority and tenant), which does not depend on how Spark splits the input: a re-run with
+   other partitions, cores or master finds the same keys;
 2. with any bad row and ``skip_bad=False`` (the default) NOTHING is written and
    :class:`BadInput` lists the bad rows (a first, validating pass sees every row before the
    writing pass starts); with ``skip_bad=True`` the good rows are enqueued and the bad ones
-   reported in the result;
+   reported in the result (and :class:`BadInput` when no row at all was valid);
 3. each Spark partition writes its own rows (:mod:`bulkrows`): keys repeated in it keep their
    first row, keys already in the archive or the dead letters of that queue are dropped (live
    dedup keys only guard live messages: without this, a job retried after workers finished
@@ -26,7 +28,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django.db import connections
 
@@ -37,11 +41,12 @@ from ..core.validation import (
     validate_queue_name,
     validate_task_name,
 )
+from ..exceptions import InvalidMessage
 from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
 from .bulkrows import BAD_ROWS_SHOWN, BulkJob, run_partition
 from .errors import BadInput, PipelineError
 from .models import BULK_VOTE_TABLE, BulkEnqueueVote
-from .progress import Progress
+from .progress import Progress, SparkJobWatch
 from .session import psycopg_dsn
 
 if TYPE_CHECKING:
@@ -51,6 +56,8 @@ CORRUPT_COLUMN = "_corrupt_record"
 _FORMATS = {"parquet", "csv", "json"}
 _EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 _EXTENSIONS[".ndjson"] = "json"
+#: Hex digits of the content hash in a generated dedup key: 128 bits, no collision in practice.
+CONTENT_HASH_DIGITS = 32
 
 
 @dataclass
@@ -69,14 +76,69 @@ class EnqueueResult:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-def read_input(spark: SparkSession, path: str, fmt: str | None = None) -> DataFrame:
-    """Read a Parquet / CSV (with header) / JSON-lines path; malformed records are kept in
-    ``_corrupt_record`` so they are reported as bad rows instead of silently dropped."""
+@dataclass(frozen=True)
+class EnqueueTarget:
+    """Where the messages go and with what defaults: checked before Spark does any work."""
+
+    queue: str
+    task: str
+    priority: int
+    max_attempts: int
+
+
+def check_target(
+    *,
+    task: str,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+) -> EnqueueTarget:
+    """The queue, task and defaults validated by the rules of ``enqueue()``, or a one-line
+    :class:`PipelineError` (the command calls this before it starts Spark)."""
+    conf = get_settings()
+    try:
+        queue = validate_queue_name(conf.DEFAULT_QUEUE if queue is None else queue)
+        attempts = conf.for_queue(queue, "MAX_ATTEMPTS") if max_attempts is None else max_attempts
+        return EnqueueTarget(
+            queue=queue,
+            task=validate_task_name(task),
+            priority=validate_priority(priority),
+            max_attempts=validate_max_attempts(attempts),
+        )
+    except InvalidMessage as exc:
+        raise PipelineError(str(exc)) from exc
+
+
+def check_batch_id(batch_id: str) -> str:
+    if not batch_id or len(batch_id) > 64 or ":" in batch_id:
+        raise PipelineError("batch_id must be 1-64 characters without ':'.")
+    return batch_id
+
+
+def input_format(path: str, fmt: str | None = None) -> str:
+    """The format of an input path (from its extension unless given); a local path that does
+    not exist is refused here, before Spark starts."""
     if fmt is None:
         lowered = path.lower().rstrip("/")
         fmt = next((f for ext, f in _EXTENSIONS.items() if lowered.endswith(ext)), "parquet")
     if fmt not in _FORMATS:
         raise PipelineError(f"Unknown input format {fmt!r}; use parquet, csv or json.")
+    parts = urlsplit(path)
+    local = parts.scheme in ("", "file") and not any(c in path for c in "*?[{")
+    if local and not Path(parts.path if parts.scheme else path).exists():
+        raise PipelineError(f"Input {path} does not exist.")
+    return fmt
+
+
+def read_input(spark: SparkSession, path: str, fmt: str | None = None) -> DataFrame:
+    """Read a Parquet / CSV / JSON-lines path; malformed records are kept in
+    ``_corrupt_record`` so they are reported as bad rows instead of silently dropped.
+
+    CSV is read as RFC 4180 says: a header line, fields quoted with ``"``, a ``"`` inside a
+    quoted field doubled, line breaks allowed inside quoted fields. A file holding quoted line
+    breaks cannot be split at arbitrary bytes, so Spark parses each CSV file in one task.
+    """
+    fmt = input_format(path, fmt)
     try:
         if fmt == "parquet":
             return spark.read.parquet(path)
@@ -86,11 +148,11 @@ def read_input(spark: SparkSession, path: str, fmt: str | None = None) -> DataFr
             "columnNameOfCorruptRecord", CORRUPT_COLUMN
         )
         if fmt == "csv":
-            reader = reader.option("header", "true")
-            inferred = spark.read.option("header", "true").csv(path).schema
+            rfc4180 = {"header": "true", "quote": '"', "escape": '"', "multiLine": "true"}
+            inferred = spark.read.options(**rfc4180).csv(path).schema
             fields = [f for f in inferred.fields if f.name != CORRUPT_COLUMN]
             schema = StructType([*fields, StructField(CORRUPT_COLUMN, StringType())])
-            return reader.schema(schema).csv(path)
+            return reader.options(**rfc4180).schema(schema).csv(path)
         return reader.json(path)
     except Exception as exc:
         if type(exc).__name__ in {"AnalysisException", "Py4JJavaError"}:
@@ -109,6 +171,7 @@ def enqueue_frame(
     dedup_key_column: str | None = None,
     priority_column: str | None = None,
     tenant_column: str | None = None,
+    drop_mapped_columns: bool = False,
     priority: int = 0,
     max_attempts: int | None = None,
     batch_id: str | None = None,
@@ -120,51 +183,47 @@ def enqueue_frame(
     """Enqueue one message per row of ``data`` for ``task`` on ``queue``.
 
     The payload is ``payload_column`` (a JSON text column is parsed; any other type is taken
-    as is), or, without it, the row's other columns as a JSON object. Run it again with the
-    same input and ``batch_id`` (for a path, the default batch id is derived from the path,
-    task and queue) and nothing is enqueued twice.
+    as is), or, without it, the row's columns as a JSON object: all of them, the dedup key,
+    priority and tenant columns included unless ``drop_mapped_columns``. Run it again with
+    the same input and ``batch_id`` (for a path, the default batch id is derived from the
+    path, task and queue) and nothing is enqueued twice, however Spark splits the input.
     """
     started = time.monotonic()
     conf = get_settings()
     alias = using or conf.DATABASE_ALIAS
-    queue = validate_queue_name(conf.DEFAULT_QUEUE if queue is None else queue)
-    task = validate_task_name(task)
-    priority = validate_priority(priority)
-    attempts = validate_max_attempts(
-        conf.for_queue(queue, "MAX_ATTEMPTS") if max_attempts is None else max_attempts
-    )
+    target = check_target(task=task, queue=queue, priority=priority, max_attempts=max_attempts)
+    queue, task = target.queue, target.task
     if isinstance(data, str):
         batch_id = batch_id or hashlib.sha1(f"{data}\0{task}\0{queue}".encode()).hexdigest()[:16]
+        check_batch_id(batch_id)
         frame = read_input(spark, data, input_format)
     else:
-        batch_id = batch_id or uuid.uuid4().hex
+        batch_id = check_batch_id(batch_id or uuid.uuid4().hex)
         frame = data
-    if not batch_id or len(batch_id) > 64 or ":" in batch_id:
-        raise PipelineError("batch_id must be 1-64 characters without ':'.")
     for name in (payload_column, dedup_key_column, priority_column, tenant_column):
         if name is not None and name not in frame.columns:
             raise PipelineError(f"Column {name!r} not in the input (it has {frame.columns}).")
     result = EnqueueResult(batch_id=batch_id)
-    progress = Progress("enqueue", 1 if skip_bad else 2, report)
 
     prepared, wrapped, trusted_json = _prepare(
         frame,
+        batch_id=batch_id,
         payload_column=payload_column,
         dedup_key_column=dedup_key_column,
         priority_column=priority_column,
         tenant_column=tenant_column,
+        drop_mapped_columns=drop_mapped_columns,
     )
     job = BulkJob(
         dsn=psycopg_dsn(alias),
         queue=queue,
         task=task,
-        max_attempts=attempts,
+        max_attempts=target.max_attempts,
         batch_id=batch_id,
-        default_priority=priority,
+        default_priority=target.priority,
         max_bytes=conf.MAX_PAYLOAD_BYTES,
         trusted_json=trusted_json,
         wrapped=wrapped,
-        has_key_column=dedup_key_column is not None,
         check_history=check_history,
         notify_channel=conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
         message_table=MESSAGE_TABLE,
@@ -173,32 +232,39 @@ def enqueue_frame(
     )
     if check_history and not _history_holds_keys(queue, alias):
         job = replace(job, check_history=False)  # nothing to probe: skip it per partition
-    one_pass = not skip_bad and _fits_one_barrier_stage(spark, prepared)
+    partitions = prepared.rdd.getNumPartitions()
+    one_pass = not skip_bad and _fits_one_barrier_stage(spark, partitions)
+    passes = 1 if skip_bad or one_pass else 2
+    progress = Progress("enqueue", passes, report, unit="passes")
+    progress.say(f"{partitions} partitions to {queue!r}, batch {batch_id}")
     if one_pass:
         # All-or-nothing in one pass: the partitions run at once (a barrier stage), validate,
         # vote through the database, and write only if no partition found a bad row.
         job = replace(job, vote_table=BULK_VOTE_TABLE, run_id=uuid.uuid4().hex)
         try:
-            _tally(result, _run(prepared, job, write=True, all_or_nothing=True, barrier=True))
+            with SparkJobWatch(spark, progress, "validating and writing"):
+                output = _run(prepared, job, write=True, all_or_nothing=True, barrier=True)
+            _tally(result, output)
         finally:
             BulkEnqueueVote.objects.using(alias).filter(run_id=job.run_id).delete()
         if result.bad_count:
             raise _bad_input(result)
-        progress.advance(0, note="validated in the same pass, no bad row")
-        progress.advance(result.enqueued, note=f"{result.partitions} partitions written")
+        progress.advance(result.enqueued, note=f"validated and written, {partitions} partitions")
     # Otherwise all-or-nothing needs every row checked before any is written: a validating
     # pass, then the writing pass reads the input again (not cached here: cache an input
     # that is expensive to compute). The same checks as a Spark SQL filter measured slower.
     elif not skip_bad:
-        _tally(result, _run(prepared, job, write=False))
+        with SparkJobWatch(spark, progress, "validating"):
+            _tally(result, _run(prepared, job, write=False))
         if result.bad_count:
             raise _bad_input(result)
         progress.advance(0, note="validated, no bad row")
     if not one_pass:
-        _tally(result, _run(prepared, job, write=True, all_or_nothing=not skip_bad))
+        with SparkJobWatch(spark, progress, "writing"):
+            _tally(result, _run(prepared, job, write=True, all_or_nothing=not skip_bad))
         progress.advance(
             result.enqueued,
-            note=f"{result.partitions} partitions written, {result.bad_count} bad rows",
+            note=f"{result.partitions} partitions written, {result.bad_count:,} bad rows",
         )
     if result.bad_count and not skip_bad:
         # Only a non-deterministic input gets here: rows valid in the checking pass were
@@ -208,6 +274,13 @@ def enqueue_frame(
             f"{result.bad_count} of {result.rows} input rows were invalid when read a second "
             f"time (is the input non-deterministic? cache it); {result.enqueued} rows of the "
             f"partitions without bad rows were enqueued, the others not. {shown}",
+            result.bad_rows,
+            result.bad_count,
+        )
+    if result.bad_count and result.bad_count == result.rows:
+        shown = "; ".join(f"row {n}: {e}" for n, e in result.bad_rows)
+        raise BadInput(
+            f"all {result.rows} input rows are invalid: nothing was enqueued. {shown}",
             result.bad_rows,
             result.bad_count,
         )
@@ -226,14 +299,14 @@ def _bad_input(result: EnqueueResult) -> BadInput:
     )
 
 
-def _fits_one_barrier_stage(spark: SparkSession, frame: DataFrame) -> bool:
+def _fits_one_barrier_stage(spark: SparkSession, partitions: int) -> bool:
     """Whether every partition can run at once (a barrier stage): no more partitions than
     task slots, and no dynamic allocation (barrier stages refuse it). Larger inputs take two
     passes rather than being squeezed into fewer, larger partitions held in memory."""
     conf = spark.sparkContext.getConf()
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         return False
-    return frame.rdd.getNumPartitions() <= spark.sparkContext.defaultParallelism
+    return partitions <= spark.sparkContext.defaultParallelism
 
 
 def _history_holds_keys(queue: str, alias: str) -> bool:
@@ -294,16 +367,18 @@ def _tally(result: EnqueueResult, output: list[Any]) -> None:
 def _prepare(
     frame: DataFrame,
     *,
+    batch_id: str,
     payload_column: str | None,
     dedup_key_column: str | None,
     priority_column: str | None,
     tenant_column: str | None,
+    drop_mapped_columns: bool,
 ) -> tuple[DataFrame, bool, bool]:
     """(payload text, dedup key, priority text, tenant, corrupt record) per row, plus
     whether the payload is wrapped as ``{"v": value}`` and whether Spark wrote its JSON."""
     from pyspark.sql import functions as F
 
-    special = {c for c in (dedup_key_column, priority_column, tenant_column) if c}
+    mapped = {c for c in (dedup_key_column, priority_column, tenant_column) if c}
     corrupt = CORRUPT_COLUMN in frame.columns
     payload_is_text = False
     if payload_column is not None:
@@ -311,19 +386,25 @@ def _prepare(
         payload = F.col(payload_column)
         payload = payload if payload_is_text else F.to_json(F.struct(payload.alias("v")))
     else:
-        rest = [c for c in frame.columns if c not in special and c != CORRUPT_COLUMN]
+        dropped = mapped if drop_mapped_columns else set()
+        rest = [c for c in frame.columns if c not in dropped and c != CORRUPT_COLUMN]
         if not rest:
             raise PipelineError("The input has no payload columns.")
         payload = F.to_json(F.struct(*rest))
+    prio = (F.col(priority_column) if priority_column else F.lit(None)).cast("string")
+    tenant = (F.col(tenant_column) if tenant_column else F.lit(None)).cast("string")
+    # The row's own identity: what the message will carry. Not its position, which depends
+    # on how Spark split the input (cores, master, file splits).
+    content = F.concat_ws("\x1f", *(F.coalesce(c, F.lit("\\N")) for c in (payload, prio, tenant)))
+    content_key = F.concat(
+        F.lit(f"{batch_id}:"), F.substring(F.sha2(content, 256), 1, CONTENT_HASH_DIGITS)
+    )
+    key = F.col(dedup_key_column).cast("string") if dedup_key_column else F.lit(None)
     columns = [
         payload.alias("payload"),
-        (F.col(dedup_key_column).cast("string") if dedup_key_column else F.lit(None))
-        .cast("string")
-        .alias("dedup_key"),
-        (F.col(priority_column) if priority_column else F.lit(None)).cast("string").alias("prio"),
-        (F.col(tenant_column).cast("string") if tenant_column else F.lit(None))
-        .cast("string")
-        .alias("tenant"),
+        F.coalesce(key.cast("string"), content_key).alias("dedup_key"),
+        prio.alias("prio"),
+        tenant.alias("tenant"),
         (F.col(CORRUPT_COLUMN) if corrupt else F.lit(None)).cast("string").alias("corrupt"),
     ]
     wrapped = payload_column is not None and not payload_is_text

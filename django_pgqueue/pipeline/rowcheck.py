@@ -25,8 +25,6 @@ def check_row(
     tenant: str | None,
     corrupt: str | None,
     *,
-    key_prefix: str,
-    row_no: int,
     wrapped: bool,
     default_priority: int,
     max_bytes: int,
@@ -44,9 +42,7 @@ def check_row(
             if wrapped:
                 value = value.get("v")
         payload_json = encode_payload(value, max_bytes)
-        key = validate_optional_key(
-            f"{key_prefix}{row_no}" if key is None else key, "dedup_key", DEDUP_KEY_MAX_LENGTH
-        )
+        key = validate_optional_key(key, "dedup_key", DEDUP_KEY_MAX_LENGTH)
         priority: Any = default_priority
         if raw_priority is not None:
             try:

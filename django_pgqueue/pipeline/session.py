@@ -7,6 +7,8 @@ Database connection settings always come from Django's ``DATABASES``.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import socket
 import sys
@@ -32,6 +34,9 @@ JDBC_DRIVER_CLASS = "org.postgresql.Driver"
 #: Rows per JDBC round trip: without it pgjdbc buffers a whole partition in the heap.
 JDBC_FETCHSIZE = 10_000
 JDBC_BATCHSIZE = 10_000
+PYTHON_CONF = "spark.pyspark.python"
+#: Keys whose values are secrets, as Spark's own ``spark.redaction.regex`` default sees them.
+SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
 
 
 def import_pyspark() -> Any:
@@ -186,22 +191,57 @@ def psycopg_dsn(using: str | None = None) -> str:
     return make_conninfo(**{key: str(value) for key, value in params.items() if value != ""})
 
 
+def read_conf_file(path: str) -> dict[str, str]:
+    """Spark properties from a ``spark-defaults.conf``-style file: one ``key value`` or
+    ``key=value`` per line, ``#`` comments. Errors name the line, never echo a value."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise PipelineError(f"Cannot read the Spark configuration file {path}: {exc}") from exc
+    properties: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        match = re.match(r"([^\s=:]+)\s*[=:\s]\s*(.*)$", line)
+        if match is None or "\\" in line:
+            raise PipelineError(
+                f"{path}, line {number}: expected `key value` or `key=value` "
+                "(line continuations and escapes are not supported)."
+            )
+        properties[match.group(1)] = match.group(2)
+    return properties
+
+
 def build_session(
     master: str | None = None,
     *,
     app_name: str = "pgq_pipeline",
     conf: dict[str, str] | None = None,
+    conf_file: str | None = None,
     testing: bool = False,
 ) -> SparkSession:
     """A SparkSession set up for the pipeline (UTC, JDBC driver shipped to executors).
 
-    ``master`` None means: the one ``spark-submit --master`` chose when launched by it,
-    otherwise ``local[*]`` (embedded, no cluster needed).
+    ``master`` None means: the one ``spark-submit --master`` chose when launched by it, the
+    ``spark.master`` of ``conf_file``, otherwise ``local[*]`` (embedded, no cluster needed).
+
+    ``conf`` entries reach the JVM as ``--conf key=value`` process arguments (PySpark starts
+    it that way), where anyone on the host can read them; ``conf_file`` (properties, e.g.
+    secrets) is handed to the JVM by its path, so its values never appear in a command line.
+    Either overrides the pipeline's own defaults.
+
+    Python workers run the driver's interpreter (``sys.executable``) unless
+    ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` says otherwise: on a cluster, executors
+    then need the same path (a shared image or virtualenv), and no version mismatch occurs.
     """
     import_pyspark()
     find_java()
+    conf = dict(conf or {})
+    from_file = read_conf_file(conf_file) if conf_file else {}
+    given = conf.keys() | from_file.keys()
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this process
-    if master is None and not submitted:
+    if master is None and not submitted and "spark.master" not in given:
         master = DEFAULT_MASTER
     if master is not None:
         check_master(master)
@@ -211,32 +251,53 @@ def build_session(
     if master is not None and master.startswith("local"):
         # Otherwise Spark warns at every start that the host name resolves to loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Python workers must match the driver's minor version; "python3" on PATH may not.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.appName(app_name)
+    # Python workers must match the driver's minor version, and "python3" on an executor's
+    # PATH may be another one (PYTHON_VERSION_MISMATCH), or lack pyarrow and psycopg. PySpark
+    # sends executors the interpreter named by PYSPARK_PYTHON when the context starts.
+    python = conf.get(PYTHON_CONF) or from_file.get(PYTHON_CONF)
+    python = python or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
+    defaults = {
         # Days and hours are UTC whatever the JVM's or the host's zone is.
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.ui.showConsoleProgress": "false",
+        PYTHON_CONF: python,
+    }
+    if jar is not None:
+        defaults["spark.jars"] = jar
+    else:
+        defaults["spark.jars.packages"] = os.environ[JDBC_PACKAGES_ENV]
+    if testing:
+        defaults.update(
+            {
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.default.parallelism": "2",
+                "spark.driver.memory": "1g",
+                "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+            }
+        )
+    builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    if jar is not None:
-        builder = builder.config("spark.jars", jar)
-    else:
-        builder = builder.config("spark.jars.packages", os.environ[JDBC_PACKAGES_ENV])
-    if testing:
-        for key, value in {
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-        }.items():
+    for key, value in defaults.items():
+        if key not in given:
             builder = builder.config(key, value)
-    for key, value in (conf or {}).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    if from_file and submitted:
+        # The JVM runs already: the values go to it over the gateway, not a command line.
+        for key, value in from_file.items():
+            builder = builder.config(key, value)
+    elif from_file:
+        # spark-submit reads the file itself and sets its values inside the JVM.
+        assert conf_file is not None
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f"--properties-file {shlex.quote(str(Path(conf_file).resolve()))} "
+            + (submit_args or "pyspark-shell")
+        )
     try:
         spark = builder.getOrCreate()
     except Exception as exc:
@@ -246,6 +307,11 @@ def build_session(
                 "newer; install one with `apt-get install openjdk-17-jre-headless`."
             ) from exc
         raise
+    finally:
+        if submit_args is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

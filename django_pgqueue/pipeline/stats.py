@@ -20,7 +20,7 @@ from ..conf import get_settings
 from .columns import ARCHIVE, DEAD, SourceTable
 from .errors import PipelineError
 from .models import QueueStatsHourly
-from .progress import Progress
+from .progress import Progress, SparkJobWatch
 from .session import JDBC_FETCHSIZE, default_parallelism, jdbc_target
 
 if TYPE_CHECKING:
@@ -64,9 +64,11 @@ def stats(
     archive = _read(spark, ARCHIVE, since, until, alias).cache()
     dead = _read(spark, DEAD, since, until, alias).cache()
     try:
-        rows_read = archive.count() + dead.count()
+        with SparkJobWatch(spark, progress, "reading"):
+            rows_read = archive.count() + dead.count()
         progress.advance(rows_read, note="read")
-        groups = aggregate(archive, dead)
+        with SparkJobWatch(spark, progress, "aggregating"):
+            groups = aggregate(archive, dead)
         progress.advance(0, note=f"{len(groups)} queue/task/hour groups")
     finally:
         archive.unpersist()

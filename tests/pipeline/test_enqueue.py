@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -15,6 +17,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.models import ArchivedMessage, BulkEnqueueVote, Message
+from django_pgqueue.pipeline import cli, session
 from django_pgqueue.pipeline.enqueue import enqueue_frame
 from django_pgqueue.pipeline.errors import BadInput, PipelineError
 from tests.conftest import drain
@@ -71,11 +74,9 @@ def test_bulk_enqueue_of_100k_rows_is_processed_by_the_worker(
         4,
     )
     assert Message.objects.filter(queue="bulk", task="bench.noop").count() == 100_000
-    assert Message.objects.get(dedup_key="b1:0:41").payload == {
-        "id": 41,
-        "user": "u41",
-        "amount": 20.5,
-    }
+    message = Message.objects.get(queue="bulk", payload__id=41)
+    assert message.payload == {"id": 41, "user": "u41", "amount": 20.5}
+    assert message.dedup_key.startswith("b1:") and len(message.dedup_key) == 3 + 32
     # One wake-up per partition, not per row.
     assert drain(listener) == [("django_pgqueue", "bulk")] * 4
     # A retried job (same batch id) enqueues nothing twice while the messages are live...
@@ -141,7 +142,7 @@ def test_malformed_json_lines_and_bad_payloads_are_reported(spark: Any, tmp_path
 
     assert (result.enqueued, result.duplicates, result.bad_count) == (1, 1, 2)
     message = Message.objects.get(queue="json")
-    assert (message.dedup_key, message.payload) == ("k1", {"event": "a"})
+    assert (message.dedup_key, message.payload) == ("k1", {"event": "a", "key": "k1"})
 
 
 def test_payload_column_and_archived_keys(spark: Any) -> None:
@@ -173,8 +174,11 @@ def test_bad_arguments_are_refused_before_any_work(spark: Any, tmp_path: Path) -
         enqueue_frame(spark, frame, task="t", queue="Not Valid")
     with pytest.raises(PipelineError, match="not in the input"):
         enqueue_frame(spark, frame, task="t", queue="q", dedup_key_column="missing")
-    with pytest.raises(PipelineError, match="Cannot read"):
+    with pytest.raises(PipelineError, match="does not exist"):
         enqueue_frame(spark, str(tmp_path / "nowhere.parquet"), task="t", queue="q")
+    (tmp_path / "empty.parquet").mkdir()
+    with pytest.raises(PipelineError, match="Cannot read"):
+        enqueue_frame(spark, str(tmp_path / "empty.parquet"), task="t", queue="q")
     assert not Message.objects.exists()
 
 
@@ -224,7 +228,7 @@ def test_one_bad_row_in_any_partition_stops_every_partition(spark: Any, partitio
 
     rows = [(n, 5) for n in range(1, 100)] + [(100, 500)]  # the last row's priority is bad
     frame = spark.createDataFrame(rows, "n long, prio long").repartition(partitions, "n")
-    assert _fits_one_barrier_stage(spark, frame) is (partitions <= 2)
+    assert _fits_one_barrier_stage(spark, frame.rdd.getNumPartitions()) is (partitions <= 2)
 
     with pytest.raises(BadInput) as caught:
         enqueue_frame(spark, frame, task="tests.echo", queue="parts", priority_column="prio")
@@ -259,3 +263,180 @@ def test_bulk_enqueue_into_a_fair_queue_takes_turns_with_other_tenants(spark: An
         assert Message.objects.filter(queue="fq", fair_order=-1).count() == 32
         first = Message.objects.lease("fq", worker_id="w", batch_size=4)
     assert sorted(m.tenant for m in first) == ["heavy", "heavy", "light", "light"]
+
+
+def test_generated_keys_do_not_depend_on_partitioning(spark: Any, tmp_path: Path) -> None:
+    """The same input and batch id read as 1 then 3 partitions (as local[1] then local[3]
+    split it) adds nothing the second time: keys come from the rows, not their positions."""
+    path = tmp_path / "signups.csv"
+    path.write_text("email,plan\n" + "".join(f"u{n}@example.com,p{n % 3}\n" for n in range(60)))
+    frame = spark.read.option("header", "true").csv(str(path))
+
+    first = enqueue_frame(spark, frame.coalesce(1), task="t", queue="split", batch_id="b")
+    again = enqueue_frame(spark, frame.repartition(3), task="t", queue="split", batch_id="b")
+
+    assert (first.partitions, first.enqueued) == (1, 60)
+    assert (again.partitions, again.enqueued, again.duplicates) == (3, 0, 60)
+    assert Message.objects.filter(queue="split").count() == 60
+
+
+def test_rfc4180_csv_with_doubled_quotes_and_quoted_line_breaks(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "notes.csv"
+    path.write_bytes(
+        b'id,note\r\n1,"She said ""hi"""\r\n2,"two\r\nlines, and a comma"\r\n3,plain\r\n'
+    )
+
+    result = enqueue_frame(spark, str(path), task="t", queue="rfc")
+
+    assert (result.rows, result.enqueued, result.bad_count) == (3, 3, 0)
+    assert sorted(
+        (m.payload["id"], m.payload["note"]) for m in Message.objects.filter(queue="rfc")
+    ) == [("1", 'She said "hi"'), ("2", "two\nlines, and a comma"), ("3", "plain")]
+
+
+def test_skip_bad_with_no_valid_row_fails_and_says_how_many(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "prios.csv"
+    path.write_text("n,prio\n1,500\n2,x\n")
+    with pytest.raises(BadInput, match="all 2 input rows are invalid") as caught:
+        enqueue_frame(
+            spark, str(path), task="t", queue="skip", priority_column="prio", skip_bad=True
+        )
+    assert caught.value.bad_count == 2
+
+    path.write_text("n,prio\n1,500\n2,x\n3,1\n")
+    out, err = io.StringIO(), io.StringIO()
+    status = cli.run(
+        {
+            "job": "enqueue", "master": "local[2]", "path": str(path), "task": "t",
+            "queue": "skip", "priority_column": "prio", "skip_bad": True,
+        },
+        out, err,
+    )  # fmt: skip
+    assert status == 0, err.getvalue()
+    assert "warning: skipped 2 invalid rows" in err.getvalue()
+    assert "enqueued 1 of 3 rows" in out.getvalue()
+
+
+def test_key_and_tenant_columns_stay_in_the_payload(spark: Any) -> None:
+    frame = spark.createDataFrame([(7, "acme", "a@example.com")], ["user_id", "org", "email"])
+    kept = {"user_id": 7, "org": "acme", "email": "a@example.com"}
+
+    enqueue_frame(
+        spark, frame, task="t", queue="keep", dedup_key_column="user_id", tenant_column="org"
+    )
+    enqueue_frame(
+        spark, frame, task="t", queue="drop", dedup_key_column="user_id",
+        tenant_column="org", drop_mapped_columns=True,
+    )  # fmt: skip
+
+    message = Message.objects.get(queue="keep")
+    assert (message.payload, message.dedup_key, message.tenant) == (kept, "7", "acme")
+    assert Message.objects.get(queue="drop").payload == {"email": "a@example.com"}
+
+
+def test_bad_arguments_are_refused_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def no_spark(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(session, "build_session", no_spark)
+    existing = tmp_path / "in.csv"
+    existing.write_text("a\n1\n")
+    cases = [
+        ({"queue": "Not Valid"}, "Invalid queue name"),
+        ({"priority": 500}, "priority"),
+        ({"batch_id": "a:b"}, "batch_id"),
+        ({"path": str(tmp_path / "missing.csv")}, "does not exist"),
+    ]
+    for extra, reason in cases:
+        err = io.StringIO()
+        options = {"job": "enqueue", "path": str(existing), "task": "t", **extra}
+        assert cli.run(options, io.StringIO(), err) == 2
+        assert err.getvalue().count("\n") == 1 and reason in err.getvalue(), err.getvalue()
+    err = io.StringIO()
+    options = {"job": "enqueue", "path": str(existing), "task": "t", "spark_conf": ["oops"]}
+    assert cli.run(options, io.StringIO(), err) == 2
+    assert "KEY=VALUE" in err.getvalue() and "oops" not in err.getvalue()
+
+
+def test_enqueue_reports_progress_while_it_runs(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line before anything is written, and the running job's partitions as they finish."""
+    from django_pgqueue.pipeline import progress
+
+    monkeypatch.setattr(progress, "WATCH_INTERVAL", 0.05)
+    lines: list[tuple[str, int | None]] = []
+
+    def report(line: str) -> None:
+        on_main = threading.current_thread() is threading.main_thread()
+        lines.append((line, Message.objects.count() if on_main else None))
+
+    frame = spark.range(2000, numPartitions=4)
+    enqueue_frame(spark, frame, task="t", queue="progress", report=report)
+
+    assert lines[0][1] == 0, lines  # said before any row was written
+    assert "4 partitions" in lines[0][0]
+    assert any("partitions done" in line for line, _ in lines), lines
+    assert "2/2 passes done" in lines[-1][0]
+
+
+def test_live_key_fallback_needs_no_temp_privilege() -> None:
+    """When the COPY meets a live key, the partition goes in with ON CONFLICT DO NOTHING, as
+    a role without the TEMP privilege on the database."""
+    import pyarrow as pa
+
+    from django_pgqueue.pipeline.bulkrows import BulkJob, write_partition
+    from django_pgqueue.pipeline.session import psycopg_dsn
+
+    django_pgqueue.enqueue("t", {"n": 0}, queue="notemp", dedup_key="k0")
+    name = connection.settings_dict["NAME"]
+    role = f"pgq_notemp_{name}"[:63]
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP ROLE IF EXISTS "{role}"')
+        cursor.execute(f'CREATE ROLE "{role}" LOGIN')
+        cursor.execute(f'REVOKE TEMP ON DATABASE "{name}" FROM PUBLIC')
+        cursor.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"')
+        cursor.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+    try:
+        job = BulkJob(
+            dsn=psycopg_dsn() + f" user={role}", queue="notemp", task="t", max_attempts=3,
+            batch_id="b", default_priority=0, max_bytes=1 << 20, trusted_json=True,
+            wrapped=False, check_history=False, notify_channel=None,
+            message_table=Message._meta.db_table, history_tables=(),
+        )  # fmt: skip
+        rows = pa.table(
+            {
+                "payload": ['{"n": 0}', '{"n": 1}'],
+                "dedup_key": ["k0", "k1"],
+                "priority": pa.array([0, 0], pa.int16()),
+                "tenant": pa.array([None, None], pa.string()),
+            }
+        )
+        with psycopg.connect(job.dsn) as conn:
+            assert not conn.execute(
+                "SELECT has_database_privilege(current_user, current_database(), 'TEMP')"
+            ).fetchone()[0]
+            assert write_partition(job, conn, rows) == 1
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'GRANT TEMP ON DATABASE "{name}" TO PUBLIC')
+            cursor.execute(f'DROP OWNED BY "{role}"')
+            cursor.execute(f'DROP ROLE "{role}"')
+    assert sorted(Message.objects.filter(queue="notemp").values_list("dedup_key", flat=True)) == [
+        "k0",
+        "k1",
+    ]
+
+
+def test_identical_rows_in_two_partitions_are_one_message_in_one_pass(spark: Any) -> None:
+    """Partitions write before they vote (uncommitted); one meeting the other's uncommitted
+    key gives up its COPY at once and skips the key after the vote, instead of waiting for a
+    partition that is waiting for it."""
+    frame = spark.createDataFrame([(n % 50,) for n in range(100)], "n long").repartition(2)
+
+    result = enqueue_frame(spark, frame, task="t", queue="twins")
+
+    assert (result.rows, result.enqueued, result.duplicates) == (100, 50, 50)
+    assert sorted(m.payload["n"] for m in Message.objects.filter(queue="twins")) == list(range(50))
