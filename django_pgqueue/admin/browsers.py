@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin import DateFieldListFilter
-from django.contrib.admin.options import ActionLocation
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -23,6 +22,7 @@ from ..core import operations
 from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, Message, WorkerHeartbeat
 from .actions import CappedPaginator, bounded_selection, report
+from .compat import CHANGE_FORM_ACTIONS, ActionLocation, action
 from .display import errors_html, json_html, json_preview, traceback_html
 from .filters import LiveStateFilter, QueueFilter, TaskFilter
 
@@ -219,7 +219,7 @@ class MessageAdmin(ReadOnlyAdmin):
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "discard_message")
 
-    @admin.action(permissions=["retry_now"], description="Run now", location=BOTH)
+    @action(permissions=["retry_now"], description="Run now", location=BOTH)
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         self._run_and_report(
             request,
@@ -231,7 +231,7 @@ class MessageAdmin(ReadOnlyAdmin):
             log_message="Made available now (run now).",
         )
 
-    @admin.action(permissions=["release"], description="Release lease", location=BOTH)
+    @action(permissions=["release"], description="Release lease", location=BOTH)
     def release_leases(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         self._run_and_report(
             request,
@@ -243,7 +243,7 @@ class MessageAdmin(ReadOnlyAdmin):
             log_message="Released its lease; the holder's late completion is fenced off.",
         )
 
-    @admin.action(permissions=["discard"], description="Discard to the dead letters", location=BOTH)
+    @action(permissions=["discard"], description="Discard to the dead letters", location=BOTH)
     def discard(self, request: HttpRequest, queryset: QuerySet[Message]) -> HttpResponse | None:
         note = f"discarded by {request.user.get_username()} in the admin"
         self._run_and_report(
@@ -339,10 +339,12 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        context = {**(extra_context or {}), "pgq_can_retry": self.has_retry_permission(request)}
+        # Before Django 6.1 actions run from the change list only: no Retry button here.
+        can_retry = CHANGE_FORM_ACTIONS and self.has_retry_permission(request)
+        context = {**(extra_context or {}), "pgq_can_retry": can_retry}
         return super().change_view(request, object_id, form_url, context)
 
-    @admin.action(permissions=["retry"], description="Retry", location=BOTH)
+    @action(permissions=["retry"], description="Retry", location=BOTH)
     def retry_dead(
         self, request: HttpRequest, queryset: QuerySet[DeadMessage]
     ) -> HttpResponse | None:
@@ -443,7 +445,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "requeue_archivedmessage")
 
-    @admin.action(permissions=["requeue"], description="Requeue as a new message", location=BOTH)
+    @action(permissions=["requeue"], description="Requeue as a new message", location=BOTH)
     def requeue(self, request: HttpRequest, queryset: QuerySet[ArchivedMessage]) -> None:
         rows, truncated = bounded_selection(queryset)
         new_ids = operations.requeue_archived([a.id for a in rows])

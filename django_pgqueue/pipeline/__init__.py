@@ -2,5 +2,5 @@
 and bulk enqueue.
 
 Importing this package needs neither pyspark nor Java; the jobs import pyspark when they
-start a session (``pip install 'django-pgqueue[spark]'``).
+start a session (``pip install 'django-pgqueue-mq[spark]'``).
 """

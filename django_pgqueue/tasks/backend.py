@@ -17,18 +17,22 @@ from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.tasks import Task, TaskResult, TaskResultStatus
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.backends.dummy import DummyBackend
-from django.tasks.backends.immediate import ImmediateBackend
-from django.tasks.exceptions import InvalidTask
-from django.tasks.signals import task_enqueued
-from django.utils.json import normalize_json
 
 from ..conf import get_settings
 from ..core.enqueue import enqueue as enqueue_message
 from ..core.validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
 from ..exceptions import InvalidMessage
+from .framework import (
+    BaseTaskBackend,
+    DummyBackend,
+    ImmediateBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
 from .task import TASK_OPTIONS, PgQueueTask
 
 __all__ = ["PgQueueBackend", "PgQueueDummyBackend", "PgQueueImmediateBackend"]

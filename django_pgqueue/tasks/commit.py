@@ -6,7 +6,8 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.tasks import Task
+
+from .framework import Task
 
 __all__ = ["enqueue_on_commit"]
 

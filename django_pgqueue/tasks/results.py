@@ -14,10 +14,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connections
-from django.tasks import Task, TaskResult, TaskResultStatus
-from django.tasks.base import TaskError
-from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.module_loading import import_string
+
+from .framework import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
 
 __all__ = [
     "LeaseExpired",

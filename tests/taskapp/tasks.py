@@ -13,11 +13,10 @@ import time
 from typing import Any
 
 from django.dispatch import receiver
-from django.tasks import TaskContext
-from django.tasks import task as django_task
-from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_pgqueue.tasks import task
+from django_pgqueue.tasks.framework import TaskContext, task_enqueued, task_finished, task_started
+from django_pgqueue.tasks.framework import task as django_task
 
 
 @task
