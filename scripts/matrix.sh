@@ -51,11 +51,14 @@ run_entry() {  # run_entry name python django extras
         echo "==> $name: creating .venv-matrix/$name ($("$python" --version), $django, [$extras])"
         rm -rf "$venv"
         "$python" -m venv "$venv"
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip \
-            2>&1 | grep -v "is ignored" || true
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            "$django" -e "$REPO_DIR[$extras]" 2>&1 | grep -v "is ignored" || true
-        "$venv/bin/python" -c "import django, django_pgqueue" || return 1
+        # pip's output (and the build backend's warnings) go to the entry's pip.log.
+        if ! { "$venv/bin/python" -m pip install --disable-pip-version-check --upgrade pip \
+            && "$venv/bin/python" -m pip install --disable-pip-version-check \
+                "$django" -e "$REPO_DIR[$extras]"; } >"$venv/pip.log" 2>&1; then
+            echo "==> $name: pip install failed; the end of .venv-matrix/$name/pip.log:" >&2
+            tail -n 25 "$venv/pip.log" >&2
+            return 1
+        fi
         touch "$venv/.installed"
     fi
     local django_version log="$venv/last-run.log" started=$SECONDS status=0
