@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import timedelta
-from functools import partial
 from typing import Any, cast
 
 from django.apps import apps
@@ -242,12 +241,14 @@ class PgQueueBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        # Announce only what commits: a rolled-back enqueue left no row and sends nothing.
-        transaction.on_commit(
-            partial(task_enqueued.send, sender=type(self), task_result=result),
-            using=using,
-            robust=True,
-        )
+        sender = type(self)
+
+        # Announce only what commits: a rolled-back enqueue left no row and sends nothing. A
+        # function, not a partial: Django 5.2 logs a failing robust hook by its __qualname__.
+        def announce() -> None:
+            task_enqueued.send(sender=sender, task_result=result)
+
+        transaction.on_commit(announce, using=using, robust=True)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:

@@ -1,5 +1,6 @@
 """The zero-setup path: no DATABASE_URL -> a real embedded PostgreSQL; set -> that server."""
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -10,8 +11,14 @@ import pytest
 
 from django_pgqueue.embedded import database_from_environment, embedded_database, stop_embedded
 
+# The embedded server is the [embedded] extra; pgserver has no wheel for Python 3.13.
+needs_pgserver = pytest.mark.skipif(
+    importlib.util.find_spec("pgserver") is None, reason="pgserver is not installed"
+)
+
 
 @pytest.mark.slow
+@needs_pgserver
 def test_embedded_server_starts_and_answers(tmp_path):
     pgdata = tmp_path / "pgdata"
     config = embedded_database(pgdata)
@@ -31,6 +38,7 @@ def test_embedded_server_starts_and_answers(tmp_path):
 
 
 @pytest.mark.slow
+@needs_pgserver
 def test_the_embedded_server_runs_on_after_its_process_until_stopped(tmp_path):
     pgdata = tmp_path / "pgdata"
     embedded = [sys.executable, "-m", "django_pgqueue.embedded"]
