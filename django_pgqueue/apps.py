@@ -9,11 +9,12 @@ class PgQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the system checks; importing django.tasks registers Django's own
-        # TASKS checks, which otherwise run only if something else imports it.
-        import django.tasks  # noqa: F401
-
+        # Registers the system checks, and the Tasks framework's own TASKS checks (when there
+        # is a framework), which otherwise run only if something else imports it.
         from . import checks  # noqa: F401
+        from .compat import import_tasks_framework_checks
+
+        import_tasks_framework_checks()
 
         # Every process (web and worker alike) imports each app's ``handlers`` module, as the
         # admin does with ``admin.py``: enqueue() then applies a handler's defaults (queue,

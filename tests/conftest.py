@@ -9,6 +9,12 @@ import psycopg
 import pytest
 from django.db import connection
 
+from django_pgqueue.compat import TASKS_FRAMEWORK
+
+
+def pytest_report_header() -> str:
+    return f"tasks framework: {TASKS_FRAMEWORK or 'none (tests/tasks not collected)'}"
+
 
 def connection_kwargs() -> dict[str, Any]:
     """psycopg connect() arguments for the database the tests are using right now."""

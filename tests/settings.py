@@ -8,6 +8,7 @@ checkouts can run their suites against one server at once.
 import os
 from pathlib import Path
 
+from django_pgqueue.compat import TASKS_FRAMEWORK
 from django_pgqueue.embedded import database_from_environment
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -26,9 +27,12 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_pgqueue",
-    "demo",
     "tests.testapp",
 ]
+# The apps that define tasks need a Tasks framework: without one (Django 5.2 without the
+# django-tasks backport) the queue, the worker and the admin are tested alone.
+if TASKS_FRAMEWORK is not None:
+    INSTALLED_APPS += ["demo", "tests.taskapp"]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -39,7 +43,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 
-ROOT_URLCONF = "example_project.urls"
+ROOT_URLCONF = "example_project.urls" if TASKS_FRAMEWORK is not None else "tests.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin import DateFieldListFilter
-from django.contrib.admin.options import ActionLocation
 from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Left, Length, Now
@@ -28,6 +27,7 @@ from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHe
 from .actions import CappedPaginator, bounded_selection, in_batches, report
 from .cancel import CancelAction
 from .columns import decode_json, json_text, safe_timestamps, timestamp_column
+from .compat import CHANGE_FORM_ACTIONS, ActionLocation, action
 from .display import (
     DETAIL_LIMIT,
     PREVIEW_LIMIT,
@@ -316,7 +316,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "discard_message")
 
-    @admin.action(permissions=["retry_now"], description="Run now", location=BOTH)
+    @action(permissions=["retry_now"], description="Run now", location=BOTH)
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         self._run_and_report(
             request,
@@ -328,7 +328,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
             log_message="Made available now (run now).",
         )
 
-    @admin.action(permissions=["release"], description="Release lease", location=BOTH)
+    @action(permissions=["release"], description="Release lease", location=BOTH)
     def release_leases(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         self._run_and_report(
             request,
@@ -340,7 +340,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
             log_message="Released its lease; the holder's late completion is fenced off.",
         )
 
-    @admin.action(permissions=["discard"], description="Discard to the dead letters", location=BOTH)
+    @action(permissions=["discard"], description="Discard to the dead letters", location=BOTH)
     def discard(self, request: HttpRequest, queryset: QuerySet[Message]) -> HttpResponse | None:
         note = f"discarded by {request.user.get_username()} in the admin"
         self._run_and_report(
@@ -455,10 +455,12 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        context = {**(extra_context or {}), "pgq_can_retry": self.has_retry_permission(request)}
+        # Before Django 6.1 actions run from the change list only: no Retry button here.
+        can_retry = CHANGE_FORM_ACTIONS and self.has_retry_permission(request)
+        context = {**(extra_context or {}), "pgq_can_retry": can_retry}
         return super().change_view(request, object_id, form_url, context)
 
-    @admin.action(permissions=["retry"], description="Retry", location=BOTH)
+    @action(permissions=["retry"], description="Retry", location=BOTH)
     def retry_dead(
         self, request: HttpRequest, queryset: QuerySet[DeadMessage]
     ) -> HttpResponse | None:
@@ -570,7 +572,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "requeue_archivedmessage")
 
-    @admin.action(permissions=["requeue"], description="Requeue as a new message", location=BOTH)
+    @action(permissions=["requeue"], description="Requeue as a new message", location=BOTH)
     def requeue(self, request: HttpRequest, queryset: QuerySet[ArchivedMessage]) -> None:
         selection = bounded_selection(queryset)
         copied: set[int] = set()

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.admin.options import ActionLocation
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from ..core.cancel import CancelResult, cancel_many
 from ..models import Message
 from .actions import ACTION_LIMIT, acting_user_id, bounded_selection, in_batches
+from .compat import ActionLocation, action
 
 if TYPE_CHECKING:
     BaseModelAdmin = admin.ModelAdmin[Any]
@@ -32,7 +32,7 @@ class CancelAction(BaseModelAdmin):
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.cancel_message")
 
-    @admin.action(
+    @action(
         permissions=["cancel"],
         description="Cancel (dead letters now, or flag the running handler)",
         location=[ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM],

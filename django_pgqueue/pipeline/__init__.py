@@ -2,7 +2,7 @@
 and bulk enqueue.
 
 Importing this package needs neither pyspark nor Java; the jobs import pyspark when they
-start a session (``pip install 'django-pgqueue[spark]'``).
+start a session (``pip install 'django-pgqueue-mq[spark]'``).
 """
 
 # Readers of an export's committed files: no Django, no Spark needed to import them.

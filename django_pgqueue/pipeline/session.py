@@ -44,7 +44,7 @@ def import_pyspark() -> Any:
         import pyspark
     except ImportError as exc:
         raise SparkUnavailable(
-            "The pipeline needs pyspark: pip install 'django-pgqueue[spark]' "
+            "The pipeline needs pyspark: pip install 'django-pgqueue-mq[spark]' "
             "(pyspark>=4.0 and pyarrow, plus a Java 17+ runtime)."
         ) from exc
     return pyspark

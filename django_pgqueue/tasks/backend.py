@@ -10,25 +10,28 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import timedelta
-from functools import partial
 from typing import Any, cast
 
 from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.tasks import Task, TaskResult, TaskResultStatus
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.backends.dummy import DummyBackend
-from django.tasks.backends.immediate import ImmediateBackend
-from django.tasks.exceptions import InvalidTask
-from django.tasks.signals import task_enqueued
-from django.utils.json import normalize_json
 
 from ..conf import get_settings
 from ..core.enqueue import PreparedMessage, prepare_message, write_message
 from ..core.validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
 from ..exceptions import InvalidMessage
+from .framework import (
+    BaseTaskBackend,
+    DummyBackend,
+    ImmediateBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
 from .task import TASK_OPTIONS, PgQueueTask
 
 __all__ = [
@@ -259,12 +262,14 @@ class PgQueueBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        # Announce only what commits: a rolled-back enqueue left no row and sends nothing.
-        transaction.on_commit(
-            partial(task_enqueued.send, sender=type(self), task_result=result),
-            using=using,
-            robust=True,
-        )
+        sender = type(self)
+
+        # Announce only what commits: a rolled-back enqueue left no row and sends nothing. A
+        # function, not a partial: Django 5.2 logs a failing robust hook by its __qualname__.
+        def announce() -> None:
+            task_enqueued.send(sender=sender, task_result=result)
+
+        transaction.on_commit(announce, using=using, robust=True)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:

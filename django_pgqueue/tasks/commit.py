@@ -6,9 +6,9 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.tasks import Task
 
 from .backend import PgQueueBackend
+from .framework import Task
 
 __all__ = ["enqueue_on_commit"]
 

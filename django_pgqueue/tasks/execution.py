@@ -18,15 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.dispatch import Signal
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
-from django.tasks.base import TaskError
-from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
-from django.utils.json import normalize_json
 
 from ..conf import get_settings
 from ..worker.registry import Handler, registry
 from . import results
+from .framework import (
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
 
 if TYPE_CHECKING:
     from ..worker.context import MessageContext

@@ -17,9 +17,16 @@ from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.db import connections
-from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
+
+from .framework import (
+    InvalidTaskBackend,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+)
 
 __all__ = [
     "LeaseExpired",

@@ -8,8 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, overload
 
-from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskContext
-from django.tasks.base import DEFAULT_TASK_PRIORITY
+from .framework import (
+    DEFAULT_TASK_BACKEND_ALIAS,
+    DEFAULT_TASK_PRIORITY,
+    DEFAULT_TASK_QUEUE_NAME,
+    Task,
+    TaskContext,
+)
 
 __all__ = ["TASK_OPTIONS", "PgQueueTask", "task"]
 
@@ -130,7 +135,7 @@ def task(
     using it still imports when ``TASKS`` points at another backend, e.g. Django's
     ``ImmediateBackend`` in tests: the options are then carried and ignored.
     """
-    from django.tasks import task_backends
+    from .framework import task_backends
 
     def wrap(func: Callable[..., Any]) -> PgQueueTask[Any, Any]:
         task_class = task_backends[backend].task_class
@@ -142,6 +147,7 @@ def task(
             queue_name=queue_name,
             backend=backend,
             takes_context=takes_context,
+            run_after=None,  # Django 6.0's Task has no default for it
             max_attempts=max_attempts,
             backoff=backoff,
             backoff_max=backoff_max,

@@ -7,7 +7,10 @@ lacks a handler would dead-letter its messages as ``rejected``).
 
 from __future__ import annotations
 
-from django.utils.module_loading import autodiscover_modules
+from importlib import import_module
+
+from django.apps import apps
+from django.utils.module_loading import module_has_submodule
 
 from .registry import registry
 
@@ -17,5 +20,12 @@ HANDLER_MODULES = ("handlers", "tasks")
 
 def autodiscover() -> list[str]:
     """Import the handler modules of all installed apps; return the registered task names."""
-    autodiscover_modules(*HANDLER_MODULES)
+    for module_name in HANDLER_MODULES:
+        for app_config in apps.get_app_configs():
+            # django_pgqueue's own ``tasks`` is the Tasks backend, not a module of tasks: it
+            # needs a Tasks framework, which the worker does not (Django 5.2 has none).
+            if app_config.name == "django_pgqueue":
+                continue
+            if module_has_submodule(app_config.module, module_name):
+                import_module(f"{app_config.name}.{module_name}")
     return registry.names()

@@ -23,3 +23,10 @@ def send_welcome(payload: dict) -> dict:
         "sent" if updated else "already sent",
     )
     return {"sent": bool(updated)}
+
+
+@django_pgqueue.handler("demo.sync-crm", max_attempts=1)
+def sync_crm(payload: dict) -> None:
+    # The demo's CRM does not exist: the message fails on its only attempt and lands in the
+    # dead letters, where the admin's Retry and Requeue actions can be tried on it.
+    raise ConnectionError(f"crm.invalid refused the connection for signup {payload['signup_id']}")

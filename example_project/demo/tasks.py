@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.tasks import TaskContext
-
 from django_pgqueue.tasks import task
+from django_pgqueue.tasks.framework import TaskContext
 
 from .models import Signup
 

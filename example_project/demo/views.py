@@ -2,12 +2,11 @@ from typing import Any
 
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.tasks import TaskResultStatus
-from django.tasks.exceptions import TaskResultDoesNotExist
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 import django_pgqueue
+from django_pgqueue.tasks.framework import TaskResultDoesNotExist, TaskResultStatus
 
 from .models import Signup
 from .tasks import signup_digest

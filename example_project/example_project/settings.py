@@ -1,6 +1,9 @@
 """Settings of the example site, read from the environment or a ``.env`` file (django-environ).
 
 ``DATABASE_URL`` unset -> an embedded PostgreSQL keeps its data in ``<repo>/.pgdata``.
+``DEBUG`` is off and there is no ``SECRET_KEY`` unless you set them (``scripts/demo.sh`` sets
+both for its own commands and prints them): Django then refuses to sign sessions rather than
+use a key that is in the repository.
 """
 
 from pathlib import Path
@@ -12,11 +15,12 @@ from django_pgqueue.embedded import database_from_environment
 BASE_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = BASE_DIR.parent
 
-env = environ.Env(DEBUG=(bool, True))
+env = environ.Env(DEBUG=(bool, False))
 environ.Env.read_env(REPO_DIR / ".env")
 environ.Env.read_env(BASE_DIR / ".env")
 
-SECRET_KEY = env("SECRET_KEY", default="django-insecure-example-only-change-me")
+# Empty: commands that sign nothing (migrate, pgq_worker) run; requests that need it fail loudly.
+SECRET_KEY = env("SECRET_KEY", default="")
 DEBUG = env("DEBUG")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 

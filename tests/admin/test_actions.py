@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_pgqueue.admin.compat import CHANGE_FORM_ACTIONS
 from django_pgqueue.models import ArchivedMessage, DeadMessage, DeadReason, Message
 from tests.admin.conftest import StaffClient, make_staff
 from tests.factories import ArchivedMessageFactory, DeadMessageFactory, MessageFactory
@@ -269,6 +270,12 @@ def _wait_for_lock_waiters(conn: psycopg.Connection[Any], count: int) -> None:
     raise AssertionError(f"{count} sessions never queued behind the row lock")
 
 
+needs_change_form_actions = pytest.mark.skipif(
+    not CHANGE_FORM_ACTIONS, reason="actions on the change form are Django 6.1's"
+)
+
+
+@needs_change_form_actions
 def test_retry_button_on_the_dead_message_page(staff_client: StaffClient) -> None:
     dead = DeadMessageFactory()
     url = reverse("admin:django_pgqueue_deadmessage_change", args=[dead.pk])
@@ -288,6 +295,18 @@ def test_retry_button_on_the_dead_message_page(staff_client: StaffClient) -> Non
     assert Message.objects.filter(pk=dead.message_id).exists()
 
 
+@pytest.mark.skipif(CHANGE_FORM_ACTIONS, reason="Django 6.1 offers actions on the change form")
+def test_before_django_61_the_dead_message_page_has_no_retry_button(
+    staff_client: StaffClient,
+) -> None:
+    dead = DeadMessageFactory()
+    url = reverse("admin:django_pgqueue_deadmessage_change", args=[dead.pk])
+    page = staff_client("retry_deadmessage").get(url)
+    assert page.status_code == 200
+    assert 'class="historylink pgq-retry"' not in page.text
+
+
+@needs_change_form_actions
 def test_discard_from_the_message_page_returns_to_the_list(staff_client: StaffClient) -> None:
     message = MessageFactory()
     url = reverse("admin:django_pgqueue_message_change", args=[message.pk])

@@ -5,6 +5,7 @@ import decimal
 import math
 
 import pytest
+from django.apps import apps
 from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -271,6 +272,7 @@ def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
         registry.unregister("tests.routed")
 
 
+@pytest.mark.skipif(not apps.is_installed("demo"), reason="the demo app needs a Tasks framework")
 def test_handlers_modules_are_imported_at_startup():
     from django_pgqueue.worker.registry import registry
 

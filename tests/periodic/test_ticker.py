@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
-from django.tasks import task
 
 import django_pgqueue
 from django_pgqueue.models import Message, PeriodicSchedule
 from django_pgqueue.periodic import Schedule, Ticker
+from django_pgqueue.tasks.framework import task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,15 +10,14 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.tasks import TaskResultStatus
-from django.tasks.signals import task_finished, task_started
 
 from django_pgqueue.core import transitions
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import PgQueueBackend
+from django_pgqueue.tasks.framework import TaskResultStatus, task_finished, task_started
 from django_pgqueue.worker.context import MessageContext
 from django_pgqueue.worker.registry import registry
-from tests.testapp import tasks as t
+from tests.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db
 

@@ -6,14 +6,18 @@ import datetime as dt
 
 import pytest
 from django.db import connection
-from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
 
 import django_pgqueue
 from django_pgqueue.core import transitions
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from django_pgqueue.tasks import LeaseExpired
-from tests.testapp import tasks as t
+from django_pgqueue.tasks.framework import (
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    task_backends,
+)
+from tests.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db
 

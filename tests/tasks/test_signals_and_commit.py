@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 from django.db import transaction
-from django.tasks.exceptions import InvalidTask
-from django.tasks.signals import task_enqueued
 
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import PgQueueBackend, enqueue_on_commit
-from tests.testapp import tasks as t
+from django_pgqueue.tasks.framework import InvalidTask, task_enqueued
+from tests.taskapp import tasks as t
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ import sys
 
 import pytest
 from django.conf import settings
-from django.tasks import task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist
 
 import django_pgqueue
+from django_pgqueue.tasks.framework import TaskResultDoesNotExist, task_backends
 from django_pgqueue.tasks.results import find_task
 
 pytestmark = pytest.mark.django_db
@@ -74,10 +73,10 @@ def test_a_stored_path_to_antigravity_imports_nothing():
     [
         "os.system",  # imported already, not a task
         "tests.testapp.models.x",  # an installed app's module, no such name
-        "tests.testapp.tasks._log",  # an installed app's module, not a task
-        "tests.testapp.tasks.add.func",  # not an identifier path to a task
+        "tests.taskapp.tasks._log",  # an installed app's module, not a task
+        "tests.taskapp.tasks.add.func",  # not an identifier path to a task
         "tests.testapp..tasks.add",
-        "tests.testapp.tasks.add ",
+        "tests.taskapp.tasks.add ",
         "add",
         "",
     ],
@@ -89,10 +88,10 @@ def test_a_stored_path_that_names_no_task_finds_nothing(path):
 def test_a_task_of_another_backend_kind_is_not_a_result_of_this_one():
     # runs_at_once is a task of the immediate backend: no row of ours can hold it.
     with pytest.raises(TaskResultDoesNotExist):
-        result_of("tests.testapp.tasks.runs_at_once")
+        result_of("tests.taskapp.tasks.runs_at_once")
 
 
 def test_a_task_in_an_installed_apps_module_not_yet_imported_is_found():
-    path = "tests.testapp.late_tasks.imported_on_demand"
+    path = "tests.taskapp.late_tasks.imported_on_demand"
     result = result_of(path, {"args": [3], "kwargs": {}})
     assert result.task.module_path == path and result.args == [3]

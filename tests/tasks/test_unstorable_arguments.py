@@ -7,12 +7,12 @@ import datetime as dt
 
 import pytest
 from django.db import connection, transaction
-from django.tasks.exceptions import InvalidTask
 
 from django_pgqueue.exceptions import InvalidMessage, PayloadError
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import InvalidTaskMessage, enqueue_on_commit
-from tests.testapp import tasks as t
+from django_pgqueue.tasks.framework import InvalidTask
+from tests.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

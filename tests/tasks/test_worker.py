@@ -1,7 +1,7 @@
 """End to end: tasks enqueued through django.tasks, run by a real ``pgq_worker`` subprocess.
 
 The worker is ``python -m django pgq_worker --burst`` with ``tests.settings``, pointed at the
-test database; it autodiscovers ``tests/testapp/tasks.py``, whose signal receivers log every
+test database; it autodiscovers ``tests/taskapp/tasks.py``, whose signal receivers log every
 signal they see (in the worker, and in this process for ``task_enqueued``) to a file.
 """
 
@@ -20,13 +20,13 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
-from django.tasks import TaskResultStatus
 from django.utils import timezone
 
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from django_pgqueue.tasks import PgQueueBackend, TaskRejected, TaskTimeout
+from django_pgqueue.tasks.framework import TaskResultStatus
+from tests.taskapp import tasks as t
 from tests.tasks import undiscovered
-from tests.testapp import tasks as t
 
 REPO = Path(settings.REPO_DIR)
 WORKER_COMMAND = REPO / "django_pgqueue" / "management" / "commands" / "pgq_worker.py"

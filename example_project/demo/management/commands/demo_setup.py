@@ -7,6 +7,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.test import Client
 
+import django_pgqueue
+
 
 class Command(BaseCommand):
     help = "Create the demo admin user and enqueue sample messages through the signup view."
@@ -26,6 +28,8 @@ class Command(BaseCommand):
             if response.status_code != 201:
                 raise RuntimeError(f"signup view answered {response.status_code}")
         self.stdout.write(f"posted {signups} signups; each enqueued a welcome message on commit")
+        django_pgqueue.enqueue("demo.sync-crm", {"signup_id": 1})
+        self.stdout.write("enqueued a demo.sync-crm message that fails: the dead letters show it")
         response = client.post("/tasks/digest/", {"note": "demo_setup"})
         if response.status_code != 201:
             raise RuntimeError(f"digest view answered {response.status_code}")

@@ -7,17 +7,17 @@ Signal receivers here append one JSON line per signal to the file named by
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import time
 from typing import Any
 
 from django.dispatch import receiver
-from django.tasks import TaskContext
-from django.tasks import task as django_task
-from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_pgqueue.tasks import task
+from django_pgqueue.tasks.framework import TaskContext, task_enqueued, task_finished, task_started
+from django_pgqueue.tasks.framework import task as django_task
 
 
 @task
@@ -112,10 +112,18 @@ def too_slow() -> None:
     time.sleep(3)
 
 
-@django_task(max_attempts=4, backoff=0.5)  # type: ignore[call-overload]
-def via_django_decorator(x: int) -> int:
-    """Django 6.1's own @task forwards our options to the backend's task_class."""
-    return x
+# Django 6.1's own @task (and the backport's) forwards options it does not know to the
+# backend's task_class; Django 6.0's takes none.
+DJANGO_TASK_FORWARDS_OPTIONS = any(
+    p.kind is inspect.Parameter.VAR_KEYWORD
+    for p in inspect.signature(django_task).parameters.values()
+)
+
+if DJANGO_TASK_FORWARDS_OPTIONS:
+
+    @django_task(max_attempts=4, backoff=0.5)  # type: ignore[call-overload]
+    def via_django_decorator(x: int) -> int:
+        return x
 
 
 @task(backend="immediate")
