@@ -13,26 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import psycopg
 import pytest
-from django.db import connection
+
+from tests.dsn import database_url
 
 from .cluster import PrivateCluster, unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def database_url() -> str:
-    """A DATABASE_URL naming the database this test runs on (the test database)."""
-    s = connection.settings_dict
-    user = quote(s.get("USER") or "", safe="")
-    password = quote(s.get("PASSWORD") or "", safe="")
-    auth = f"{user}:{password}@" if password else f"{user}@" if user else ""
-    host = quote(s.get("HOST") or "", safe="")
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{s['NAME']}"
 
 
 class WorkerProcess:

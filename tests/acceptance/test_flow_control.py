@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -28,6 +27,7 @@ import django_pgqueue
 from django_pgqueue.core.operations import pause_queue
 from django_pgqueue.models import ArchivedMessage, Message
 from tests.acceptance import flow_settings
+from tests.dsn import database_url
 
 REPO = Path(settings.REPO_DIR)
 WORKER_COMMAND = REPO / "django_pgqueue" / "management" / "commands" / "pgq_worker.py"
@@ -37,14 +37,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not WORKER_COMMAND.exists(), reason="pgq_worker is not there"),
 ]
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "", safe="")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"], safe="")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 @pytest.fixture

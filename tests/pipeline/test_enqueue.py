@@ -7,7 +7,6 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -21,20 +20,13 @@ from django_pgqueue.pipeline import cli, session
 from django_pgqueue.pipeline.enqueue import enqueue_frame
 from django_pgqueue.pipeline.errors import BadInput, PipelineError
 from tests.conftest import drain
+from tests.dsn import database_url
 from tests.factories import ArchivedMessageFactory
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(settings.REPO_DIR)
 WORKER_COMMAND = REPO / "django_pgqueue" / "management" / "commands" / "pgq_worker.py"
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "", safe="")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"], safe="")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def run_worker(queue: str) -> None:

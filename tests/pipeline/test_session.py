@@ -13,15 +13,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from django_pgqueue.models import Message
 from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.pipeline.session import read_conf_file
+from tests.dsn import database_url
 
 from .conftest import _spark_missing
 
@@ -189,14 +188,6 @@ def _tail(directory: Path) -> str:
     return " | ".join(p.read_text()[-1500:] for p in sorted(directory.glob("*.log")))
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "", safe="")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"], safe="")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_enqueue_on_a_standalone_master_without_exporting_anything(
@@ -213,7 +204,7 @@ def test_enqueue_on_a_standalone_master_without_exporting_anything(
     ]  # fmt: skip
     env = _child_env(
         DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings"),
-        DATABASE_URL=_database_url(),
+        DATABASE_URL=database_url(),
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "example_project")]),
     )
     done = subprocess.run(

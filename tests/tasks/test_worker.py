@@ -15,16 +15,16 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from django_pgqueue.tasks import PgQueueBackend, TaskRejected, TaskTimeout
 from django_pgqueue.tasks.framework import TaskResultStatus
+from tests.dsn import database_url
 from tests.taskapp import tasks as t
 from tests.tasks import undiscovered
 
@@ -40,14 +40,6 @@ pytestmark = [
 ]
 
 BACKEND = f"{PgQueueBackend.__module__}.{PgQueueBackend.__qualname__}"
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "", safe="")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"], safe="")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 @pytest.fixture
