@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.core.operations import pause_queue
-from django_pgqueue.models import ArchivedMessage, Message
+from django_pgqueue.models import ArchivedMessage, Message, WorkerHeartbeat
 from tests.acceptance import flow_settings
 from tests.dsn import database_url
 
@@ -119,6 +119,14 @@ def enqueue(queue: str, key: str | None, count: int, **payload: Any) -> list[int
         ]
 
 
+def wait_for_workers(count: int, timeout: float = 60.0) -> None:
+    """Until ``count`` workers have registered (the row each writes just before it serves)."""
+    deadline = time.monotonic() + timeout
+    while WorkerHeartbeat.objects.count() < count:
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.1)
+
+
 def max_overlap(runs: list[dict[str, Any]]) -> int:
     """Most handler runs open at one instant (start/end events of every run)."""
     events = sorted([(r["start"], 1) for r in runs] + [(r["end"], -1) for r in runs])
@@ -150,11 +158,15 @@ def test_limits_hold_across_workers_claiming_under_claim_credits(workers: Worker
     ("a") reaches its key limit of 30 once the light ones are done. With a margin of 2 x 4,
     claims far from both limits grant credits, which the workers lease without counting:
     what the database counts from inside every handler stays within both limits."""
-    enqueue("flow-credits", "a", 150, sleep=0.03)
-    enqueue("flow-credits", "b", 45, sleep=0.03)
-    enqueue("flow-credits", "c", 45, sleep=0.03)
     options = ("--concurrency", "16", "--batch-size", "2", "--max-messages", "80")
     procs = [workers.start("flow-credits", small_margin=True, extra=options) for _ in range(3)]
+    # All three press at once only if they are up before the work arrives: their runs are
+    # short, and a process start under load can take longer than a whole run.
+    wait_for_workers(3)
+    with transaction.atomic():
+        enqueue("flow-credits", "a", 150, sleep=0.2)
+        enqueue("flow-credits", "b", 45, sleep=0.2)
+        enqueue("flow-credits", "c", 45, sleep=0.2)
     for proc in procs:
         workers.wait(proc)
     runs = records(flow_log)
