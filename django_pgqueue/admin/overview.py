@@ -19,7 +19,8 @@ Nothing the database may hold (an infinite or far-future timestamp, JSON Python 
 decode) reaches Python as such: ages are computed in SQL as seconds, timestamps outside
 Python's range arrive as NULL, JSON as text decoded with a fallback.
 
-The whole dashboard is five statements, however many queues there are.
+The whole dashboard is five statements, however many queues there are. The walks it shares
+with ``pgq_status`` and the metrics live in ``counts.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
+from ..counts import (
+    COUNT_CAP,
+    DEAD_COUNT,
+    LAST_ATTEMPT_LEASES,
+    OLDEST_READY_SECONDS,
+    QUEUE_PRIORITIES,
+    SAMPLE_CAP,
+    CappedCount,
+    capped_count,
+    capped_part,
+    known_queues,
+    live_range,
+    live_worker_seconds,
+    split_future,
+)
 from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
 from .columns import SAFE_TIMESTAMP_RANGE, decode_json
 from .display import LONGEST_AGE, activity_items, short_duration
@@ -50,33 +66,11 @@ __all__ = [
     "read_overview",
 ]
 
-# States are counted up to this many rows per queue; above it the page shows "10,000+".
-COUNT_CAP = 10_000
-# Whether a live row is leased or has failed before is read from the heap for this many rows
-# per queue and side of now(); beyond it those counts are lower bounds.
-SAMPLE_CAP = 1_000
 # Throughput windows are index-only range scans, cheap enough to count further.
 THROUGHPUT_CAP = 100_000
 # Failed attempts are read from this many rows' errors per queue and table at most; beyond
 # it the count is a lower bound.
 FAILURE_ROWS_CAP = SAMPLE_CAP
-
-# A worker counts as alive if its heartbeat is younger than this many heartbeat intervals.
-LIVE_WORKER_INTERVALS = 3
-
-
-@dataclass(frozen=True)
-class CappedCount:
-    """A count that stopped at ``cap``: ``capped`` means "at least ``value``"."""
-
-    value: int
-    capped: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.value:,}+" if self.capped else f"{self.value:,}"
-
-    def __add__(self, other: CappedCount) -> CappedCount:
-        return CappedCount(self.value + other.value, self.capped or other.capped)
 
 
 @dataclass
@@ -151,80 +145,6 @@ class Overview:
     table_sizes: dict[str, TableSize] = field(default_factory=dict)
 
 
-def _skip_scan(name: str, table: str, condition: str = "TRUE") -> str:
-    """A recursive CTE listing the distinct queues of ``table``: one index probe per queue."""
-    return f"""
-{name}(queue) AS (
-    (SELECT queue FROM {table} WHERE {condition} ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.queue FROM {table} t
-            WHERE t.queue > {name}.queue AND {condition}
-            ORDER BY t.queue LIMIT 1)
-    FROM {name} WHERE {name}.queue IS NOT NULL
-)"""
-
-
-# Every queue anyone may care about: with live, exhausted, dead or archived rows, a state row,
-# or a live worker listening to it. Paused state comes along.
-QUEUES_SQL = f"""
-WITH RECURSIVE
-{_skip_scan("live", "pgqueue_message", "attempts < max_attempts")},
-{_skip_scan("exhausted", "pgqueue_message", "attempts >= max_attempts")},
-{_skip_scan("dead", "pgqueue_dead")},
-{_skip_scan("archived", "pgqueue_archive")},
-names(queue) AS (
-    SELECT queue FROM live UNION SELECT queue FROM exhausted
-    UNION SELECT queue FROM dead UNION SELECT queue FROM archived
-    UNION SELECT name FROM pgqueue_queue
-    UNION SELECT jsonb_array_elements_text(queues) FROM pgqueue_worker
-          WHERE jsonb_typeof(queues) = 'array'
-            AND last_seen_at > now() - make_interval(secs => %(live_window)s)
-)
-SELECT n.queue, COALESCE(s.paused, FALSE)
-FROM names n LEFT JOIN pgqueue_queue s ON s.name = n.queue
-WHERE n.queue IS NOT NULL
-ORDER BY n.queue
-"""
-
-# (queue, priority) pairs of the claim index, by a two-level skip scan; every live-message
-# count below is then a contiguous index range per pair, cut off after %(cap)s + 1 rows.
-_QUEUE_PRIORITIES = """
-qp(queue, priority) AS (
-    (SELECT queue, priority FROM pgqueue_message
-     WHERE attempts < max_attempts AND queue = ANY(%(queues)s)
-     ORDER BY queue, priority DESC LIMIT 1)
-    UNION ALL
-    SELECT nxt.queue, nxt.priority FROM qp CROSS JOIN LATERAL (
-        (SELECT m.queue, m.priority FROM pgqueue_message m
-         WHERE m.attempts < m.max_attempts AND m.queue = qp.queue AND m.priority < qp.priority
-         ORDER BY m.priority DESC LIMIT 1)
-        UNION ALL
-        (SELECT m.queue, m.priority FROM pgqueue_message m
-         WHERE m.attempts < m.max_attempts AND m.queue > qp.queue AND m.queue = ANY(%(queues)s)
-         ORDER BY m.queue, m.priority DESC LIMIT 1)
-        LIMIT 1
-    ) nxt
-)"""
-
-
-def _live_range(comparison: str, columns: str, cap: str) -> str:
-    """Rows of one queue whose ``available_at`` is on one side of now(), at most cap + 1.
-
-    In ``available_at`` order per priority: the future side starts with what falls due
-    soonest, where the leases (expiring within a visibility timeout) are.
-    """
-    return f"""
-    SELECT x.* FROM qp CROSS JOIN LATERAL (
-        SELECT {columns} FROM pgqueue_message m
-        WHERE m.queue = qp.queue AND m.attempts < m.max_attempts
-          AND m.priority = qp.priority AND m.available_at {comparison} now()
-        ORDER BY m.available_at
-        LIMIT {cap} + 1
-    ) x
-    WHERE qp.queue = q.queue
-    LIMIT {cap} + 1"""
-
-
 # Errors entries of a failed attempt at or after $since (silent: an entry without a readable
 # time is not counted rather than failing the page).
 _RECENT_ERRORS = "'$[*] ? (@.at.datetime() >= $since.datetime())'"
@@ -247,23 +167,15 @@ def _window_count(table: str, column: str, minutes: int) -> str:
 # at %(cap)s. Whether a row is leased or has failed before is only in the heap, so that split
 # reads at most %(sample)s rows per side: exact below it, a lower bound ("N+") above it.
 STATS_SQL = f"""
-WITH RECURSIVE {_QUEUE_PRIORITIES}
+WITH RECURSIVE {QUEUE_PRIORITIES}
 SELECT q.queue,
-       (SELECT count(*) FROM ({_live_range("<=", "1", "%(cap)s")}) r) AS due_total,
-       (SELECT count(*) FROM ({_live_range(">", "1", "%(cap)s")}) r) AS future_total,
+       (SELECT count(*) FROM ({live_range("<=", "1", "%(cap)s")}) r) AS due_total,
+       (SELECT count(*) FROM ({live_range(">", "1", "%(cap)s")}) r) AS future_total,
        due.seen, due.retrying,
        future.seen, future.leased, future.retrying,
        last.seen, last.leased,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM pgqueue_dead d WHERE d.queue = q.queue LIMIT %(cap)s + 1) dd),
-       -- In seconds, computed here: '-infinity' or a date BC is a valid, very old value.
-       (SELECT extract(epoch FROM now())::float8 - extract(epoch FROM min(o.available_at))::float8
-        FROM qp CROSS JOIN LATERAL (
-            SELECT m.available_at FROM pgqueue_message m
-            WHERE m.queue = qp.queue AND m.attempts < m.max_attempts
-              AND m.priority = qp.priority AND m.available_at <= now()
-            ORDER BY m.available_at LIMIT 1) o
-        WHERE qp.queue = q.queue),
+       {DEAD_COUNT},
+       {OLDEST_READY_SECONDS},
        {_window_count("pgqueue_archive", "finished_at", 5)},
        {_window_count("pgqueue_archive", "finished_at", 60)},
        failures.failed5, failures.failed60, failures.walked,
@@ -272,21 +184,15 @@ FROM unnest(%(queues)s::text[]) AS q(queue)
 CROSS JOIN LATERAL (
     SELECT count(*) AS seen,
            count(*) FILTER (WHERE r.lease_token IS NULL AND r.attempts > 0) AS retrying
-    FROM ({_live_range("<=", "m.lease_token, m.attempts", "%(sample)s")}) r
+    FROM ({live_range("<=", "m.lease_token, m.attempts", "%(sample)s")}) r
 ) due
 CROSS JOIN LATERAL (
     SELECT count(*) AS seen,
            count(*) FILTER (WHERE f.lease_token IS NOT NULL) AS leased,
            count(*) FILTER (WHERE f.lease_token IS NULL AND f.attempts > 0) AS retrying
-    FROM ({_live_range(">", "m.lease_token, m.attempts", "%(sample)s")}) f
+    FROM ({live_range(">", "m.lease_token, m.attempts", "%(sample)s")}) f
 ) future
-CROSS JOIN LATERAL (
-    -- Rows past their attempts are leased on their last attempt (or expired, awaiting burial).
-    SELECT count(*) AS seen, count(*) FILTER (WHERE e.available_at > now()) AS leased
-    FROM (SELECT m.available_at FROM pgqueue_message m
-          WHERE m.queue = q.queue AND m.attempts >= m.max_attempts
-          LIMIT %(cap)s + 1) e
-) last
+{LAST_ATTEMPT_LEASES}
 CROSS JOIN LATERAL (
     -- Where a failed attempt of the last hour can be recorded; ``walked`` tells whether any
     -- of the three walks stopped at its cap (the count is then a lower bound).
@@ -343,15 +249,6 @@ ORDER BY worker_id
 """
 
 
-def _capped(value: int, cap: int) -> CappedCount:
-    return CappedCount(min(value, cap), value > cap)
-
-
-def _part(value: int, seen: int, cap: int) -> CappedCount:
-    """One class of rows counted inside a capped walk: a lower bound when the walk stopped."""
-    return CappedCount(min(value, cap), seen > cap)
-
-
 def _json(value: Any) -> Any:
     """Django reads jsonb as text through raw cursors (its fields decode it themselves);
     None for what Python cannot decode."""
@@ -370,19 +267,6 @@ def _age(seconds: float | None) -> dt.timedelta | None:
     if not math.isfinite(seconds) or seconds >= LONGEST_AGE.total_seconds():
         return LONGEST_AGE if seconds > 0 else dt.timedelta(0)
     return dt.timedelta(seconds=max(seconds, 0.0))
-
-
-def live_worker_seconds() -> float:
-    """How recent a heartbeat must be for its worker to count as alive."""
-    return get_settings().HEARTBEAT_INTERVAL * LIVE_WORKER_INTERVALS
-
-
-def known_queues(*, using: str | None = None) -> list[tuple[str, bool]]:
-    """``(queue, paused)`` for every queue with rows, a state row or a live worker."""
-    alias = using or get_settings().DATABASE_ALIAS
-    with connections[alias].cursor() as cursor:
-        cursor.execute(QUEUES_SQL, {"live_window": live_worker_seconds()})
-        return [(name, bool(paused)) for name, paused in cursor.fetchall()]
 
 
 def read_overview(
@@ -425,7 +309,7 @@ def read_overview(
         if estimate >= 0:
             overview.estimated_rows[table] = int(estimate)
         overview.table_sizes[name] = TableSize(
-            counted=_capped(counted, cap) if counted is not None else None,
+            counted=capped_count(counted, cap) if counted is not None else None,
             estimate=int(estimate) if estimate >= 0 else None,
         )
     for row in rows:
@@ -433,23 +317,22 @@ def read_overview(
          fut_retrying, last_seen, last_leased, dead, oldest_seconds, done5, done60, failed5,
          failed60, failure_rows_walked, now) = row  # fmt: skip
         failures_capped = (failure_rows_walked or 0) > failure_rows
-        in_flight = _part(fut_leased, fut_seen, sample) + _part(last_leased, last_seen, cap)
-        scheduled = CappedCount(
-            max(min(future_total, cap) - fut_leased, 0), future_total > cap or fut_seen > sample
+        scheduled, in_flight = split_future(
+            future_total, fut_seen, fut_leased, last_seen, last_leased, cap=cap, sample=sample
         )
         overview.queues.append(
             QueueOverview(
                 name=name,
                 paused=paused[name],
-                ready=_capped(due_total, cap),
+                ready=capped_count(due_total, cap),
                 scheduled=scheduled,
                 in_flight=in_flight,
-                retrying=_part(due_retrying, due_seen, sample)
-                + _part(fut_retrying, fut_seen, sample),
-                dead=_capped(dead, cap),
+                retrying=capped_part(due_retrying, due_seen, sample)
+                + capped_part(fut_retrying, fut_seen, sample),
+                dead=capped_count(dead, cap),
                 oldest_ready_age=_age(oldest_seconds),
-                processed_5m=_capped(done5, throughput_cap),
-                processed_60m=_capped(done60, throughput_cap),
+                processed_5m=capped_count(done5, throughput_cap),
+                processed_60m=capped_count(done60, throughput_cap),
                 failed_5m=CappedCount(int(failed5), failures_capped),
                 failed_60m=CappedCount(int(failed60), failures_capped),
             )

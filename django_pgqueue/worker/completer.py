@@ -28,6 +28,7 @@ from ..exceptions import ResultNotSerializable
 from ..models import DeadReason
 from .db import Stopped, retrying
 from .heartbeat import Stats
+from .instruments import Instruments
 from .registry import notify_dead
 from .storable import log_excerpt, storable_text
 
@@ -48,8 +49,10 @@ class Completer:
         abort: threading.Event,
         on_retried: Callable[[set[str]], None] | None = None,
         log_error_chars: int = 200,
+        instruments: Instruments | None = None,
     ) -> None:
         self.alias = alias
+        self.instruments = instruments or Instruments()
         self.flush_interval = flush_interval
         self.flush_size = flush_size
         self.stats = stats
@@ -183,6 +186,11 @@ class Completer:
                     refused.append(message)
                     self._record_failures([(self._refusal(message, row_exc), message)])
         self.stats.add(processed=len(archived))
+        if len(archived) == len(done):
+            self.instruments.archived([(m.queue, m.task) for m in done])
+        else:
+            written = set(archived)
+            self.instruments.archived([(m.queue, m.task) for m in done if m.id in written])
         if len(archived) + len(refused) != len(ids):
             finished = {*archived, *(m.id for m in refused)}
             stale = [i for i in ids if i not in finished]
@@ -268,6 +276,11 @@ class Completer:
         self.stats.add(failed=len(failed), retried=len(outcome.retried), dead=len(outcome.buried))
         buried = set(outcome.buried)
         retried = set(outcome.retried)
+        self.instruments.failures(
+            failed=[(m.queue, m.task) for _, m in failed],
+            retried=[(m.queue, m.task) for _, m in failed if m.id in retried],
+            dead=[(m.queue, m.task, str(a.final_reason)) for a, m in failed if m.id in buried],
+        )
         if retried and self.on_retried is not None:
             self.on_retried({m.queue for _, m in failed if m.id in retried})
         for attempt, message in failed:

@@ -37,6 +37,7 @@ from ..core import transitions
 from ..exceptions import ResultNotSerializable
 from ..models import DeadReason
 from .context import MessageContext
+from .instruments import Instruments
 from .registry import Handler
 from .storable import describe_exception, encode_result
 
@@ -107,8 +108,10 @@ class Executor:
         on_finished: Callable[[], None],
         on_deadline: Callable[[], None] = lambda: None,
         on_crash: Callable[[str, BaseException], None] | None = None,
+        instruments: Instruments | None = None,
     ) -> None:
         self.concurrency = concurrency
+        self.instruments = instruments or Instruments()
         self.worker_id = worker_id
         self.alias = alias
         self.completer = completer
@@ -171,6 +174,11 @@ class Executor:
 
     def in_flight(self) -> int:
         return len(self.jobs)
+
+    def dead_threads(self) -> list[str]:
+        """Handler threads, and the event loop's, that stopped while they should run."""
+        threads = [*self._threads, self._loop_thread]
+        return [t.name for t in threads if t is not None and not t.is_alive()]
 
     def running(self) -> list[Job]:
         with self.lock:
@@ -386,7 +394,9 @@ class Executor:
             report()
             del self.jobs[job.message.id]
             # Moving average of handler run time: sizes how much the worker prefetches.
-            self.mean_run += (time.monotonic() - job.started - self.mean_run) * 0.1
+            ran = time.monotonic() - job.started
+            self.mean_run += (ran - self.mean_run) * 0.1
+        self.instruments.handler_ran(job.message.queue, job.message.task, ran)
         return True
 
     def _thread_main(self) -> None:

@@ -76,6 +76,8 @@ class Listener(threading.Thread):
         self.on_probe = on_probe
         self.on_crash = on_crash
         self.ready = threading.Event()
+        #: True while the connection is up and LISTENing (read by the readiness probe).
+        self.connected = False
         self._halt = threading.Event()
         self._reset = threading.Event()
         self._deferred = {}
@@ -135,8 +137,10 @@ class Listener(threading.Thread):
                     self.on_reconnect()
                 first = False
                 self.ready.set()
+                self.connected = True
                 self._listen(conn)
             except LOST as exc:
+                self.connected = False
                 if self._halt.is_set():
                     break
                 if next_delay is None:
@@ -145,6 +149,7 @@ class Listener(threading.Thread):
                     logger.warning("LISTEN connection lost (%s); reconnecting.", _first_line(exc))
                 self._halt.wait(next_delay())
             finally:
+                self.connected = False
                 close_connection(self.alias)
 
     def _connect(self) -> psycopg.Connection[Any]:

@@ -10,7 +10,9 @@ Threads and the connection each one uses:
 - ``listener``: LISTEN on its own Django connection (unless ``--no-listen``), also a claim
   session: an idle worker claims there (``Worker._claim_on_notify``);
 - ``handler-N`` threads and one ``async-handlers`` event loop: run the handlers (a handler's
-  own queries use that thread's connection).
+  own queries use that thread's connection);
+- ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what
+  the other threads recorded, without a query (``endpoints.py``, ``health.py``).
 
 Every one of these threads is supervised: an unexpected error in its own machinery (not in a
 handler, whose errors are failed attempts) is logged with its traceback and stops the worker,
@@ -42,11 +44,12 @@ from ..core import execution, sql, transitions
 from ..core.validation import QueueNameError, validate_queue_name
 from ..models import DeadReason, Message
 from ..periodic import Ticker
-from . import heartbeat
+from . import endpoints, health, heartbeat
 from .completer import Completer
 from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
+from .instruments import Instruments
 from .listener import PROBE_PREFIX, Listener
 from .registry import registry
 
@@ -110,6 +113,14 @@ class WorkerOptions:
     healthcheck_file: str | Path | None = None
     grace_period: float | None = None
     install_signal_handlers: bool = True
+    #: Serve ``/metrics`` (needs prometheus_client) on this port; 0: any free port (logged).
+    metrics_port: int | None = None
+    #: Serve ``/healthz`` and ``/readyz`` on this port (may be the metrics port).
+    health_port: int | None = None
+    #: The address both endpoints listen on.
+    http_host: str = "0.0.0.0"
+    #: Seconds without a successful database round trip after which the health probes fail.
+    health_db_timeout: float | None = None
 
 
 def default_worker_id() -> str:
@@ -146,8 +157,17 @@ class Worker:
         self.listening = options.listen and conf.NOTIFY
         self.heartbeat_interval = self._heartbeat_interval()
         self.health_file = Path(options.healthcheck_file) if options.healthcheck_file else None
+        self.health_db_timeout = health.db_timeout(
+            options.health_db_timeout,
+            poll_interval=self.poll_interval,
+            heartbeat_interval=self.heartbeat_interval,
+        )
 
         self.stats = heartbeat.Stats()
+        self.instruments = Instruments()
+        self.db_ok_at = time.monotonic()  # the last successful database round trip
+        self._main_thread: threading.Thread | None = None
+        self._loop_ended = False
         self.ready = threading.Event()  # test seam: set once the worker takes messages
         self.stopped = threading.Event()  # set when run() has finished cleaning up
         self._wake = threading.Event()
@@ -189,6 +209,7 @@ class Worker:
             abort=self._abort_io,
             on_retried=self._on_retried,
             log_error_chars=conf.LOG_ERROR_CHARS,
+            instruments=self.instruments,
         )
         self.executor = Executor(
             concurrency=self.concurrency,
@@ -198,9 +219,12 @@ class Worker:
             on_finished=self._on_finished,
             on_deadline=self._wake.set,
             on_crash=self._on_crash,
+            instruments=self.instruments,
         )
         self.listener: Listener | None = None
         self._completer_thread: threading.Thread | None = None
+        # Bound now, so that a port in use fails the start; served once run() begins.
+        self.servers = endpoints.bind_for_worker(self)
 
     # -- control (any thread, or a signal handler) ---------------------------------------------
 
@@ -388,6 +412,7 @@ class Worker:
         self._wake.set()
 
     def _on_reconnect(self) -> None:
+        self.instruments.listener_reconnected()
         self._catch_up = True
         self._wake.set()
 
@@ -412,6 +437,8 @@ class Worker:
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> int:
+        self._main_thread = threading.current_thread()
+        self._serve_endpoints()  # probes say "starting" until the worker is ready
         receiver = label_connection(self.worker_id)
         connection_created.connect(receiver, weak=False)
         main = connections[self.alias]
@@ -437,6 +464,7 @@ class Worker:
                 pass
             except Exception as exc:
                 self._on_crash("main loop", exc)
+            self._loop_ended = True
             return self._shutdown()
         finally:
             for number, previous_handler in previous.items():
@@ -446,7 +474,47 @@ class Worker:
             if not own_process:
                 # That thread's connection would outlive it otherwise.
                 connections.close_all()
+            for server in self.servers:
+                server.stop()
             self.stopped.set()
+
+    def _serve_endpoints(self) -> None:
+        for server in self.servers:
+            server.start()
+            paths = ", ".join(sorted(server.routes))
+            logger.info(
+                "pgq_worker %s serves %s on http://%s:%d",
+                self.worker_id,
+                paths,
+                self.options.http_host,
+                server.port,
+            )
+
+    # -- health (any thread) -------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        """True once the worker stopped taking messages."""
+        return self._stop.is_set() or self._loop_ended
+
+    def database_silence(self) -> float:
+        """Seconds since the last successful database round trip."""
+        return max(0.0, time.monotonic() - self.db_ok_at)
+
+    def dead_threads(self) -> list[str]:
+        """The internal threads that should be running and are not."""
+        dead = [
+            name
+            for name, thread in (
+                ("main loop", self._main_thread),
+                ("completer", self._completer_thread),
+            )
+            if thread is not None and not thread.is_alive()
+        ]
+        # The listener stops first when the worker drains, on purpose.
+        if self.listener is not None and not self.draining and not self.listener.is_alive():
+            dead.append("listener")
+        return dead + self.executor.dead_threads()
 
     def _start(self, handlers: list[str]) -> None:
         self._completer_thread = threading.Thread(
@@ -666,7 +734,7 @@ class Worker:
         # Its leases give their attempt back if they expire: the executor runs a redelivered
         # message alone (see "The attempt rule" in core/sql.py).
         execution.dedicate_to_claims(connections[self.alias], refund_on_expiry=True)
-        return Message.objects.lease(
+        batch = Message.objects.lease(
             queue,
             worker_id=self.worker_id,
             batch_size=want,
@@ -674,6 +742,9 @@ class Worker:
             using=self.alias,
             decode_payloads=False,  # each handler's thread decodes its own
         )
+        self.db_ok_at = time.monotonic()
+        self.instruments.claimed(queue, len(batch))
+        return batch
 
     def _dispatch(self, leased: list[Message]) -> None:
         jobs: list[Job] = []
@@ -722,6 +793,7 @@ class Worker:
             for q in retrying("listing queues", live, alias=self.alias, abort=self._stop)
             if q not in self.excluded
         ]
+        self.db_ok_at = time.monotonic()
         self._known = queues
         self._hot = list(queues)
 
@@ -867,6 +939,7 @@ class Worker:
             stats=snapshot,
             first=first,
         )
+        self.db_ok_at = time.monotonic()
         if self.health_file is not None:
             heartbeat.touch_health_file(self.health_file, self.worker_id, snapshot)
 

@@ -12,11 +12,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from tests.conftest import connection_kwargs
 from tests.dsn import database_url
 
 from .cluster import PrivateCluster, unavailable_reason
@@ -119,6 +122,26 @@ def spawn_worker(transactional_db: None) -> Iterator[Callable[..., WorkerProcess
         if worker.proc.poll() is None:
             worker.proc.send_signal(signal.SIGKILL)
             worker.proc.wait(10)
+
+
+@contextmanager
+def database_closed(admin_conn: psycopg.Connection[Any], worker_id: str) -> Iterator[None]:
+    """An outage as a restart looks to a worker: every connection of ``worker_id`` dropped,
+    and new ones refused until the block ends (only this test database; the server keeps
+    running for others)."""
+    dbname = admin_conn.info.dbname
+    # A database cannot close its own doors: switch it from the maintenance database.
+    server = psycopg.connect(**{**connection_kwargs(), "dbname": "postgres"}, autocommit=True)
+    server.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS false')
+    try:
+        admin_conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            [f"pgq_worker:{worker_id}:%"],
+        )
+        yield
+    finally:
+        server.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS true')
+        server.close()
 
 
 def terminate_backends(admin_conn: object, worker_id: str, role: str) -> int:

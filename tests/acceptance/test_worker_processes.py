@@ -12,11 +12,10 @@ import pytest
 
 import django_pgqueue
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
-from tests.conftest import connection_kwargs
 from tests.testapp.models import Effect
 from tests.worker.conftest import wait_for
 
-from .conftest import WorkerProcess, terminate_backends
+from .conftest import WorkerProcess, database_closed, terminate_backends
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 Spawn = Callable[..., WorkerProcess]
@@ -157,23 +156,10 @@ def test_four_workers_process_each_message_exactly_once(spawn_worker: Spawn) -> 
 def test_database_outage_is_ridden_out_without_a_log_storm(
     spawn_worker: Spawn, admin_conn: psycopg.Connection[object]
 ) -> None:
-    # An outage as a restart looks to a worker: every connection dropped, and new ones
-    # refused for a while (only this test database; the server keeps running for others).
     worker = spawn_worker("--poll-interval", "0.2").ready()
-    dbname = admin_conn.info.dbname
-    # A database cannot close its own doors: switch it from the maintenance database.
-    server = psycopg.connect(**{**connection_kwargs(), "dbname": "postgres"}, autocommit=True)
-    server.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS false')
-    try:
-        admin_conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
-            [f"pgq_worker:{worker.worker_id}:%"],
-        )
+    with database_closed(admin_conn, worker.worker_id):
         time.sleep(2.5)
         assert worker.proc.poll() is None  # still running, no crash loop
-    finally:
-        server.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS true')
-        server.close()
     msg = django_pgqueue.enqueue("tests.echo", "after the outage")
     wait_for(lambda: archived(msg.id), timeout=15)
     worker.wait_for_line("Database reachable again")

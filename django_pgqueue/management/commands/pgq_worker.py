@@ -38,6 +38,18 @@ def _bounded_int(maximum: int) -> Callable[[str], int]:
     return parse
 
 
+def _port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port number in [0, 65535] (0: any free port), not {value!r}"
+        )
+    return number
+
+
 def _positive_float(value: str) -> float:
     number = float(value)
     if not number > 0:
@@ -133,6 +145,35 @@ class Command(BaseCommand):
             "PGQUEUE['GRACE_PERIOD'].",
         )
 
+        endpoints = parser.add_argument_group(
+            "metrics and health endpoints (HTTP, served by the worker; see docs/how-to/metrics.md)"
+        )
+        endpoints.add_argument(
+            "--metrics-port",
+            type=_port,
+            help="Serve Prometheus metrics at /metrics on this port (0: any free port, "
+            "logged). Needs the [metrics] extra (prometheus_client).",
+        )
+        endpoints.add_argument(
+            "--health-port",
+            type=_port,
+            help="Serve the liveness (/healthz) and readiness (/readyz) probes on this port "
+            "(may be the metrics port).",
+        )
+        endpoints.add_argument(
+            "--http-host",
+            default="0.0.0.0",
+            metavar="ADDRESS",
+            help="The address the metrics and health endpoints listen on. Default 0.0.0.0.",
+        )
+        endpoints.add_argument(
+            "--health-db-timeout",
+            type=_positive_float,
+            metavar="SECONDS",
+            help="Both probes fail when no database round trip succeeded for this long; "
+            "longer than the poll and heartbeat intervals. Default 60 (or 3 polls).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         self._ensure_logging(options["verbosity"])
         worker_options = WorkerOptions(
@@ -148,7 +189,13 @@ class Command(BaseCommand):
             worker_id=options["worker_id"],
             healthcheck_file=options["healthcheck_file"],
             grace_period=options["grace_period"],
+            metrics_port=options["metrics_port"],
+            health_port=options["health_port"],
+            http_host=options["http_host"],
+            health_db_timeout=options["health_db_timeout"],
         )
+        if options["health_port"] is None and options["health_db_timeout"] is not None:
+            raise CommandError("--health-db-timeout needs --health-port")
         try:
             worker = Worker(worker_options)
         except ValueError as exc:
