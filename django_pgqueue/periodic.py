@@ -125,7 +125,7 @@ def _task_of(target: Any) -> tuple[str, str | None, Any]:
     module_path = getattr(target, "module_path", None)
     if isinstance(module_path, str) and hasattr(target, "queue_name"):
         return module_path, getattr(target, "queue_name", None), {"args": [], "kwargs": {}}
-    from .worker.registry import registry
+    from .core.registry import registry
 
     for handler in registry.handlers():
         if handler.func is target:

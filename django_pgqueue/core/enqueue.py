@@ -11,12 +11,12 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from ..worker.registry import registry
 from . import sql
 from .execution import CLAIM_PLAN, set_local
 from .flow_control import flow_config
 from .notify import notify_queues
 from .prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
+from .registry import registry
 from .timestamps import TimestampLoader
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,

@@ -14,11 +14,11 @@ from django.db.models.functions import Now
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
-from ..worker.registry import notify_dead
 from . import sql
 from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
 from .flow_control import claim_with_flow_control, flow_config
 from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
+from .registry import notify_dead
 from .timestamps import TimestampLoader
 from .validation import storable_text, validate_queue_name
 
@@ -41,9 +41,9 @@ class MessageManager(models.Manager["Message"]):
 
     def claimable(self, queue: str) -> models.QuerySet[Message]:
         """Messages of ``queue`` a worker may take now, in claim order (served by an index)."""
-        from ..models import QueueState
-
-        paused = QueueState.objects.filter(name=queue, paused=True)
+        # Looked up through the app registry: the models module imports this one.
+        queue_state = self.model._meta.apps.get_model("django_pgqueue", "QueueState")
+        paused = queue_state.objects.filter(name=queue, paused=True)
         return (
             self.filter(queue=queue, available_at__lte=Now(), attempts__lt=F("max_attempts"))
             .exclude(Exists(paused))

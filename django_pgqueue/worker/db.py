@@ -16,6 +16,8 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from ..exceptions import PgQueueError
+
 logger = logging.getLogger("django_pgqueue.worker")
 
 #: Errors that mean "the connection or the server is gone", worth a reconnect and a retry.
@@ -25,7 +27,7 @@ BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 5.0
 
 
-class Stopped(Exception):
+class Stopped(PgQueueError):
     """Raised out of a retry loop when the worker is told to stop at once."""
 
 

@@ -34,10 +34,10 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..core import transitions
-from ..exceptions import ResultNotSerializable
+from ..core.registry import Handler
+from ..exceptions import PgQueueError, ResultNotSerializable
 from ..models import DeadReason
 from .context import MessageContext
-from .registry import Handler
 from .storable import describe_exception, encode_result
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ logger = logging.getLogger("django_pgqueue.worker")
 QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED = range(5)
 
 
-class HandlerTimeout(Exception):
+class HandlerTimeout(PgQueueError):
     """The handler ran past its per-message timeout."""
 
 

@@ -39,6 +39,7 @@ from django.db.backends.signals import connection_created
 
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import execution, sql, transitions
+from ..core.registry import registry
 from ..core.validation import QueueNameError, validate_queue_name
 from ..models import DeadReason, Message
 from ..periodic import Ticker
@@ -48,7 +49,6 @@ from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
 from .listener import PROBE_PREFIX, Listener
-from .registry import registry
 
 logger = logging.getLogger("django_pgqueue.worker")
 
