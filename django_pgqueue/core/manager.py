@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_pgqueue")
 
-# How many exhausted leases one claim buries at most (keeps the claim statement short).
-REAP_LIMIT = 100
 _STATEMENT_CACHE_SIZE = 1024
 
 
@@ -220,7 +218,7 @@ class MessageManager(models.Manager["Message"]):
                 candidates_sql, candidates_params = candidates.query.get_compiler(alias).as_sql()
             statement = sql.LEASE.format(
                 candidates=candidates_sql,
-                reap_limit=REAP_LIMIT,
+                reap_limit=sql.REAP_LIMIT,
                 shared=sql.SHARED_COLUMNS,
                 leased_columns=sql.leased_returning(),
                 leased_order=sql.LEASED_ORDER,

@@ -33,7 +33,6 @@ DEFAULT_MASTER = "local[*]"
 JDBC_DRIVER_CLASS = "org.postgresql.Driver"
 #: Rows per JDBC round trip: without it pgjdbc buffers a whole partition in the heap.
 JDBC_FETCHSIZE = 10_000
-JDBC_BATCHSIZE = 10_000
 PYTHON_CONF = "spark.pyspark.python"
 #: Keys whose values are secrets, as Spark's own ``spark.redaction.regex`` default sees them.
 SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key|credential")

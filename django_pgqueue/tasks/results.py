@@ -19,6 +19,7 @@ from django.apps import apps
 from django.db import connections
 
 from ..exceptions import PgQueueError
+from . import sql
 from .framework import (
     Task,
     TaskError,
@@ -41,24 +42,6 @@ __all__ = [
 
 # Largest bigint: a larger id cannot exist and would make PostgreSQL raise instead of miss.
 _MAX_ID = 2**63 - 1
-
-# One statement, so a row moving between tables meanwhile is still found (one snapshot).
-# ``running`` uses database time: a lease that ran out is READY again, whatever the host says.
-LOOKUP = """
-SELECT 'live', task, payload, priority, queue, enqueued_at, available_at, attempts, errors,
-       leased_by, leased_at, (lease_token IS NOT NULL AND available_at > now()),
-       NULL::jsonb, NULL::timestamptz, NULL::text
-FROM pgqueue_message WHERE id = %(id)s
-UNION ALL
-SELECT 'archive', task, payload, priority, queue, enqueued_at, NULL, attempts, errors,
-       worker_id, started_at, false, result, finished_at, NULL
-FROM pgqueue_archive WHERE message_id = %(id)s
-UNION ALL
-SELECT 'dead', task, payload, priority, queue, enqueued_at, NULL, attempts, errors,
-       worker_id, NULL, false, NULL, died_at, reason
-FROM pgqueue_dead WHERE message_id = %(id)s
-LIMIT 1
-"""
 
 
 class LeaseExpired(PgQueueError, TimeoutError):
@@ -122,7 +105,7 @@ def _json(value: Any) -> Any:
 
 def fetch_row(message_id: int, *, using: str) -> TaskRow | None:
     with connections[using].cursor() as cursor:
-        cursor.execute(LOOKUP, {"id": message_id})
+        cursor.execute(sql.LOOKUP, {"id": message_id})
         row = cursor.fetchone()
     if row is None:
         return None

@@ -44,6 +44,7 @@ from ..core.validation import QueueNameError, validate_queue_name
 from ..models import DeadReason, Message
 from ..periodic import Ticker
 from . import heartbeat
+from . import sql as worker_sql
 from .completer import Completer
 from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
@@ -60,34 +61,6 @@ PROBE_INTERVAL = 15.0
 PREFETCH_SECONDS = 1.0
 #: A heartbeat extends leases at least this many times per visibility timeout.
 BEATS_PER_LEASE = 3
-
-STALE_READY = """
-SELECT q.queue, (extract(epoch FROM now()) - extract(epoch FROM o.available_at))::float8
-FROM unnest(%s::text[]) AS q(queue)
-CROSS JOIN LATERAL (
-    SELECT m.available_at FROM pgqueue_message m
-    WHERE m.queue = q.queue AND m.attempts < m.max_attempts
-      AND m.available_at <= now() - make_interval(secs => %s)
-    LIMIT 1
-) o
-WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue p WHERE p.name = q.queue AND p.paused)
-"""
-
-# The queues a worker without --queue serves: those with messages to run (sql.LIVE_QUEUES),
-# and those holding a lease that ran out on its last attempt, which only a claim on that
-# queue buries (an index skip scan of pgq_message_exhausted).
-QUEUES_TO_SERVE = f"""
-WITH RECURSIVE live AS ({sql.LIVE_QUEUES}), e(queue) AS (
-    (SELECT queue FROM pgqueue_message
-     WHERE attempts >= max_attempts AND available_at <= now() ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT m.queue FROM pgqueue_message m
-            WHERE m.queue > e.queue AND m.attempts >= m.max_attempts AND m.available_at <= now()
-            ORDER BY m.queue LIMIT 1)
-    FROM e WHERE e.queue IS NOT NULL
-)
-SELECT queue FROM live UNION SELECT queue FROM e WHERE queue IS NOT NULL ORDER BY 1
-"""
 
 #: The longest an idle worker sleeps on a far-future message (it polls meanwhile anyway).
 LONGEST_DUE_WAIT = 3600.0
@@ -714,7 +687,7 @@ class Worker:
 
         def live() -> list[str]:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute(QUEUES_TO_SERVE)
+                cursor.execute(worker_sql.QUEUES_TO_SERVE)
                 return [row[0] for row in cursor.fetchall()]
 
         queues = [
@@ -775,7 +748,7 @@ class Worker:
 
         def send() -> None:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [self.conf.NOTIFY_CHANNEL, payload])
+                cursor.execute(worker_sql.PROBE, [self.conf.NOTIFY_CHANNEL, payload])
 
         retrying("probing the listener", send, alias=self.alias, abort=self._stop)
         self._probe_sent = payload
@@ -787,7 +760,7 @@ class Worker:
                 queues = [row[0] for row in cursor.fetchall()]
                 if not queues:
                     return []
-                cursor.execute(STALE_READY, [queues, float(threshold)])
+                cursor.execute(worker_sql.STALE_READY, [queues, float(threshold)])
                 return [(row[0], row[1]) for row in cursor.fetchall()]
 
         for queue, age in retrying(

@@ -1,0 +1,1 @@
+SET LOCAL jit = off

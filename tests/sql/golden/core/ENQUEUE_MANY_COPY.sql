@@ -1,0 +1,2 @@
+COPY pgqueue_message (queue, task, payload, priority, tenant, max_attempts, available_at)
+FROM STDIN

@@ -1,0 +1,1 @@
+CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END

@@ -1,0 +1,1 @@
+SELECT id, lease_token FROM chosen ORDER BY k

@@ -1,0 +1,1 @@
+SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)

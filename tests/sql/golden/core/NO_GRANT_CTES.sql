@@ -1,0 +1,3 @@
+granted AS (
+    SELECT 0 AS allowance WHERE false
+)

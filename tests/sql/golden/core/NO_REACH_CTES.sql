@@ -1,0 +1,3 @@
+reach AS (
+    SELECT 0 AS n
+)

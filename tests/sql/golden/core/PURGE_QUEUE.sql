@@ -1,0 +1,1 @@
+DELETE FROM pgqueue_message WHERE queue = %s

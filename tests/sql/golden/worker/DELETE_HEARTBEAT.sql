@@ -1,0 +1,1 @@
+DELETE FROM pgqueue_worker WHERE worker_id = %s

@@ -1,0 +1,1 @@
+SELECT set_config('application_name', %s, false)
