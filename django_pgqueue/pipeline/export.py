@@ -560,9 +560,9 @@ def write_ranges_direct(
 ) -> dict[int, RangeFigures]:
     """One Spark task per range: psycopg COPY -> Arrow -> Parquet, written by the task itself.
 
-    Measured faster than the JDBC source plus Spark's partitioned writer (see the how-to):
-    no JVM row conversion, no partitionBy sort, and the checksum is computed by PostgreSQL
-    in the read's own snapshot instead of by reading the files back through Spark.
+    Rather than the JDBC source plus Spark's partitioned writer: no JVM row conversion, no
+    partitionBy sort, and the checksum is computed by PostgreSQL in the read's own snapshot
+    instead of by reading the files back through Spark.
     """
     job = RangeJob(
         dsn=psycopg_dsn(alias),

@@ -67,8 +67,16 @@ def beat(
 ) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            sql.REGISTER_WORKER if first else sql.UPSERT_HEARTBEAT,
-            [worker_id, hostname, os.getpid(), json.dumps(queues), concurrency, json.dumps(stats)],
+            sql.HEARTBEAT,
+            [
+                worker_id,
+                hostname,
+                os.getpid(),
+                json.dumps(queues),
+                concurrency,
+                json.dumps(stats),
+                first,
+            ],
         )
 
 

@@ -289,7 +289,7 @@ class Worker:
         ready than one batch, or a claim already under way).
 
         Why: this is the idle latency. Waking the main loop to claim costs one thread
-        hand-off more (~0.1-0.2 ms measured, see docs/benchmarks.md) than claiming here.
+        hand-off more than claiming here.
         """
         if self.executor.in_flight() or self.options.burst or self.options.max_messages:
             return False
@@ -935,8 +935,8 @@ class Worker:
 def _freeze_startup_objects() -> None:
     """Move what exists after start-up (Django, the apps, the handlers: hundreds of thousands
     of objects that live as long as the process) out of the cyclic garbage collector's sight,
-    so its collections scan only what the worker allocates since. ~10% more no-op throughput,
-    measured (``bench/``); nothing is lost: reference counting still frees what dies.
+    so its collections scan only what the worker allocates since; nothing is lost: reference
+    counting still frees what dies.
     Only in a worker process of its own (main thread), never in a host that embeds it."""
     gc.collect()
     gc.freeze()

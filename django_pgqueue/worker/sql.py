@@ -37,24 +37,16 @@ SELECT queue FROM live UNION SELECT queue FROM e WHERE queue IS NOT NULL ORDER B
 """
 
 #: The worker's row, beat by beat; ``last_seen_at`` is database time, like every other clock.
-UPSERT_HEARTBEAT = """
+#: The last parameter is true on the first beat of a run: a worker restarted under the same
+#: id starts its clock again.
+HEARTBEAT = """
 INSERT INTO pgqueue_worker
     (worker_id, hostname, pid, queues, concurrency, started_at, last_seen_at, stats)
 VALUES (%s, %s, %s, %s::jsonb, %s, now(), now(), %s::jsonb)
 ON CONFLICT (worker_id) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    concurrency = EXCLUDED.concurrency, last_seen_at = now(), stats = EXCLUDED.stats
-"""
-
-#: The first beat of a run: a worker restarted under the same id starts its clock again.
-REGISTER_WORKER = """
-INSERT INTO pgqueue_worker
-    (worker_id, hostname, pid, queues, concurrency, started_at, last_seen_at, stats)
-VALUES (%s, %s, %s, %s::jsonb, %s, now(), now(), %s::jsonb)
-ON CONFLICT (worker_id) DO UPDATE
-SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    concurrency = EXCLUDED.concurrency, started_at = now(), last_seen_at = now(),
-    stats = EXCLUDED.stats
+    concurrency = EXCLUDED.concurrency, last_seen_at = now(), stats = EXCLUDED.stats,
+    started_at = CASE WHEN %s THEN now() ELSE pgqueue_worker.started_at END
 """
 
 DELETE_HEARTBEAT = "DELETE FROM pgqueue_worker WHERE worker_id = %s"

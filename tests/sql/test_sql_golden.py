@@ -1,5 +1,5 @@
 """Every statement the package can send, rendered to ``tests/sql/golden/``: a change to one
-shows in review as a diff of its file.
+shows in review as a diff of its file (``.sql.txt``: data, not source the linters read).
 
 After changing SQL on purpose, regenerate and commit the files:
 
@@ -79,22 +79,22 @@ def rendered() -> dict[str, str]:
     statements = {}
     for folder, module in NAMED.items():
         for name, text in named_statements(module):
-            statements[f"{folder}/{name}.sql"] = text
+            statements[f"{folder}/{name}.sql.txt"] = text
     for name, text in claim_variants():
-        statements[f"flow_claim/{name}.sql"] = text
+        statements[f"flow_claim/{name}.sql.txt"] = text
     for kind in transitions._COUNTING_ACKS:
         text = transitions._counting_ack(kind, flow_control.OPTIMISTIC_CLAIMS)
-        statements[f"counting_ack/{kind}.sql"] = text
+        statements[f"counting_ack/{kind}.sql.txt"] = text
     for limit in (1, 10):
         text, _ = Message.objects._lease_statement("default", "golden", limit)
-        statements[f"plain_claim/batch_{limit}.sql"] = text
+        statements[f"plain_claim/batch_{limit}.sql.txt"] = text
     return {path: text.strip() + "\n" for path, text in statements.items()}
 
 
 @pytest.mark.django_db
 def test_every_statement_matches_its_golden_file():
     statements = rendered()
-    on_disk = {str(p.relative_to(GOLDEN)): p for p in GOLDEN.rglob("*.sql")}
+    on_disk = {str(p.relative_to(GOLDEN)): p for p in GOLDEN.rglob("*.sql.txt")}
     if REGENERATE:
         for path in set(on_disk) - set(statements):
             on_disk[path].unlink()
