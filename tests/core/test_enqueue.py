@@ -377,10 +377,13 @@ def test_enqueue_and_enqueue_on_commit_take_the_same_arguments():
     # One validation (prepare_message) behind both: their parameters must not drift apart.
     import inspect
 
+    from django_pgqueue.core.enqueue import MessageOptions, prepare_message
+
     now = inspect.signature(django_pgqueue.enqueue).parameters
     later = inspect.signature(django_pgqueue.enqueue_on_commit).parameters
     assert list(now.values()) == list(later.values())
-    prepared = inspect.signature(django_pgqueue.core.enqueue.prepare_message).parameters
-    assert [(p.name, p.annotation) for p in prepared.values()] == [
-        (p.name, p.annotation) for p in now.values() if p.name != "using"
+    options = inspect.signature(prepare_message).parameters
+    assert [(p.name, p.annotation) for p in options.values() if p.kind == p.KEYWORD_ONLY] == [
+        (name, getattr(annotation, "__forward_arg__", annotation))
+        for name, annotation in MessageOptions.__annotations__.items()
     ]

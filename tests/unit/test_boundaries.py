@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import django_pgqueue
 from django_pgqueue.exceptions import PgQueueError
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Imported only with the extras that provide what they import.
 OPTIONAL = ("django_pgqueue.tasks", "django_pgqueue.pipeline")
@@ -54,3 +60,28 @@ def test_no_module_imports_itself_through_others():
             if path:
                 cycles.append(" -> ".join((module, *path)))
     assert cycles == []
+
+
+def test_importing_the_package_loads_no_models():
+    """Settings modules and ``INSTALLED_APPS`` import it before Django's apps are ready."""
+    code = (
+        "import sys, django_pgqueue; "
+        "loaded = [m for m in sys.modules if m.startswith('django_pgqueue.')]; "
+        "assert 'django_pgqueue.models' not in loaded, loaded; "
+        "assert not any(m.startswith(('django_pgqueue.worker', 'django_pgqueue.admin')) "
+        "for m in loaded), loaded"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_facade_names_what_it_promises():
+    for name in django_pgqueue.__all__:
+        assert getattr(django_pgqueue, name) is not None, name
+    assert callable(django_pgqueue.periodic)
+    assert django_pgqueue.lease == django_pgqueue.models.Message.objects.lease
+    with pytest.raises(AttributeError):
+        django_pgqueue.no_such_name  # noqa: B018
