@@ -1,32 +1,92 @@
 """django-pgqueue: a fast, durable message queue on the PostgreSQL you already run.
 
-The public API is small: enqueue in the caller's transaction (:func:`enqueue`), after it
-commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`), register handlers
-(:func:`handler`), schedule them (:func:`periodic`) and cancel messages (:func:`cancel`). Leasing and transitions live on ``Message.objects`` and in
-``django_pgqueue.core``.
+The public API, in one place: enqueue in the caller's transaction (:func:`enqueue`), after it
+commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`); register handlers
+(:func:`handler`) and schedule them (:func:`periodic`); as a consumer of your own, take
+messages (:func:`lease`) and :func:`complete`, :func:`fail`, :func:`extend` or :func:`release`
+them; :func:`cancel` a message. Every error the package raises is a :class:`PgQueueError`.
+
+Names resolve on first use: settings modules and ``INSTALLED_APPS`` import this package before
+Django's apps are loaded, when the models cannot be imported yet.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .core.cancel import CancelResult, cancel, cancel_many
-from .core.enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
 from .exceptions import InvalidMessage, LeaseError, PayloadError, PgQueueError, QueueNameError
+
+# Imported at once, not on first use: importing the submodule of the same name (the worker
+# does) would otherwise leave ``django_pgqueue.periodic`` naming the module. It imports no models.
 from .periodic import periodic
-from .worker.registry import handler
+
+if TYPE_CHECKING:
+    from .core.cancel import CancelResult, cancel, cancel_many
+    from .core.enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
+    from .core.registry import handler
+    from .core.transitions import FailedAttempt, Outcome, complete, extend, fail, release
+    from .models import Message
+
+    lease = Message.objects.lease
+
+#: Where each lazily imported name lives.
+_HOMES = {
+    "CancelResult": "core.cancel",
+    "cancel": "core.cancel",
+    "cancel_many": "core.cancel",
+    "EnqueuedMessage": "core.enqueue",
+    "enqueue": "core.enqueue",
+    "enqueue_many": "core.enqueue",
+    "enqueue_on_commit": "core.enqueue",
+    "handler": "core.registry",
+    "FailedAttempt": "core.transitions",
+    "Outcome": "core.transitions",
+    "complete": "core.transitions",
+    "extend": "core.transitions",
+    "fail": "core.transitions",
+    "release": "core.transitions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "lease":
+        # ``Message.objects.lease`` as a function: the manager is the one place leasing lives.
+        return import_module(f"{__name__}.models").Message.objects.lease
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "CancelResult",
     "EnqueuedMessage",
+    "FailedAttempt",
     "InvalidMessage",
     "LeaseError",
+    "Outcome",
     "PayloadError",
     "PgQueueError",
     "QueueNameError",
     "__version__",
     "cancel",
     "cancel_many",
+    "complete",
     "enqueue",
     "enqueue_many",
     "enqueue_on_commit",
+    "extend",
+    "fail",
     "handler",
+    "lease",
     "periodic",
+    "release",
 ]

@@ -17,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .exceptions import PgQueueError
+
 SETTINGS_NAME = "PGQUEUE"
 
 #: Channel names become SQL identifiers in LISTEN; keep them plain and short.
@@ -167,7 +169,7 @@ _PER_QUEUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-class SettingsError(ImproperlyConfigured):
+class SettingsError(PgQueueError, ImproperlyConfigured):
     """``PGQUEUE`` holds a key or value this version does not accept.
 
     ``check_id`` names the system check that reports the same problem.

@@ -29,6 +29,7 @@ from cronsim import CronSim, CronSimError
 from django.db import DatabaseError, connections, transaction
 
 from .conf import get_settings
+from .core import periodic_sql
 from .core.enqueue import enqueue
 from .core.validation import (
     encode_payload,
@@ -125,7 +126,7 @@ def _task_of(target: Any) -> tuple[str, str | None, Any]:
     module_path = getattr(target, "module_path", None)
     if isinstance(module_path, str) and hasattr(target, "queue_name"):
         return module_path, getattr(target, "queue_name", None), {"args": [], "kwargs": {}}
-    from .worker.registry import registry
+    from .core.registry import registry
 
     for handler in registry.handlers():
         if handler.func is target:
@@ -204,35 +205,6 @@ def periodic(
     return decorate
 
 
-# Declares the schedules in code: a new one, or one whose timing, task or queue changed,
-# starts from its next slot after now; the others keep their place.
-UPSERT_SCHEDULE = """
-INSERT INTO pgqueue_periodic (name, task, queue, spec, next_run_at, paused, updated_at)
-VALUES (%s, %s, %s, %s, %s, FALSE, now())
-ON CONFLICT (name) DO UPDATE
-SET task = EXCLUDED.task, queue = EXCLUDED.queue, spec = EXCLUDED.spec,
-    next_run_at = EXCLUDED.next_run_at, updated_at = now()
-WHERE (pgqueue_periodic.task, pgqueue_periodic.queue, pgqueue_periodic.spec)
-      IS DISTINCT FROM (EXCLUDED.task, EXCLUDED.queue, EXCLUDED.spec)
-"""
-
-# The schedules in code that are not paused: whether due, and how long until they are.
-DUE_SCHEDULES = """
-SELECT name, next_run_at, next_run_at <= now(),
-       extract(epoch FROM next_run_at - now())::float8, now()
-FROM pgqueue_periodic
-WHERE name = ANY(%s) AND NOT paused
-"""
-
-# The compare-and-set: only the worker that still sees the slot it read moves it on.
-ADVANCE = """
-UPDATE pgqueue_periodic
-SET next_run_at = %s, last_run_at = COALESCE(%s, last_run_at), updated_at = now()
-WHERE name = %s AND next_run_at = %s AND NOT paused
-RETURNING name
-"""
-
-
 def run_now(name: str, *, using: str | None = None) -> int:
     """Enqueue schedule ``name`` once now, outside its slots (the admin's "Run now"); its
     slots go on unchanged. Returns the message id; ``LookupError`` if the code does not
@@ -242,7 +214,7 @@ def run_now(name: str, *, using: str | None = None) -> int:
         raise LookupError(f"no periodic schedule {name!r} is declared in the code")
     alias = using or get_settings().DATABASE_ALIAS
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute("SELECT now()")
+        cursor.execute(periodic_sql.NOW)
         now = cursor.fetchone()[0]
         sent = enqueue(
             schedule.task,
@@ -251,10 +223,7 @@ def run_now(name: str, *, using: str | None = None) -> int:
             priority=schedule.priority,
             using=alias,
         )
-        cursor.execute(
-            "UPDATE pgqueue_periodic SET last_message_id = %s, updated_at = now() WHERE name = %s",
-            [sent.id, name],
-        )
+        cursor.execute(periodic_sql.RAN_NOW, [sent.id, name])
     return sent.id
 
 
@@ -276,11 +245,13 @@ class Ticker:
     def sync(self) -> None:
         """Write the declared schedules' rows (once per worker start)."""
         with connections[self.alias].cursor() as cursor:
-            cursor.execute("SELECT now()")
+            cursor.execute(periodic_sql.NOW)
             now = cursor.fetchone()[0]
             for s in self.schedules.values():
                 queue = s.queue or get_settings().DEFAULT_QUEUE
-                cursor.execute(UPSERT_SCHEDULE, [s.name, s.task, queue, s.spec, s.next_after(now)])
+                cursor.execute(
+                    periodic_sql.UPSERT_SCHEDULE, [s.name, s.task, queue, s.spec, s.next_after(now)]
+                )
         self._synced = True
 
     def run_due(self) -> float:
@@ -300,7 +271,7 @@ class Ticker:
 
     def _run_due(self) -> float:
         with connections[self.alias].cursor() as cursor:
-            cursor.execute(DUE_SCHEDULES, [list(self.schedules)])
+            cursor.execute(periodic_sql.DUE_SCHEDULES, [list(self.schedules)])
             rows = cursor.fetchall()
         wait = self.check_interval
         for name, next_run_at, due, seconds_left, now in rows:
@@ -322,8 +293,8 @@ class Ticker:
         following = schedule.next_after(now)
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
             # The claim session commits asynchronously; a schedule's move must be durable.
-            cursor.execute("SET LOCAL synchronous_commit = on")
-            cursor.execute(ADVANCE, [following, slot, schedule.name, due])
+            cursor.execute(periodic_sql.SYNCHRONOUS_COMMIT)
+            cursor.execute(periodic_sql.ADVANCE, [following, slot, schedule.name, due])
             if cursor.fetchone() is None:
                 return following  # another worker took this slot
             if slot is None:
@@ -340,10 +311,7 @@ class Ticker:
                 priority=schedule.priority,
                 using=self.alias,
             )
-            cursor.execute(
-                "UPDATE pgqueue_periodic SET last_message_id = %s WHERE name = %s",
-                [sent.id, schedule.name],
-            )
+            cursor.execute(periodic_sql.RAN_SLOT, [sent.id, schedule.name])
         logger.info(
             "Periodic %s: enqueued message %s for the slot %s.",
             schedule.name,

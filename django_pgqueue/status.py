@@ -15,23 +15,11 @@ from typing import Any
 
 from django.db import connections
 
+from .admin import sql as admin_sql
 from .admin.overview import COUNT_CAP, CappedCount, Overview, live_worker_seconds, read_overview
 from .conf import get_settings
 
 __all__ = ["Status", "Thresholds", "read_status"]
-
-DEAD_BY_REASON = """
-SELECT q.queue, r.reason, count(*)
-FROM unnest(%(queues)s::text[]) AS q(queue)
-CROSS JOIN LATERAL (
-    SELECT d.reason FROM pgqueue_dead d
-    WHERE d.queue = q.queue
-    ORDER BY d.died_at DESC
-    LIMIT %(cap)s
-) r
-GROUP BY q.queue, r.reason
-ORDER BY q.queue, r.reason
-"""
 
 
 @dataclass(frozen=True)
@@ -135,7 +123,7 @@ def read_status(
     with_dead = [q.name for q in overview.queues if q.dead.value]
     if with_dead:
         with connections[alias].cursor() as cursor:
-            cursor.execute(DEAD_BY_REASON, {"queues": with_dead, "cap": COUNT_CAP})
+            cursor.execute(admin_sql.DEAD_BY_REASON, {"queues": with_dead, "cap": COUNT_CAP})
             for queue, reason, count in cursor.fetchall():
                 dead_by_reason.setdefault(queue, {})[reason] = count
     status = Status(overview=overview, dead_by_reason=dead_by_reason)

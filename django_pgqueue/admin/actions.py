@@ -22,6 +22,7 @@ __all__ = [
     "ACTION_LIMIT",
     "CappedPaginator",
     "Selection",
+    "Wording",
     "acting_user_id",
     "bounded_selection",
     "in_batches",
@@ -97,6 +98,17 @@ def acting_user_id(request: HttpRequest) -> int | str:
     return user_id
 
 
+@dataclass(frozen=True)
+class Wording:
+    """How an action speaks of what it did: "{verb} {count} {noun}s.", "Skipped {n}:
+    {why_skipped}.", and the admin log entry of each object done."""
+
+    verb: str
+    noun: str
+    why_skipped: str
+    log_message: str
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
@@ -107,10 +119,7 @@ def report(
     *,
     done: Sequence[Model],
     skipped: int,
-    verb: str,
-    noun: str,
-    why_skipped: str,
-    log_message: str,
+    wording: Wording,
     truncated: bool = False,
 ) -> None:
     """Log one admin LogEntry per object done and tell the operator what happened."""
@@ -119,11 +128,11 @@ def report(
             user_id=acting_user_id(request),
             queryset=list(done),
             action_flag=CHANGE,
-            change_message=log_message,
+            change_message=wording.log_message,
         )
-    text = f"{verb} {_plural(len(done), noun)}."
+    text = f"{wording.verb} {_plural(len(done), wording.noun)}."
     if skipped:
-        text += f" Skipped {skipped:,}: {why_skipped}."
+        text += f" Skipped {skipped:,}: {wording.why_skipped}."
     if truncated:
         text += (
             f" Only the first {ACTION_LIMIT:,} selected were processed;"

@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from ..core import operations
 from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHeartbeat
-from .actions import CappedPaginator, bounded_selection, in_batches, report
+from .actions import CappedPaginator, Wording, bounded_selection, in_batches, report
 from .cancel import CancelAction
 from .columns import decode_json, json_text, safe_timestamps, timestamp_column
 from .compat import CHANGE_FORM_ACTIONS, ActionLocation, action
@@ -61,6 +61,39 @@ _MAX_ID_DIGITS = 18
 ERROR_SUMMARY_LIMIT = 500
 
 
+# What each operator action says: verb, noun, why rows were skipped, the log entry.
+RUN_NOW = Wording(
+    "Made available now:",
+    "live message",
+    "leased by a worker, already available, or no longer live",
+    "Made available now (run now).",
+)
+RELEASED = Wording(
+    "Released the leases of",
+    "live message",
+    "not leased, or no longer live (finished or moved meanwhile)",
+    "Released its lease; the holder's late completion is fenced off.",
+)
+DISCARDED = Wording(
+    "Discarded",
+    "live message",
+    "no longer live (finished, discarded or buried meanwhile)",
+    "Discarded to the dead letters (reason: discarded).",
+)
+RETRIED = Wording(
+    "Retried",
+    "dead message",
+    "already retried by someone else, or a live message holds the same dedup key",
+    "Retried: live again under the same message id, attempts reset.",
+)
+REQUEUED = Wording(
+    "Requeued",
+    "archived message",
+    "removed from the archive meanwhile",
+    "Requeued as a new live message (new id, no dedup key).",
+)
+
+
 def _ran_from_change_form(request: HttpRequest) -> bool:
     return f"{ActionLocation.CHANGE_FORM.value}-action" in request.POST
 
@@ -76,7 +109,7 @@ def _json_detail(text: str | None) -> SafeString:
         return undecodable_html(str(text), DETAIL_LIMIT)
 
 
-class _ViewOnlyAdmin(BaseModelAdmin):
+class ViewOnlyAdmin(BaseModelAdmin):
     """No add, change or delete through forms; view permission is enough."""
 
     class Media:
@@ -91,8 +124,11 @@ class _ViewOnlyAdmin(BaseModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def _has_perm(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
-class ReadOnlyAdmin(_ViewOnlyAdmin):
+
+class ReadOnlyAdmin(ViewOnlyAdmin):
     """Browse only: no add, change or delete through forms; view permission is enough.
 
     Searches use indexes only (a message id; live messages also by exact dedup key): a
@@ -116,9 +152,6 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
     def _admin_url(self, name: str, *args: Any) -> str:
         # Works on any AdminSite instance, not only the default one.
         return reverse(f"admin:django_pgqueue_{name}", args=args, current_app=self.admin_site.name)
-
-    def _has_perm(self, request: HttpRequest, codename: str) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         payload = Cast("payload", TextField())
@@ -153,12 +186,9 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
         request: HttpRequest,
         queryset: QuerySet[Any],
         operation: Callable[[list[int]], Outcome],
+        wording: Wording,
         *,
         id_attribute: str = "pk",
-        verb: str,
-        noun: str,
-        why_skipped: str,
-        log_message: str,
     ) -> set[int]:
         """Run ``operation`` on the selected rows' ids (read from ``id_attribute``) batch by
         batch, report what was done and skipped, and return the ids done."""
@@ -174,10 +204,7 @@ class ReadOnlyAdmin(_ViewOnlyAdmin):
             request,
             done=selection.rows_with(done),
             skipped=skipped,
-            verb=verb,
-            noun=noun,
-            why_skipped=why_skipped,
-            log_message=log_message,
+            wording=wording,
             truncated=selection.truncated,
         )
         return done
@@ -318,39 +345,17 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
 
     @action(permissions=["retry_now"], description="Run now", location=BOTH)
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        self._run_and_report(
-            request,
-            queryset,
-            operations.retry_now,
-            verb="Made available now:",
-            noun="live message",
-            why_skipped="leased by a worker, already available, or no longer live",
-            log_message="Made available now (run now).",
-        )
+        self._run_and_report(request, queryset, operations.retry_now, RUN_NOW)
 
     @action(permissions=["release"], description="Release lease", location=BOTH)
     def release_leases(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        self._run_and_report(
-            request,
-            queryset,
-            operations.release_leases,
-            verb="Released the leases of",
-            noun="live message",
-            why_skipped="not leased, or no longer live (finished or moved meanwhile)",
-            log_message="Released its lease; the holder's late completion is fenced off.",
-        )
+        self._run_and_report(request, queryset, operations.release_leases, RELEASED)
 
     @action(permissions=["discard"], description="Discard to the dead letters", location=BOTH)
     def discard(self, request: HttpRequest, queryset: QuerySet[Message]) -> HttpResponse | None:
         note = f"discarded by {request.user.get_username()} in the admin"
         self._run_and_report(
-            request,
-            queryset,
-            lambda message_ids: operations.discard(message_ids, note=note),
-            verb="Discarded",
-            noun="live message",
-            why_skipped="no longer live (finished, discarded or buried meanwhile)",
-            log_message="Discarded to the dead letters (reason: discarded).",
+            request, queryset, lambda ids: operations.discard(ids, note=note), DISCARDED
         )
         if _ran_from_change_form(request):
             # The row has left the live table: show the list instead of a missing page.
@@ -465,16 +470,7 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, queryset: QuerySet[DeadMessage]
     ) -> HttpResponse | None:
         done = self._run_and_report(
-            request,
-            queryset,
-            operations.retry_dead,
-            id_attribute="message_id",
-            verb="Retried",
-            noun="dead message",
-            why_skipped=(
-                "already retried by someone else, or a live message holds the same dedup key"
-            ),
-            log_message="Retried: live again under the same message id, attempts reset.",
+            request, queryset, operations.retry_dead, RETRIED, id_attribute="message_id"
         )
         if _ran_from_change_form(request):
             if len(done) == 1:
@@ -589,16 +585,13 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
             request,
             done=selection.rows_with(copied),
             skipped=len(selection.ids) - len(copied),
-            verb="Requeued",
-            noun="archived message",
-            why_skipped="removed from the archive meanwhile",
-            log_message="Requeued as a new live message (new id, no dedup key).",
+            wording=REQUEUED,
             truncated=selection.truncated,
         )
 
 
 @admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(_ViewOnlyAdmin):
+class WorkerHeartbeatAdmin(ViewOnlyAdmin):
     list_display = (
         "worker_id",
         "hostname",

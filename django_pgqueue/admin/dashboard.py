@@ -19,7 +19,7 @@ from ..core.validation import validate_queue_name
 from ..exceptions import QueueNameError
 from ..models import QueueState
 from .actions import acting_user_id
-from .browsers import _ViewOnlyAdmin
+from .browsers import ViewOnlyAdmin
 from .columns import safe_timestamps, timestamp_column
 from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
 
@@ -54,7 +54,7 @@ def _refresh_seconds(request: HttpRequest) -> int | None:
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(_ViewOnlyAdmin):
+class QueueStateAdmin(ViewOnlyAdmin):
     """Its change list is the dashboard: every queue at a glance, with pause and purge."""
 
     fields = readonly_fields = ("name", "paused", "updated_at_shown")

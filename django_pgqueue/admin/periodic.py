@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from ..core.periodic_models import PeriodicSchedule
 from ..periodic import run_now, schedules
 from .actions import acting_user_id
+from .browsers import ViewOnlyAdmin
 
 if TYPE_CHECKING:
     BaseModelAdmin = admin.ModelAdmin[Any]
@@ -27,7 +28,7 @@ __all__ = ["PeriodicScheduleAdmin"]
 
 
 @admin.register(PeriodicSchedule)
-class PeriodicScheduleAdmin(BaseModelAdmin):
+class PeriodicScheduleAdmin(ViewOnlyAdmin):
     list_display = (
         "name",
         "task",
@@ -53,18 +54,6 @@ class PeriodicScheduleAdmin(BaseModelAdmin):
         "updated_at",
     )
     actions = ("pause", "resume", "run_now")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def _has_perm(self, request: HttpRequest, codename: str) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "pause_periodicschedule")

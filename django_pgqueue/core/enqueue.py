@@ -6,17 +6,17 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from ..worker.registry import registry
 from . import sql
 from .execution import CLAIM_PLAN, set_local
 from .flow_control import flow_config
 from .notify import notify_queues
 from .prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
+from .registry import registry
 from .timestamps import TimestampLoader
 from .validation import (
     DEDUP_KEY_MAX_LENGTH,
@@ -32,6 +32,7 @@ from .validation import (
 
 __all__ = [
     "EnqueuedMessage",
+    "MessageOptions",
     "PreparedMessage",
     "enqueue",
     "enqueue_many",
@@ -68,16 +69,33 @@ class PreparedMessage:
     delay: float | None
 
 
+class MessageOptions(TypedDict, total=False):
+    """What :func:`enqueue` and :func:`enqueue_on_commit` take beside the task and payload."""
+
+    #: The queue (default: the task's registered handler's, then ``DEFAULT_QUEUE``).
+    queue: str | None
+    #: Larger runs sooner, from -100 to 100 (default 0).
+    priority: int
+    #: An aware datetime, or a timedelta added to database time.
+    run_after: datetime | timedelta | None
+    #: A live message of the same queue and key is returned instead (``deduplicated=True``).
+    dedup_key: str | None
+    #: Runs before the message is dead (default: the handler's, then ``MAX_ATTEMPTS``).
+    max_attempts: int | None
+    #: The fairness and limit key.
+    tenant: str | None
+
+
 def prepare_message(
     task: str,
     payload: Any,
     *,
-    queue: str | None,
-    priority: int,
-    run_after: datetime | timedelta | None,
-    dedup_key: str | None,
-    max_attempts: int | None,
-    tenant: str | None,
+    queue: str | None = None,
+    priority: int = 0,
+    run_after: datetime | timedelta | None = None,
+    dedup_key: str | None = None,
+    max_attempts: int | None = None,
+    tenant: str | None = None,
 ) -> PreparedMessage:
     """Check everything ``enqueue`` takes, before any SQL: :class:`InvalidMessage` (or a
     subclass) naming what is wrong. The one validation of every enqueue path."""
@@ -250,16 +268,7 @@ def _insert(
 
 
 def enqueue(
-    task: str,
-    payload: Any = None,
-    *,
-    queue: str | None = None,
-    priority: int = 0,
-    run_after: datetime | timedelta | None = None,
-    dedup_key: str | None = None,
-    max_attempts: int | None = None,
-    tenant: str | None = None,
-    using: str | None = None,
+    task: str, payload: Any = None, *, using: str | None = None, **options: Unpack[MessageOptions]
 ) -> EnqueuedMessage:
     """Write one message in the caller's transaction (autocommit when there is none).
 
@@ -268,49 +277,22 @@ def enqueue(
     ``validation.RUN_AFTER_EARLIEST`` to ``RUN_AFTER_LATEST``. With ``dedup_key``, a live message of the
     same queue and key is returned instead (``deduplicated=True``). Raises
     :class:`~django_pgqueue.exceptions.InvalidMessage` before writing anything on bad input.
+    ``options``: :class:`MessageOptions`.
     """
-    prepared = prepare_message(
-        task,
-        payload,
-        queue=queue,
-        priority=priority,
-        run_after=run_after,
-        dedup_key=dedup_key,
-        max_attempts=max_attempts,
-        tenant=tenant,
-    )
-    return write_message(prepared, using)
+    return write_message(prepare_message(task, payload, **options), using)
 
 
 def enqueue_on_commit(
-    task: str,
-    payload: Any = None,
-    *,
-    queue: str | None = None,
-    priority: int = 0,
-    run_after: datetime | timedelta | None = None,
-    dedup_key: str | None = None,
-    max_attempts: int | None = None,
-    tenant: str | None = None,
-    using: str | None = None,
+    task: str, payload: Any = None, *, using: str | None = None, **options: Unpack[MessageOptions]
 ) -> None:
     """Enqueue once the surrounding transaction commits (at once when there is none).
 
     Input is validated now, so a bad call raises here, in the view, not after the commit.
     Prefer :func:`enqueue` when the queue lives in the same database as your data: it is
     atomic with it. Use this when it must not be (e.g. the work reads the committed data
-    through another connection).
+    through another connection). ``options``: :class:`MessageOptions`.
     """
-    prepared = prepare_message(
-        task,
-        payload,
-        queue=queue,
-        priority=priority,
-        run_after=run_after,
-        dedup_key=dedup_key,
-        max_attempts=max_attempts,
-        tenant=tenant,
-    )
+    prepared = prepare_message(task, payload, **options)
     alias = using or get_settings().DATABASE_ALIAS
     transaction.on_commit(lambda: write_message(prepared, alias), using=alias)
 

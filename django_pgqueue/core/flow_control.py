@@ -77,7 +77,7 @@ FLOW_KEYS = frozenset(
 
 #: Messages of the fair order a claim reads beyond twice its batch (and two per tenant short of
 #: it) when some tenant may be unable to take a whole batch: room to pass over messages of
-#: tenants at their key limit or out of tokens (see ``sql.KEYED_LIMIT_CTES``).
+#: tenants at their key limit or out of tokens (see ``sql.KEYED_CHOICE_CTES``).
 WINDOW_SLACK = 8
 
 #: Messages due again (scheduled, retried, redelivered) one claim places in the fair order
@@ -95,9 +95,6 @@ OPTIMISTIC_BATCH = 100
 #: The first key of the queues' advisory locks (the second is the queue name's hash); the
 #: ticket locks use the next ``OPTIMISTIC_CLAIMS`` values.
 LOCK_CLASS = 0x70677100
-
-#: Exhausted leases one claim buries at most (as the plain claim).
-REAP_LIMIT = 100
 
 #: How often a fair queue's claims place messages in its order when none were found waiting
 #: (see :class:`PlacingSchedule`), seconds.
@@ -507,7 +504,7 @@ def claim_statement(
         candidates = sql.LOCKED_CANDIDATES if all_locked else sql.FLOW_CANDIDATES
     lease = sql.LEASE.format(
         candidates=candidates,
-        reap_limit=REAP_LIMIT,
+        reap_limit=sql.REAP_LIMIT,
         shared=sql.SHARED_COLUMNS,
         leased_columns=sql.leased_returning(),
         leased_order=sql.LEASED_OUT_OF_ORDER,

@@ -14,11 +14,11 @@ from django.db.models.functions import Now
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
-from ..worker.registry import notify_dead
 from . import sql
 from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
 from .flow_control import claim_with_flow_control, flow_config
 from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
+from .registry import notify_dead
 from .timestamps import TimestampLoader
 from .validation import storable_text, validate_queue_name
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_pgqueue")
 
-# How many exhausted leases one claim buries at most (keeps the claim statement short).
-REAP_LIMIT = 100
 _STATEMENT_CACHE_SIZE = 1024
 
 
@@ -41,9 +39,9 @@ class MessageManager(models.Manager["Message"]):
 
     def claimable(self, queue: str) -> models.QuerySet[Message]:
         """Messages of ``queue`` a worker may take now, in claim order (served by an index)."""
-        from ..models import QueueState
-
-        paused = QueueState.objects.filter(name=queue, paused=True)
+        # Looked up through the app registry: the models module imports this one.
+        queue_state = self.model._meta.apps.get_model("django_pgqueue", "QueueState")
+        paused = queue_state.objects.filter(name=queue, paused=True)
         return (
             self.filter(queue=queue, available_at__lte=Now(), attempts__lt=F("max_attempts"))
             .exclude(Exists(paused))
@@ -220,7 +218,7 @@ class MessageManager(models.Manager["Message"]):
                 candidates_sql, candidates_params = candidates.query.get_compiler(alias).as_sql()
             statement = sql.LEASE.format(
                 candidates=candidates_sql,
-                reap_limit=REAP_LIMIT,
+                reap_limit=sql.REAP_LIMIT,
                 shared=sql.SHARED_COLUMNS,
                 leased_columns=sql.leased_returning(),
                 leased_order=sql.LEASED_ORDER,

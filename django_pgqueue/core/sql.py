@@ -176,6 +176,9 @@ FROM (SELECT %(queue)s::text AS queue, %(priority)s::smallint AS priority,
 
 NOTIFY_QUEUES = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)"
 
+#: Exhausted leases one claim (plain or flow-controlled) buries at most: keeps it short.
+REAP_LIMIT = 100
+
 # The claim. ``{candidates}`` is the ORM's ``select_for_update(skip_locked=True)`` query from
 # ``MessageManager.lease`` (it selects ``id, lease_token``); ``{reap_limit}`` bounds the reaper;
 # ``{leased_order}`` is a leased message's ``fair_order``: -1 (out of the fair order while
@@ -512,8 +515,6 @@ SELECT (extract(epoch FROM min((SELECT m.available_at FROM pgqueue_message m
         - extract(epoch FROM now()))::float8
 FROM p WHERE p.priority IS NOT NULL
 """
-
-PAUSED_QUEUES = "SELECT name FROM pgqueue_queue WHERE paused"
 
 SET_PAUSED = """
 INSERT INTO pgqueue_queue (name, paused, updated_at) VALUES (%s, %s, now())

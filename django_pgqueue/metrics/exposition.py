@@ -1,5 +1,5 @@
 """Prometheus samples: the queue gauges (read from the database at each scrape) and one
-worker's counters (kept in its process, ``worker/instruments.py``).
+worker's counters (kept in its process, ``metrics/instruments.py``).
 
 Needs ``prometheus_client`` (``pip install "django-pgqueue-mq[metrics]"``); importing this
 module without it raises :class:`~django.core.exceptions.ImproperlyConfigured` saying so.
@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
         'pip install "django-pgqueue-mq[metrics]"'
     ) from exc
 
-from ..worker.instruments import Histogram
+from .instruments import Histogram
 from .queues import Snapshot, read_gauges
 
 if TYPE_CHECKING:

@@ -309,11 +309,28 @@ def reader_schema(source: str) -> Any:
     """The Arrow schema readers see: the exported columns plus ``day`` and ``id_range``."""
     import pyarrow as pa
 
-    from .rangeio import arrow_schema
-
     try:
         from .columns import SOURCES
     except Exception:  # Django not configured on a reader's machine
         return pa.schema([])
     schema = arrow_schema(SOURCES[source].columns)
     return schema.append(pa.field("day", pa.string())).append(pa.field("id_range", pa.string()))
+
+
+#: Arrow type of each non-text column kind; integer widths follow the PostgreSQL columns so
+#: files match the ones Spark's JDBC path writes (smallint -> int16, integer -> int32).
+INT_WIDTHS = {"priority": 16, "attempts": 32, "max_attempts": 32}
+
+
+def arrow_schema(columns: Iterable[tuple[str, str]]) -> Any:
+    import pyarrow as pa
+
+    fields = []
+    for name, kind in columns:
+        if kind == "ts":
+            fields.append(pa.field(name, pa.timestamp("us", tz="UTC")))
+        elif kind == "int":
+            fields.append(pa.field(name, getattr(pa, f"int{INT_WIDTHS.get(name, 64)}")()))
+        else:
+            fields.append(pa.field(name, pa.string()))
+    return pa.schema(fields)

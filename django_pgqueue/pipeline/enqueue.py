@@ -252,7 +252,7 @@ def enqueue_frame(
         progress.advance(result.enqueued, note=f"validated and written, {partitions} partitions")
     # Otherwise all-or-nothing needs every row checked before any is written: a validating
     # pass, then the writing pass reads the input again (not cached here: cache an input
-    # that is expensive to compute). The same checks as a Spark SQL filter measured slower.
+    # that is expensive to compute).
     elif not skip_bad:
         with SparkJobWatch(spark, progress, "validating"):
             _tally(result, _run(prepared, job, write=False))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..exceptions import PgQueueError
 
-class PipelineError(Exception):
+
+class PipelineError(PgQueueError):
     """A pipeline job refused or failed for a reason an operator can act on."""
 
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
 
 from ..conf import get_settings
@@ -560,9 +560,9 @@ def write_ranges_direct(
 ) -> dict[int, RangeFigures]:
     """One Spark task per range: psycopg COPY -> Arrow -> Parquet, written by the task itself.
 
-    Measured faster than the JDBC source plus Spark's partitioned writer (see the how-to):
-    no JVM row conversion, no partitionBy sort, and the checksum is computed by PostgreSQL
-    in the read's own snapshot instead of by reading the files back through Spark.
+    Rather than the JDBC source plus Spark's partitioned writer: no JVM row conversion, no
+    partitionBy sort, and the checksum is computed by PostgreSQL in the read's own snapshot
+    instead of by reading the files back through Spark.
     """
     job = RangeJob(
         dsn=psycopg_dsn(alias),
@@ -671,14 +671,6 @@ def _from_micros(micros: int | None) -> datetime | None:
 def read_export(spark: SparkSession, destination: str, source: str) -> DataFrame:
     """The committed rows of ``source`` as Spark reads them (partition values as text)."""
     return read_committed_spark(spark, destination, source)
-
-
-def verified_ranges(destination: str | None, source: str, alias: str) -> Any:
-    """Verified, not yet pruned ranges (of one destination, or of any when None)."""
-    query = Q(source=source, status=ExportRangeStatus.VERIFIED)
-    if destination is not None:
-        query &= Q(destination=destination.rstrip("/"))
-    return ExportRange.objects.using(alias).filter(query).order_by("lo")
 
 
 def nothing_to_export(destination: str, sources: Iterable[str], using: str | None = None) -> bool:

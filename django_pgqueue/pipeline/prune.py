@@ -52,7 +52,7 @@ class PruneResult:
         return self.relation_bytes_before - self.relation_bytes_after
 
 
-class _Mismatch(Exception):
+class _Mismatch(PipelineError):
     def __init__(self, message: str, rows: int) -> None:
         super().__init__(message)
         self.rows = rows

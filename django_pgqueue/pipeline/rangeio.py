@@ -18,11 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .committed import TEMP_PREFIX, directory_mode, file_sha256
-
-#: Arrow type of each non-text column kind; integer widths follow the PostgreSQL columns so
-#: files match the ones Spark's JDBC path writes (smallint -> int16, integer -> int32).
-INT_WIDTHS = {"priority": 16, "attempts": 32, "max_attempts": 32}
+from .committed import TEMP_PREFIX, arrow_schema, directory_mode, file_sha256
 
 
 @dataclass(frozen=True)
@@ -61,20 +57,6 @@ def select_list(columns: Iterable[tuple[str, str]]) -> str:
         else:
             parts.append(name)
     return ", ".join(parts)
-
-
-def arrow_schema(columns: Iterable[tuple[str, str]]) -> Any:
-    import pyarrow as pa
-
-    fields = []
-    for name, kind in columns:
-        if kind == "ts":
-            fields.append(pa.field(name, pa.timestamp("us", tz="UTC")))
-        elif kind == "int":
-            fields.append(pa.field(name, getattr(pa, f"int{INT_WIDTHS.get(name, 64)}")()))
-        else:
-            fields.append(pa.field(name, pa.string()))
-    return pa.schema(fields)
 
 
 def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[Any, ...]]:

@@ -26,13 +26,18 @@ from .framework import (
     DummyBackend,
     ImmediateBackend,
     InvalidTask,
+    InvalidTaskBackend,
     Task,
     TaskResult,
+    TaskResultDoesNotExist,
     TaskResultStatus,
     normalize_json,
+    task_backends,
     task_enqueued,
 )
-from .task import TASK_OPTIONS, PgQueueTask
+from .options import TASK_OPTIONS
+from .results import fetch_row, find_task, parse_result_id, to_result, unchecked_copy
+from .task import PgQueueTask
 
 __all__ = [
     "InvalidTaskMessage",
@@ -243,8 +248,6 @@ class PgQueueBackend(BaseTaskBackend):
         payload, prepared = self.prepare(task, args, kwargs)
         using = self.database
         message = write_message(prepared, using)
-        from .results import unchecked_copy
-
         if message.available_at > message.enqueued_at:
             # Shows a timedelta as the absolute (database) time it resolved to.
             task = unchecked_copy(task, run_after=message.available_at)
@@ -273,9 +276,26 @@ class PgQueueBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
-        from .results import load_result
+        message_id = parse_result_id(result_id)
+        row = fetch_row(message_id, using=self.database)
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        task = find_task(row.task)
+        if task is None or not _runs_on_pgqueue(task, row.payload):
+            # A plain message, a task this code no longer defines, or not one of ours.
+            raise TaskResultDoesNotExist(result_id)
+        return to_result(row, task, result_id=str(message_id), backend=self.alias)
 
-        return load_result(result_id, backend=self.alias, using=self.database)
+
+def _runs_on_pgqueue(task: Task[Any, Any], payload: Any) -> bool:
+    """Whether the backend the row was enqueued through (the payload's ``backend``, else the
+    task's own) is a django-pgqueue backend: only those write these rows."""
+    alias = payload.get("backend") if isinstance(payload, Mapping) else None
+    try:
+        backend = task_backends[alias if isinstance(alias, str) else task.backend]
+    except InvalidTaskBackend:
+        return False
+    return isinstance(backend, PgQueueBackend)
 
 
 class PgQueueImmediateBackend(ImmediateBackend):

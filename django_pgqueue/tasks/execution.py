@@ -21,7 +21,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from ..conf import get_settings
-from ..worker.registry import Handler, registry
+from ..core.registry import Handler, registry
 from . import results
 from .framework import (
     Task,
@@ -34,26 +34,20 @@ from .framework import (
     task_finished,
     task_started,
 )
+from .options import task_options
 
 if TYPE_CHECKING:
     from ..worker.context import MessageContext
-    from .task import PgQueueTask
 
-__all__ = ["known_task", "register_task"]
+__all__ = ["register_task"]
 
 logger = logging.getLogger("django_pgqueue.tasks")
 
 # Marks our wrappers in the shared registry: (task function it runs).
 _MARK = "_pgqueue_task_func"
 
-_tasks: dict[str, Task] = {}
 
-
-def known_task(module_path: str) -> Task | None:
-    return _tasks.get(module_path)
-
-
-def register_task(task: PgQueueTask[Any, Any]) -> None:
+def register_task(task: Task[Any, Any]) -> None:
     """Register ``task`` with the worker (idempotent; ``using()`` copies are no-ops)."""
     name = task.module_path
     existing = registry.get(name)
@@ -63,7 +57,7 @@ def register_task(task: PgQueueTask[Any, Any]) -> None:
         if hasattr(existing.func, _MARK):
             # The module was imported again (autoreload, importlib.reload): the new wins.
             registry.unregister(name)
-    options = _options(task)
+    options = task_options(task)
     func = _async_runner(task) if inspect.iscoroutinefunction(task.func) else _sync_runner(task)
     setattr(func, _MARK, task.func)
     registry.register(
@@ -81,7 +75,7 @@ def register_task(task: PgQueueTask[Any, Any]) -> None:
             on_dead=_finished_outside_the_function(task),
         )
     )
-    _tasks[name] = task
+    results.remember_task(task)
 
 
 def _finished_outside_the_function(task: Task) -> Callable[[int, str], None]:
@@ -98,20 +92,6 @@ def _finished_outside_the_function(task: Task) -> Callable[[int, str], None]:
         _send(task_finished, type(backend), backend.get_result(str(message_id)))
 
     return on_dead
-
-
-def _options(task: PgQueueTask[Any, Any]) -> dict[str, Any]:
-    """The task's options, falling back to its backend's ``OPTIONS`` (``None`` = PGQUEUE)."""
-    from .backend import PgQueueBackend
-    from .task import TASK_OPTIONS
-
-    backend = task.get_backend()
-    defaults = backend.task_defaults(strict=False) if isinstance(backend, PgQueueBackend) else {}
-    values = {}
-    for key in TASK_OPTIONS:
-        value = getattr(task, key)
-        values[key] = defaults.get(key) if value is None else value
-    return values
 
 
 def _decode(task: Task, payload: Any) -> tuple[list[Any], dict[str, Any], str]:

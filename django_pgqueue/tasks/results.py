@@ -18,14 +18,14 @@ from typing import Any, NamedTuple
 from django.apps import apps
 from django.db import connections
 
+from ..exceptions import PgQueueError
+from . import sql
 from .framework import (
-    InvalidTaskBackend,
     Task,
     TaskError,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
-    task_backends,
 )
 
 __all__ = [
@@ -36,41 +36,23 @@ __all__ = [
     "fetch_row",
     "find_task",
     "parse_result_id",
-    "runs_on_pgqueue",
+    "remember_task",
     "to_result",
 ]
 
 # Largest bigint: a larger id cannot exist and would make PostgreSQL raise instead of miss.
 _MAX_ID = 2**63 - 1
 
-# One statement, so a row moving between tables meanwhile is still found (one snapshot).
-# ``running`` uses database time: a lease that ran out is READY again, whatever the host says.
-LOOKUP = """
-SELECT 'live', task, payload, priority, queue, enqueued_at, available_at, attempts, errors,
-       leased_by, leased_at, (lease_token IS NOT NULL AND available_at > now()),
-       NULL::jsonb, NULL::timestamptz, NULL::text
-FROM pgqueue_message WHERE id = %(id)s
-UNION ALL
-SELECT 'archive', task, payload, priority, queue, enqueued_at, NULL, attempts, errors,
-       worker_id, started_at, false, result, finished_at, NULL
-FROM pgqueue_archive WHERE message_id = %(id)s
-UNION ALL
-SELECT 'dead', task, payload, priority, queue, enqueued_at, NULL, attempts, errors,
-       worker_id, NULL, false, NULL, died_at, reason
-FROM pgqueue_dead WHERE message_id = %(id)s
-LIMIT 1
-"""
 
-
-class LeaseExpired(TimeoutError):
+class LeaseExpired(PgQueueError, TimeoutError):
     """A worker's lease ran out before it reported (it crashed, or was stopped hard)."""
 
 
-class TaskTimeout(TimeoutError):
+class TaskTimeout(PgQueueError, TimeoutError):
     """An attempt ran longer than the task's ``timeout``."""
 
 
-class TaskRejected(LookupError):
+class TaskRejected(PgQueueError, LookupError):
     """The worker had no handler for the task (its module was not imported there)."""
 
 
@@ -123,7 +105,7 @@ def _json(value: Any) -> Any:
 
 def fetch_row(message_id: int, *, using: str) -> TaskRow | None:
     with connections[using].cursor() as cursor:
-        cursor.execute(LOOKUP, {"id": message_id})
+        cursor.execute(sql.LOOKUP, {"id": message_id})
         row = cursor.fetchone()
     if row is None:
         return None
@@ -134,6 +116,15 @@ def fetch_row(message_id: int, *, using: str) -> TaskRow | None:
     return TaskRow(*values)
 
 
+#: The tasks created in this process, by module path (``PgQueueTask`` registers itself).
+_created: dict[str, Task] = {}
+
+
+def remember_task(task: Task) -> None:
+    """Make ``task`` findable by its module path without importing anything."""
+    _created[task.module_path] = task
+
+
 def find_task(module_path: str) -> Task | None:
     """The task object for a stored ``module_path``, or None if this code has no such task.
 
@@ -142,9 +133,7 @@ def find_task(module_path: str) -> Task | None:
     of an installed app is imported, so a stored path can never import an arbitrary module.
     What it names must be a ``Task`` whose own path is that one.
     """
-    from .execution import known_task
-
-    found = known_task(module_path)
+    found = _created.get(module_path)
     if found is not None:
         return found
     module_name, _, name = module_path.rpartition(".")
@@ -170,19 +159,6 @@ def _may_import(module_name: str) -> bool:
         module_name == config.name or module_name.startswith(f"{config.name}.")
         for config in apps.get_app_configs()
     )
-
-
-def runs_on_pgqueue(task: Task, payload: Any) -> bool:
-    """Whether the backend the row was enqueued through (the payload's ``backend``, else the
-    task's own) is a django-pgqueue backend: only those write these rows."""
-    from .backend import PgQueueBackend
-
-    alias = payload.get("backend") if isinstance(payload, Mapping) else None
-    try:
-        backend = task_backends[alias if isinstance(alias, str) else task.backend]
-    except InvalidTaskBackend:
-        return False
-    return isinstance(backend, PgQueueBackend)
 
 
 def unchecked_copy(task: Task, **changes: Any) -> Task:
@@ -303,15 +279,3 @@ def to_result(row: TaskRow, task: Task, *, result_id: str, backend: str) -> Task
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", row.result)
     return result
-
-
-def load_result(result_id: object, *, backend: str, using: str) -> TaskResult:
-    message_id = parse_result_id(result_id)
-    row = fetch_row(message_id, using=using)
-    if row is None:
-        raise TaskResultDoesNotExist(result_id)
-    task = find_task(row.task)
-    if task is None or not runs_on_pgqueue(task, row.payload):
-        # A plain message, a task this code no longer defines, or not one of ours.
-        raise TaskResultDoesNotExist(result_id)
-    return to_result(row, task, result_id=str(message_id), backend=backend)

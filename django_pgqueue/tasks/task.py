@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, overload
 
+from .execution import register_task
 from .framework import (
     DEFAULT_TASK_BACKEND_ALIAS,
     DEFAULT_TASK_PRIORITY,
@@ -15,12 +16,10 @@ from .framework import (
     Task,
     TaskContext,
 )
+from .options import TASK_OPTIONS
 
 __all__ = ["TASK_OPTIONS", "PgQueueTask", "task"]
 
-#: The options a ``PgQueueTask`` carries beyond Django's; the same lowercase names are the
-#: backend-wide defaults in ``TASKS[alias]["OPTIONS"]``.
-TASK_OPTIONS = ("max_attempts", "backoff", "backoff_max", "timeout", "visibility_timeout")
 
 if TYPE_CHECKING:
     # django-stubs declares Task generic; at run time it is not subscriptable.
@@ -57,8 +56,6 @@ class PgQueueTask[**P, R](_TaskBase[P, R]):
     def __post_init__(self) -> None:
         # Zero-argument super() does not work in a slots dataclass before Python 3.14.
         Task.__post_init__(self)
-        from .execution import register_task
-
         register_task(self)
 
 

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import DataError
 
 from ..core import transitions
+from ..core.registry import notify_dead
 from ..exceptions import ResultNotSerializable
+from ..metrics.instruments import Instruments
 from ..models import DeadReason
 from .db import Stopped, retrying
 from .heartbeat import Stats
-from .instruments import Instruments
-from .registry import notify_dead
 from .storable import log_excerpt, storable_text
 
 if TYPE_CHECKING:

@@ -16,6 +16,9 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from ..exceptions import PgQueueError
+from . import sql
+
 logger = logging.getLogger("django_pgqueue.worker")
 
 #: Errors that mean "the connection or the server is gone", worth a reconnect and a retry.
@@ -25,7 +28,7 @@ BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 5.0
 
 
-class Stopped(Exception):
+class Stopped(PgQueueError):
     """Raised out of a retry loop when the worker is told to stop at once."""
 
 
@@ -112,6 +115,6 @@ def label_connection(worker_id: str) -> Callable[..., Any]:
     def receiver(sender: Any, connection: Any, **kwargs: Any) -> None:
         name = f"pgq_worker:{worker_id}:{threading.current_thread().name}"[:63]
         with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('application_name', %s, false)", [name])
+            cursor.execute(sql.SET_APPLICATION_NAME, [name])
 
     return receiver

@@ -34,11 +34,11 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..core import transitions
-from ..exceptions import ResultNotSerializable
+from ..core.registry import Handler
+from ..exceptions import PgQueueError, ResultNotSerializable
+from ..metrics.instruments import Instruments
 from ..models import DeadReason
 from .context import MessageContext
-from .instruments import Instruments
-from .registry import Handler
 from .storable import describe_exception, encode_result
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ logger = logging.getLogger("django_pgqueue.worker")
 QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED = range(5)
 
 
-class HandlerTimeout(Exception):
+class HandlerTimeout(PgQueueError):
     """The handler ran past its per-message timeout."""
 
 

@@ -12,22 +12,7 @@ from typing import Any
 
 from django.db import connections
 
-# Upsert of the worker's row; ``last_seen_at`` is database time, like every other clock here.
-UPSERT_HEARTBEAT = """
-INSERT INTO pgqueue_worker
-    (worker_id, hostname, pid, queues, concurrency, started_at, last_seen_at, stats)
-VALUES (%s, %s, %s, %s::jsonb, %s, now(), now(), %s::jsonb)
-ON CONFLICT (worker_id) DO UPDATE
-SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    concurrency = EXCLUDED.concurrency, last_seen_at = now(), stats = EXCLUDED.stats
-"""
-
-# The first beat of a run: a worker restarted under the same id starts its clock again.
-REGISTER_WORKER = UPSERT_HEARTBEAT.replace(
-    "last_seen_at = now()", "started_at = now(), last_seen_at = now()"
-)
-
-DELETE_HEARTBEAT = "DELETE FROM pgqueue_worker WHERE worker_id = %s"
+from . import sql
 
 
 @dataclass
@@ -82,14 +67,22 @@ def beat(
 ) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            REGISTER_WORKER if first else UPSERT_HEARTBEAT,
-            [worker_id, hostname, os.getpid(), json.dumps(queues), concurrency, json.dumps(stats)],
+            sql.HEARTBEAT,
+            [
+                worker_id,
+                hostname,
+                os.getpid(),
+                json.dumps(queues),
+                concurrency,
+                json.dumps(stats),
+                first,
+            ],
         )
 
 
 def forget(*, alias: str, worker_id: str) -> None:
     with connections[alias].cursor() as cursor:
-        cursor.execute(DELETE_HEARTBEAT, [worker_id])
+        cursor.execute(sql.DELETE_HEARTBEAT, [worker_id])
 
 
 def touch_health_file(path: Path, worker_id: str, stats: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ import psycopg
 from django.db import DatabaseError, connections
 
 from ..core.notify import listen_statement
+from . import sql
 from .db import backoff_schedule, close_connection
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -158,7 +159,7 @@ class Listener(threading.Thread):
         wrapper.close()
         wrapper.ensure_connection()
         conn: psycopg.Connection[Any] = wrapper.connection
-        conn.execute("SELECT set_config('application_name', %s, false)", [self.application_name])
+        conn.execute(sql.SET_APPLICATION_NAME, [self.application_name])
         conn.execute(listen_statement(self.channel))
         return conn
 

@@ -41,17 +41,18 @@ from django.db.backends.signals import connection_created
 
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import execution, sql, transitions
+from ..core.registry import registry
 from ..core.validation import QueueNameError, validate_queue_name
+from ..metrics.instruments import Instruments
 from ..models import DeadReason, Message
 from ..periodic import Ticker
 from . import endpoints, health, heartbeat
+from . import sql as worker_sql
 from .completer import Completer
 from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
-from .instruments import Instruments
 from .listener import PROBE_PREFIX, Listener
-from .registry import registry
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -63,34 +64,6 @@ PROBE_INTERVAL = 15.0
 PREFETCH_SECONDS = 1.0
 #: A heartbeat extends leases at least this many times per visibility timeout.
 BEATS_PER_LEASE = 3
-
-STALE_READY = """
-SELECT q.queue, (extract(epoch FROM now()) - extract(epoch FROM o.available_at))::float8
-FROM unnest(%s::text[]) AS q(queue)
-CROSS JOIN LATERAL (
-    SELECT m.available_at FROM pgqueue_message m
-    WHERE m.queue = q.queue AND m.attempts < m.max_attempts
-      AND m.available_at <= now() - make_interval(secs => %s)
-    LIMIT 1
-) o
-WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue p WHERE p.name = q.queue AND p.paused)
-"""
-
-# The queues a worker without --queue serves: those with messages to run (sql.LIVE_QUEUES),
-# and those holding a lease that ran out on its last attempt, which only a claim on that
-# queue buries (an index skip scan of pgq_message_exhausted).
-QUEUES_TO_SERVE = f"""
-WITH RECURSIVE live AS ({sql.LIVE_QUEUES}), e(queue) AS (
-    (SELECT queue FROM pgqueue_message
-     WHERE attempts >= max_attempts AND available_at <= now() ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT m.queue FROM pgqueue_message m
-            WHERE m.queue > e.queue AND m.attempts >= m.max_attempts AND m.available_at <= now()
-            ORDER BY m.queue LIMIT 1)
-    FROM e WHERE e.queue IS NOT NULL
-)
-SELECT queue FROM live UNION SELECT queue FROM e WHERE queue IS NOT NULL ORDER BY 1
-"""
 
 #: The longest an idle worker sleeps on a far-future message (it polls meanwhile anyway).
 LONGEST_DUE_WAIT = 3600.0
@@ -340,7 +313,7 @@ class Worker:
         ready than one batch, or a claim already under way).
 
         Why: this is the idle latency. Waking the main loop to claim costs one thread
-        hand-off more (~0.1-0.2 ms measured, see docs/benchmarks.md) than claiming here.
+        hand-off more than claiming here.
         """
         if self.executor.in_flight() or self.options.burst or self.options.max_messages:
             return False
@@ -785,7 +758,7 @@ class Worker:
 
         def live() -> list[str]:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute(QUEUES_TO_SERVE)
+                cursor.execute(worker_sql.QUEUES_TO_SERVE)
                 return [row[0] for row in cursor.fetchall()]
 
         queues = [
@@ -847,7 +820,7 @@ class Worker:
 
         def send() -> None:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [self.conf.NOTIFY_CHANNEL, payload])
+                cursor.execute(worker_sql.PROBE, [self.conf.NOTIFY_CHANNEL, payload])
 
         retrying("probing the listener", send, alias=self.alias, abort=self._stop)
         self._probe_sent = payload
@@ -859,7 +832,7 @@ class Worker:
                 queues = [row[0] for row in cursor.fetchall()]
                 if not queues:
                     return []
-                cursor.execute(STALE_READY, [queues, float(threshold)])
+                cursor.execute(worker_sql.STALE_READY, [queues, float(threshold)])
                 return [(row[0], row[1]) for row in cursor.fetchall()]
 
         for queue, age in retrying(
@@ -1035,8 +1008,8 @@ class Worker:
 def _freeze_startup_objects() -> None:
     """Move what exists after start-up (Django, the apps, the handlers: hundreds of thousands
     of objects that live as long as the process) out of the cyclic garbage collector's sight,
-    so its collections scan only what the worker allocates since. ~10% more no-op throughput,
-    measured (``bench/``); nothing is lost: reference counting still frees what dies.
+    so its collections scan only what the worker allocates since; nothing is lost: reference
+    counting still frees what dies.
     Only in a worker process of its own (main thread), never in a host that embeds it."""
     gc.collect()
     gc.freeze()

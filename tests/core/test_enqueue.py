@@ -253,7 +253,7 @@ def test_the_databases_queue_name_rule_is_the_validators(admin_conn, table):
 
 
 def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
-    from django_pgqueue.worker.registry import registry
+    from django_pgqueue.core.registry import registry
 
     @django_pgqueue.handler("tests.routed", queue="routed", max_attempts=7)
     def routed(payload):
@@ -274,7 +274,7 @@ def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
 
 @pytest.mark.skipif(not apps.is_installed("demo"), reason="the demo app needs a Tasks framework")
 def test_handlers_modules_are_imported_at_startup():
-    from django_pgqueue.worker.registry import registry
+    from django_pgqueue.core.registry import registry
 
     # example_project/demo/handlers.py, found without anything importing it explicitly.
     handler = registry.get("demo.send-welcome")
@@ -377,10 +377,13 @@ def test_enqueue_and_enqueue_on_commit_take_the_same_arguments():
     # One validation (prepare_message) behind both: their parameters must not drift apart.
     import inspect
 
+    from django_pgqueue.core.enqueue import MessageOptions, prepare_message
+
     now = inspect.signature(django_pgqueue.enqueue).parameters
     later = inspect.signature(django_pgqueue.enqueue_on_commit).parameters
     assert list(now.values()) == list(later.values())
-    prepared = inspect.signature(django_pgqueue.core.enqueue.prepare_message).parameters
-    assert [(p.name, p.annotation) for p in prepared.values()] == [
-        (p.name, p.annotation) for p in now.values() if p.name != "using"
+    options = inspect.signature(prepare_message).parameters
+    assert [(p.name, p.annotation) for p in options.values() if p.kind == p.KEYWORD_ONLY] == [
+        (name, getattr(annotation, "__forward_arg__", annotation))
+        for name, annotation in MessageOptions.__annotations__.items()
     ]

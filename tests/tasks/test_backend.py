@@ -12,10 +12,10 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
+from django_pgqueue.core.registry import registry
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import PgQueueBackend, PgQueueTask
 from django_pgqueue.tasks.framework import InvalidTask, TaskResultStatus, task_backends
-from django_pgqueue.worker.registry import registry
 from tests.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db

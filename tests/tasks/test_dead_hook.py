@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_pgqueue.core.registry import registry
 from django_pgqueue.models import DeadMessage, Message
 from django_pgqueue.tasks.framework import TaskResultStatus, task_finished
-from django_pgqueue.worker.registry import registry
 from tests.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True)

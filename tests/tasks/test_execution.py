@@ -12,11 +12,11 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from django_pgqueue.core import transitions
+from django_pgqueue.core.registry import registry
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import PgQueueBackend
 from django_pgqueue.tasks.framework import TaskResultStatus, task_finished, task_started
 from django_pgqueue.worker.context import MessageContext
-from django_pgqueue.worker.registry import registry
 from tests.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db

@@ -1,8 +1,8 @@
-"""The worker's instruments (``worker/instruments.py``): what a scrape of them reports."""
+"""The worker's instruments (``metrics/instruments.py``): what a scrape of them reports."""
 
 from __future__ import annotations
 
-from django_pgqueue.worker.instruments import BATCH_BUCKETS, Histogram, Instruments
+from django_pgqueue.metrics.instruments import BATCH_BUCKETS, Histogram, Instruments
 
 
 def test_a_value_on_a_bound_falls_in_that_bound_bucket() -> None:

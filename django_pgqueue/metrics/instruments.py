@@ -4,7 +4,7 @@ times, claim batch sizes, listener reconnects.
 Plain Python under one lock, so the threads that record (handlers, the completer, the main
 loop and the listener) never touch ``prometheus_client``, an optional dependency: the
 worker's metrics endpoint turns a :meth:`Instruments.snapshot` into Prometheus samples when
-it is scraped (``django_pgqueue/metrics/exposition.py``).
+it is scraped (``exposition.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""Every statement the package can send, rendered to ``tests/sql/golden/``: a change to one
+shows in review as a diff of its file (``.sql.txt``: data, not source the linters read).
+
+After changing SQL on purpose, regenerate and commit the files:
+
+    PGQUEUE_REGENERATE_SQL=1 pytest tests/sql
+
+The test fails when a statement differs from its file, and when a file names a statement
+that no longer exists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from django_pgqueue import counts
+from django_pgqueue.admin import sql as admin_sql
+from django_pgqueue.core import flow_control, periodic_sql, transitions
+from django_pgqueue.core import sql as core_sql
+from django_pgqueue.metrics import queues as metrics_queues
+from django_pgqueue.models import Message
+from django_pgqueue.tasks import sql as tasks_sql
+from django_pgqueue.worker import sql as worker_sql
+
+GOLDEN = Path(__file__).parent / "golden"
+REGENERATE = os.environ.get("PGQUEUE_REGENERATE_SQL") == "1"
+
+#: The modules holding named SQL, by the folder their statements render to.
+NAMED = {
+    "core": core_sql,
+    "periodic": periodic_sql,
+    "worker": worker_sql,
+    "admin": admin_sql,
+    "tasks": tasks_sql,
+    "counts": counts,
+    "metrics": metrics_queues,
+}
+
+
+def named_statements(module: ModuleType) -> Iterator[tuple[str, str]]:
+    """The module's public SQL constants (CTE fragments included: they are reviewed too)."""
+    for name, value in vars(module).items():
+        if name.isupper() and not name.startswith("_") and isinstance(value, str) and value.strip():
+            yield name, value
+
+
+def claim_variants() -> Iterator[tuple[str, str]]:
+    """Each distinct flow-control claim text its builder makes, named by its first arguments."""
+    seen: set[str] = set()
+    for shape, *flags in itertools.product(
+        ("limits", "fair_limits", "keyed", "fair"), *[(False, True)] * 6
+    ):
+        optimistic, queue_shards, key_rate, placing, kept_count, credit = flags
+        try:
+            text = flow_control.claim_statement(
+                shape,
+                optimistic=optimistic,
+                queue_shards=queue_shards,
+                key_rate=key_rate,
+                placing=placing,
+                kept_count=kept_count,
+                credit=credit,
+            )
+        except ValueError:
+            continue  # a combination the builder refuses
+        if text in seen:
+            continue
+        seen.add(text)
+        on = [n for n, f in zip(_FLAG_NAMES, flags, strict=True) if f]
+        yield "-".join([shape, *on]), text
+
+
+_FLAG_NAMES = ("optimistic", "queue_shards", "key_rate", "placing", "kept_count", "credit")
+
+
+def rendered() -> dict[str, str]:
+    statements = {}
+    for folder, module in NAMED.items():
+        for name, text in named_statements(module):
+            statements[f"{folder}/{name}.sql.txt"] = text
+    for name, text in claim_variants():
+        statements[f"flow_claim/{name}.sql.txt"] = text
+    for kind in transitions._COUNTING_ACKS:
+        text = transitions._counting_ack(kind, flow_control.OPTIMISTIC_CLAIMS)
+        statements[f"counting_ack/{kind}.sql.txt"] = text
+    for limit in (1, 10):
+        text, _ = Message.objects._lease_statement("default", "golden", limit)
+        statements[f"plain_claim/batch_{limit}.sql.txt"] = text
+    return {path: text.strip() + "\n" for path, text in statements.items()}
+
+
+@pytest.mark.django_db
+def test_every_statement_matches_its_golden_file():
+    statements = rendered()
+    on_disk = {str(p.relative_to(GOLDEN)): p for p in GOLDEN.rglob("*.sql.txt")}
+    if REGENERATE:
+        for path in set(on_disk) - set(statements):
+            on_disk[path].unlink()
+        for path, text in statements.items():
+            target = GOLDEN / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        return
+    hint = "SQL changed: regenerate with PGQUEUE_REGENERATE_SQL=1 pytest tests/sql, review the diff"
+    assert sorted(set(on_disk) - set(statements)) == [], f"golden files of no statement; {hint}"
+    assert sorted(set(statements) - set(on_disk)) == [], f"statements without a file; {hint}"
+    changed = [path for path, text in statements.items() if on_disk[path].read_text() != text]
+    assert changed == [], hint
