@@ -237,15 +237,17 @@ class _Run:
             if self.dry_run:
                 cursor.execute(f"SELECT count(*) FROM {part.name}")
             else:
-                # The planner's estimate: counting a day exactly would cost more than the drop.
+                # The planner's estimate (-1: never analyzed): counting a day exactly would
+                # cost more than dropping it.
                 cursor.execute(
-                    "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s::regclass",
-                    [part.name],
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [part.name]
                 )
-            rows = int(cursor.fetchone()[0])
+            counted = int(cursor.fetchone()[0])
+        rows = counted if counted >= 0 else None
         if not self.dry_run:
             partitions.expire_day(self.connection, part)
-        self.step("archive", "drop", part.name, rows, note="" if self.dry_run else "rows estimated")
+        estimated = "" if self.dry_run or rows is None else "rows estimated by the planner"
+        self.step("archive", "drop", part.name, rows, note=estimated)
 
     # -- row by row: short retentions, the DEFAULT partition, the dead table --------------------
 
