@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.pg import scratch_database  # noqa: E402
+from bench.pg import django_database, dsn_for, scratch_database  # noqa: E402
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 QUEUE = "drain"
@@ -40,24 +40,12 @@ WINDOW = 1.0  # shortest window a drain rate is taken over, in seconds
 def setup_django(dbname: str) -> None:
     import django
     from django.conf import settings
-    from psycopg.conninfo import conninfo_to_dict
 
     if settings.configured:
         return
-    params = conninfo_to_dict(SERVER_DSN)
     settings.configure(
         INSTALLED_APPS=["django_pgqueue"],
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": dbname,
-                "USER": params.get("user", "postgres"),
-                "PASSWORD": params.get("password", ""),
-                "HOST": params.get("host", "127.0.0.1"),
-                "PORT": str(params.get("port", "5432")),
-                "CONN_MAX_AGE": None,
-            }
-        },
+        DATABASES={"default": django_database(dsn_for(SERVER_DSN, dbname))},
         USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         PGQUEUE={"NOTIFY": False, "RETENTION_INTERVAL": None},
