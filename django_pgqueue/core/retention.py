@@ -40,8 +40,10 @@ logger = logging.getLogger("django_pgqueue.retention")
 __all__ = [
     "RetentionReport",
     "maintain",
+    "register_expiry_listener",
     "register_retention_guard",
     "run_retention",
+    "unregister_expiry_listener",
     "unregister_retention_guard",
 ]
 
@@ -66,6 +68,35 @@ def register_retention_guard(guard: RetentionGuard) -> RetentionGuard:
 def unregister_retention_guard(guard: RetentionGuard) -> None:
     if guard in _GUARDS:
         _GUARDS.remove(guard)
+
+
+#: ``listener(source, first id, last id, database alias)``: rows of ``source`` with ids in
+#: ``[first, last]`` may have just been expired (called after each drop or delete).
+ExpiryListener = Callable[[str, int, int, str], None]
+_LISTENERS: list[ExpiryListener] = []
+
+
+def register_expiry_listener(listener: ExpiryListener) -> ExpiryListener:
+    """Tell ``listener`` what each run expires: a guard's owner keeps its records true (the
+    pipeline marks its verified export ranges whose rows left the database as pruned)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+    return listener
+
+
+def unregister_expiry_listener(listener: ExpiryListener) -> None:
+    if listener in _LISTENERS:
+        _LISTENERS.remove(listener)
+
+
+def _expired(source: str, first: int | None, last: int | None, alias: str) -> None:
+    if first is None or last is None:
+        return
+    for listener in list(_LISTENERS):
+        try:
+            listener(source, first, last, alias)
+        except Exception:
+            logger.exception("Retention's expiry listener %r failed", listener)
 
 
 def guard_bound(source: str, alias: str) -> int | None:
@@ -234,6 +265,8 @@ class _Run:
                         note=f"a retention guard keeps ids from {bound:,} (not exported yet)",
                     )
                     return
+            cursor.execute(f"SELECT min(id), max(id) FROM {part.name}")
+            first, last = cursor.fetchone()
             if self.dry_run:
                 cursor.execute(f"SELECT count(*) FROM {part.name}")
             else:
@@ -246,6 +279,7 @@ class _Run:
         rows = counted if counted >= 0 else None
         if not self.dry_run:
             partitions.expire_day(self.connection, part)
+            _expired("archive", first, last, self.alias)
         estimated = "" if self.dry_run or rows is None else "rows estimated by the planner"
         self.step("archive", "drop", part.name, rows, note=estimated)
 
@@ -265,16 +299,18 @@ class _Run:
             params = [*params, bound]
         total = 0
         for table in [tables] if isinstance(tables, str) else tables:
-            total += self._delete_from(table, condition, params)
+            total += self._delete_from(source, table, condition, params)
         limited = self.budget <= 0
         if total or limited:
             note = "RETENTION_DELETE_LIMIT reached: the rest next run" if limited else ""
             self.step(source, "delete", target, total, note=note)
 
-    def _delete_from(self, table: str, condition: str, params: list[Any]) -> int:
+    def _delete_from(self, source: str, table: str, condition: str, params: list[Any]) -> int:
         """Rows of ``table`` matching ``condition``, deleted (counted in a dry run) within
         the run's budget, one batch per transaction."""
         total = 0
+        low: int | None = None
+        high: int | None = None
         with self.connection.cursor() as cursor:
             if self.dry_run:
                 cursor.execute(
@@ -288,15 +324,20 @@ class _Run:
                 want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
                 # A list of row addresses: one TID scan deletes them, whatever the table size.
                 cursor.execute(
-                    f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
-                    f"SELECT ctid FROM {table} WHERE {condition} LIMIT %s))",
+                    f"WITH gone AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+                    f"SELECT ctid FROM {table} WHERE {condition} LIMIT %s)) RETURNING id) "
+                    "SELECT count(*), min(id), max(id) FROM gone",
                     [*params, want],
                 )
-                done = cursor.rowcount
+                done, first, last = cursor.fetchone()
+                if done:
+                    low = first if low is None else min(low, first)
+                    high = last if high is None else max(high, last)
                 total += done
                 self.budget -= done
                 if done < want:
                     break
+        _expired(source, low, high, self.alias)
         return total
 
     def expire_dead(self) -> None:

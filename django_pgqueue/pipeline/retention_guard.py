@@ -7,6 +7,10 @@ answers with an id: rows below it may go. That is the start of the first range o
 destination, in id order, that is not verified yet (the export's watermark when it is up to
 date), moved down to below the newest verified ranges that the next export re-checks against
 the database (``export.RECHECK_RANGES``): those must still find their rows.
+
+Whatever retention expires, with or without a destination listed, export ranges that held
+those rows are then marked pruned (:func:`mark_expired`): their files are the only copy now,
+and nothing exports them again.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Max, Min
+from django.utils import timezone
 
-from ..core.retention import register_retention_guard
-from .export import RECHECK_RANGES
+from ..core.retention import register_expiry_listener, register_retention_guard
+from .columns import SOURCES
+from .export import RECHECK_RANGES, source_figures
 from .models import ExportRange, ExportRangeStatus
 
 SETTING = "PGQUEUE_PIPELINE"
@@ -61,3 +67,28 @@ def guard(source: str, alias: str) -> int | None:
 
 def install() -> None:
     register_retention_guard(guard)
+    register_expiry_listener(mark_expired)
+
+
+def mark_expired(source: str, first: int, last: int, alias: str) -> None:
+    """core.retention's expiry listener: a verified range (of any destination) that held ids
+    retention just expired is marked pruned once the database no longer holds all its rows.
+
+    Its files keep the rows. Left verified, the range would read as changed to the next export
+    and to prune, and be exported again from what is left in the database.
+    """
+    source_table = SOURCES[source]
+    touched = ExportRange.objects.using(alias).filter(
+        source=source, status=ExportRangeStatus.VERIFIED, lo__lte=last, hi__gt=first
+    )
+    for record in touched:
+        rows, checksum, _, _ = source_figures(source_table, record.lo, record.hi, alias)
+        if (rows, checksum) == (record.source_rows, record.source_checksum):
+            continue
+        ExportRange.objects.using(alias).filter(
+            pk=record.pk, status=ExportRangeStatus.VERIFIED
+        ).update(
+            status=ExportRangeStatus.PRUNED,
+            pruned_at=timezone.now(),
+            pruned_rows=(record.source_rows or 0) - rows,
+        )

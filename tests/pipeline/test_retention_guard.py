@@ -13,7 +13,9 @@ from django.test import override_settings
 from django_pgqueue.core import retention
 from django_pgqueue.models import ArchivedMessage, DeadMessage, ExportRange
 from django_pgqueue.pipeline import retention_guard
+from django_pgqueue.pipeline.committed import read_committed_arrow
 from django_pgqueue.pipeline.export import RECHECK_RANGES, export
+from django_pgqueue.pipeline.prune import prune
 from tests.core.test_retention import (  # noqa: F401 (fixture)
     _only_current_days,
     archive,
@@ -69,6 +71,18 @@ def test_retention_keeps_what_the_destination_does_not_hold(spark: Any, tmp_path
         retention.run_retention()
     assert not exists(older.name) and exists(old.name)
     assert set(ArchivedMessage.objects.values_list("id", flat=True)) == set(old_ids + today_ids)
+
+    # The ranges whose rows retention expired are pruned, not "changed": nothing exports them
+    # again, prune has nothing to refuse, and the files still hold every row.
+    expired = set(oldest_ids + older_ids)
+    touched = ExportRange.objects.filter(lo__lte=max(expired), hi__gt=min(expired))
+    assert {r.status for r in touched} == {"pruned"}
+    assert export(spark, destination, sources=["archive"], range_size=50).mismatched == []
+    assert prune(destination=destination, sources=["archive"]).skipped == []
+    exported = read_committed_arrow(destination, "archive").to_table(columns=["id"])
+    assert sorted(exported.column("id").to_pylist()) == sorted(
+        oldest_ids + older_ids + old_ids + today_ids
+    )
 
 
 def test_a_malformed_setting_is_reported() -> None:
