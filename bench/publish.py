@@ -113,6 +113,8 @@ tables. The harness itself is checked by `tests/bench/` (a tiny run: `--mode smo
 - Fairness and limits: `bench/flow_control_bench.py` and `bench/claim_cpu.py`, summarised in
   [What it costs](how-to/fairness-and-limits.md#what-it-costs).
 - The Spark pipeline: `bench/pipeline_bench.py`, in [Performance](how-to/pipeline.md#performance).
+- Retention, a day of the archive expired by partition drop or by batched delete:
+  `bench/retention_bench.py`, in [What it costs](how-to/retention.md#what-it-costs).
 - The admin dashboard at 1,000,000 rows: `tests/admin/test_scale.py`, in
   [Why it stays fast](how-to/operate-with-the-admin.md#why-it-stays-fast).
 """

@@ -10,9 +10,10 @@ worker's two statements), so the table also shows what each expiry does to a dra
     .venv/bin/python bench/retention_bench.py [--rows 1000000] [--dbname pgq_retention_bench]
 
 Prints one markdown table: seconds, WAL bytes (``pg_current_wal_lsn()`` difference; it is
-cluster-wide, so other sessions on the server add to it), the archive's ``n_dead_tup`` after
-(all its partitions), and the drain rate during the expiry against the same process's rate
-just before it (over at least one second). Uses a scratch database it drops at the end.
+cluster-wide, so other sessions on the server add to it: the rate they wrote at in the two
+idle seconds just before is shown beside it), the archive's ``n_dead_tup`` after (all its
+partitions), and the drain rate during the expiry against the same process's rate just
+before it (over at least one second). Uses a scratch database it drops at the end.
 """
 
 from __future__ import annotations
@@ -134,16 +135,21 @@ def dead_tuples(cursor: Any) -> int:
 
 def expire(
     settings: dict[str, Any], drain: Drain, cursor: Any
-) -> tuple[float, int, int, float, float]:
-    """One expiry: (seconds, WAL bytes, archive n_dead_tup after, drain msg/s during, before)."""
+) -> tuple[float, int, float, int, float, float]:
+    """One expiry: (seconds, WAL bytes, other sessions' WAL bytes/s just before, archive
+    n_dead_tup after, drain msg/s during, before)."""
     from django.test.utils import override_settings
 
     from django_pgqueue.core.retention import run_retention
 
     cursor.execute("CHECKPOINT")
-    time.sleep(2 * WINDOW)
+    # What the rest of the server writes meanwhile (the LSN is cluster-wide): this process
+    # is idle for 2 s, so those bytes are other sessions' (the drain's, when it runs).
     cursor.execute("SELECT pg_current_wal_lsn()")
-    lsn = cursor.fetchone()[0]
+    idle_lsn = cursor.fetchone()[0]
+    time.sleep(2 * WINDOW)
+    cursor.execute("SELECT pg_current_wal_lsn(), pg_current_wal_lsn() - %s::pg_lsn", [idle_lsn])
+    lsn, idle_wal = cursor.fetchone()
     started = time.monotonic()
     with override_settings(PGQUEUE={"NOTIFY": False, "RETENTION_INTERVAL": None, **settings}):
         report = run_retention(sources=("archive",))
@@ -154,6 +160,7 @@ def expire(
     return (
         ended - started,
         wal,
+        int(idle_wal) / (2 * WINDOW),
         dead_tuples(cursor),
         drain.rate(started, ended),
         drain.rate(started - 2 * WINDOW, started),
@@ -208,15 +215,15 @@ def main() -> None:
                     results.setdefault(label, []).append(expire(settings, drain, cursor))
     print(f"Expire one day of {args.rows:,} archived rows (core.retention.run_retention)\n")
     print(
-        "| how | seconds | WAL bytes | archive n_dead_tup after | seconds while draining "
-        "| drain msg/s during | drain msg/s just before |"
+        "| how | seconds | WAL bytes | other sessions' WAL bytes/s | archive n_dead_tup after "
+        "| seconds while draining | drain msg/s during | drain msg/s just before |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, (quiet, busy) in results.items():
-        seconds, wal, dead, _, _ = quiet
-        loaded, _, _, during, before = busy
+        seconds, wal, noise, dead, _, _ = quiet
+        loaded, _, _, _, during, before = busy
         print(
-            f"| {label} | {seconds:.3f} | {wal:,} | {dead:,} | {loaded:.3f} "
+            f"| {label} | {seconds:.3f} | {wal:,} | {noise:,.0f} | {dead:,} | {loaded:.3f} "
             f"| {during:,.0f} | {before:,.0f} |"
         )
 
