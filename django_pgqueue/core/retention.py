@@ -213,19 +213,18 @@ class _Run:
     def expire_archive(self) -> None:
         bound = guard_bound("archive", self.alias)
         whole = drop_after(self.conf)
+        with self.connection.cursor() as cursor:
+            leftovers = partitions.expired_leftovers(cursor)
+        for name in leftovers:
+            self.drop_leftover(name)
         if whole is not None:
             cutoff = self.now - timedelta(seconds=whole)
             with self.connection.cursor() as cursor:
                 days = partitions.attached_days(cursor)
-                leftovers = partitions.expired_leftovers(cursor)
             for part in days:
                 if part.end > cutoff:
                     break
                 self.expire_day(part, bound)
-            for name in leftovers:
-                if not self.dry_run:
-                    partitions.drop_expired(self.connection, name)
-                self.step("archive", "drop", name, note="detached by an earlier run")
             self.delete(
                 "archive",
                 DEFAULT_PARTITION,
@@ -251,6 +250,16 @@ class _Run:
                 [queue, cutoff],
                 bound,
             )
+
+    def drop_leftover(self, name: str) -> None:
+        """A day an earlier run detached but did not drop (it died in between)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT min(id), max(id) FROM {name}")
+            first, last = cursor.fetchone()
+        if not self.dry_run:
+            partitions.drop_expired(self.connection, name)
+            _expired("archive", first, last, self.alias)
+        self.step("archive", "drop", name, note="detached by an earlier run")
 
     def expire_day(self, part: partitions.Partition, bound: int | None) -> None:
         with self.connection.cursor() as cursor:
