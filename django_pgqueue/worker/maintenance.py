@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from ..core import retention
+from .db import is_connection_error
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -39,6 +40,16 @@ class Maintainer(threading.Thread):
                 report = retention.maintain(worker_id=self.worker_id, using=self.alias)
                 if report is not None and not report.busy:
                     self.runs += 1
+            except DatabaseError as exc:
+                if not is_connection_error(exc):
+                    logger.exception("Retention failed; the next try is in %ss.", self.interval)
+                else:
+                    logger.warning(
+                        "Retention skipped: the database is unreachable (%s); the next try is "
+                        "in %ss.",
+                        exc,
+                        self.interval,
+                    )
             except Exception:
                 logger.exception("Retention failed; the next try is in %ss.", self.interval)
             finally:
