@@ -108,6 +108,27 @@ databases on the server write too, so the minimum over the repetitions is shown.
 The server runs with `autovacuum = off` during the run, and every case starts from truncated
 tables. The harness itself is checked by `tests/bench/` (a tiny run: `--mode smoke`).
 
+## Retention
+
+Expiring one day of 1,000,000 archived rows (about 200 bytes each) through
+`core.retention.run_retention()`: as a whole-day partition drop, and as batched deletes of the
+same rows (what a per-queue retention shorter than another queue's takes); each once quiet and
+once while one process drains a queue (`lease()` + `complete()`, batches of 100). Same
+2-core machine, shared with other workloads during this run:
+
+```console
+.venv/bin/python bench/retention_bench.py
+```
+
+| how | seconds | WAL bytes | other sessions' WAL bytes/s | archive n_dead_tup after | seconds while draining | drain msg/s during | drain msg/s just before |
+|---|---:|---:|---:|---:|---:|---:|---:|
+| partition drop | 1.003 | 6,168,496 | 8,011,776 | 0 | 2.572 | 2,527 | 3,150 |
+| batched DELETE | 54.945 | 716,880,824 | 13,144,064 | 1,000,000 | 86.518 | 646 | 1,650 |
+
+The WAL column is the whole server's (`pg_current_wal_lsn()` difference); the next one says
+how fast other sessions were writing just before. See [Retention](how-to/retention.md) and
+`bench/notes/retention.md`.
+
 ## Other benchmarks
 
 - Fairness and limits: `bench/flow_control_bench.py` and `bench/claim_cpu.py`, summarised in

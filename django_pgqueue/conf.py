@@ -26,7 +26,15 @@ CHANNEL_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 #: Keys allowed inside ``PGQUEUE["QUEUES"][<name>]``: per-queue overrides.
 PER_QUEUE_KEYS = frozenset(
-    {"VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "TASK_TIMEOUT", "CONCURRENCY_LIMIT", "RATE_LIMIT"}
+    {
+        "VISIBILITY_TIMEOUT",
+        "MAX_ATTEMPTS",
+        "TASK_TIMEOUT",
+        "CONCURRENCY_LIMIT",
+        "RATE_LIMIT",
+        "ARCHIVE_RETENTION",
+        "DEAD_RETENTION",
+    }
 )
 #: Flow-control keys (core/flow_control.py) that exist only per queue, not at the top level.
 PER_QUEUE_ONLY_KEYS = frozenset(
@@ -43,6 +51,8 @@ PER_QUEUE_KEYS = PER_QUEUE_KEYS | PER_QUEUE_ONLY_KEYS
 #: Upper bounds of ``BATCH_SIZE`` and ``CONCURRENCY`` (and of ``pgq_worker``'s flags).
 MAX_BATCH_SIZE = 10_000
 MAX_CONCURRENCY = 1_000
+#: Most days of archive partitions kept created ahead.
+MAX_PARTITIONS_AHEAD = 60
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,12 @@ class PgQueueSettings:
     LOG_ERROR_CHARS: int = 200
     PERIODIC_GRACE: float = 60.0
     PERIODIC_CHECK_INTERVAL: float = 5.0
+    ARCHIVE_RETENTION: float | None = 7 * 86400.0
+    DEAD_RETENTION: float | None = 30 * 86400.0
+    RETENTION_INTERVAL: float | None = 300.0
+    ARCHIVE_PARTITIONS_AHEAD: int = 7
+    RETENTION_DELETE_BATCH: int = 5000
+    RETENTION_DELETE_LIMIT: int = 100_000
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -140,6 +156,15 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "LOG_ERROR_CHARS": (_non_negative_int, "a whole number of characters >= 0"),
     "PERIODIC_GRACE": (_non_negative, "a number of seconds >= 0"),
     "PERIODIC_CHECK_INTERVAL": (_positive, "a number of seconds > 0"),
+    "ARCHIVE_RETENTION": (_optional_positive, "None (keep) or a number of seconds > 0"),
+    "DEAD_RETENTION": (_optional_positive, "None (keep) or a number of seconds > 0"),
+    "RETENTION_INTERVAL": (_optional_positive, "None (workers never expire) or seconds > 0"),
+    "ARCHIVE_PARTITIONS_AHEAD": (
+        lambda v: _positive_int(v) and v <= MAX_PARTITIONS_AHEAD,
+        f"a whole number of days in [1, {MAX_PARTITIONS_AHEAD}]",
+    ),
+    "RETENTION_DELETE_BATCH": (_positive_int, "a whole number of rows >= 1"),
+    "RETENTION_DELETE_LIMIT": (_positive_int, "a whole number of rows >= 1"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 

@@ -221,10 +221,17 @@ class Message(MessageFields):
 
 
 class ArchivedMessage(MessageFields):
-    """A message that finished successfully, with its result."""
+    """A message that finished successfully, with its result.
+
+    The table is partitioned by day of ``finished_at`` (``core/partitions.py``), so that
+    retention drops a whole day at once. Its primary key is ``(id, finished_at)`` in the
+    database, ``id`` for Django: ids come from one sequence, so ``id`` alone names one row,
+    and ``message_id`` is unique because a message enters the archive once (one statement
+    moves it out of the live table).
+    """
 
     id = models.BigAutoField(primary_key=True)
-    message_id = models.BigIntegerField(unique=True)
+    message_id = models.BigIntegerField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(db_default=Now())
     worker_id = models.CharField(max_length=255, null=True, blank=True)
@@ -236,6 +243,8 @@ class ArchivedMessage(MessageFields):
         constraints = _message_constraints("pgq_archive")
         indexes = [
             models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished"),
+            # Result lookups by message id (the Tasks backend): one probe per partition.
+            models.Index(fields=["message_id"], name="pgq_archive_message_id"),
             # The admin dashboard's failed attempts: archived rows that failed before.
             models.Index(
                 fields=["queue", "finished_at"],
@@ -326,6 +335,7 @@ class WorkerHeartbeat(models.Model):
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
 # pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
 from .core.flow_models import FlowCredit, FlowKeyBucket, FlowRateShard, FlowState  # noqa: E402, F401
+from .core.maintenance_models import MaintenanceState  # noqa: E402, F401
 from .core.periodic_models import PeriodicSchedule  # noqa: E402, F401
 from .pipeline.models import (  # noqa: E402, F401
     BulkEnqueueVote,

@@ -97,10 +97,11 @@ ORDER BY q.queue
 """
 
 # Each table's planner estimate (-1: never vacuumed or analyzed), and its exact size up to
-# the cap unless the estimate says it is far bigger: a new table's estimate says nothing.
+# the cap unless the estimate says it is far bigger: a new table's estimate says nothing. A
+# partitioned table (the archive) has no estimate of its own: its partitions' are summed.
 SIZES = """
-SELECT t.name, c.reltuples::bigint,
-       CASE WHEN c.reltuples < 2 * %(cap)s THEN (
+SELECT t.name, e.estimate,
+       CASE WHEN e.estimate < 2 * %(cap)s THEN (
            CASE t.name
                WHEN 'live' THEN (SELECT count(*) FROM (
                    SELECT 1 FROM pgqueue_message LIMIT %(cap)s + 1) x)
@@ -111,6 +112,12 @@ SELECT t.name, c.reltuples::bigint,
 FROM (VALUES ('live', 'pgqueue_message'), ('archive', 'pgqueue_archive'),
              ('dead', 'pgqueue_dead')) AS t(name, relation)
 JOIN pg_class c ON c.oid = to_regclass(t.relation)
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN c.relkind <> 'p' THEN c.reltuples::bigint
+           ELSE (SELECT coalesce(sum(p.reltuples) FILTER (WHERE p.reltuples >= 0), -1)::bigint
+                 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid
+                 WHERE i.inhparent = c.oid) END
+) AS e(estimate)
 """
 
 # Timestamps outside Python's range come as NULL; the age is seconds computed here.

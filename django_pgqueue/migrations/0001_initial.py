@@ -6,6 +6,8 @@ import django.db.models.functions.text
 import django.db.models.lookups
 from django.db import migrations, models
 
+from django_pgqueue.core.partitions import ARCHIVE_TABLE_SQL, create_archive_partitions
+
 
 class Migration(migrations.Migration):
     initial = True
@@ -98,6 +100,33 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.CreateModel(
+            name="MaintenanceState",
+            fields=[
+                ("name", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                (
+                    "next_run_at",
+                    models.DateTimeField(
+                        help_text="When a worker does the job next (database time)."
+                    ),
+                ),
+                ("last_started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_finished_at", models.DateTimeField(blank=True, null=True)),
+                ("last_worker", models.CharField(blank=True, default="", max_length=255)),
+                (
+                    "last_report",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="What the last run did, as pgq_prune prints it.",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "maintenance job",
+                "db_table": "pgqueue_maintenance",
+            },
+        ),
+        migrations.CreateModel(
             name="PeriodicSchedule",
             fields=[
                 ("name", models.CharField(max_length=255, primary_key=True, serialize=False)),
@@ -159,74 +188,96 @@ class Migration(migrations.Migration):
                 "db_table": "pgqueue_worker",
             },
         ),
-        migrations.CreateModel(
-            name="ArchivedMessage",
-            fields=[
-                ("queue", models.CharField(max_length=48)),
-                ("task", models.CharField(max_length=255)),
-                ("payload", models.JSONField(blank=True, null=True)),
-                ("priority", models.SmallIntegerField(db_default=0, default=0)),
-                (
-                    "tenant",
-                    models.CharField(
-                        blank=True,
-                        help_text="Tenant / ordering key for fairness and per-key concurrency limits.",
-                        max_length=255,
-                        null=True,
-                    ),
+        # The archive is partitioned by day of finished_at (core/retention.py drops expired
+        # days whole). PostgreSQL wants the partition key in every unique constraint, so the
+        # table's primary key is (id, finished_at) while Django's state keeps ``id``: ids come
+        # from one sequence, so ``id`` alone still names one row.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.CreateModel(
+                    name="ArchivedMessage",
+                    fields=[
+                        ("queue", models.CharField(max_length=48)),
+                        ("task", models.CharField(max_length=255)),
+                        ("payload", models.JSONField(blank=True, null=True)),
+                        ("priority", models.SmallIntegerField(db_default=0, default=0)),
+                        (
+                            "tenant",
+                            models.CharField(
+                                blank=True,
+                                help_text="Tenant / ordering key for fairness and per-key concurrency limits.",
+                                max_length=255,
+                                null=True,
+                            ),
+                        ),
+                        ("dedup_key", models.CharField(blank=True, max_length=255, null=True)),
+                        (
+                            "enqueued_at",
+                            models.DateTimeField(
+                                db_default=django.db.models.functions.datetime.Now()
+                            ),
+                        ),
+                        ("attempts", models.IntegerField(db_default=0, default=0)),
+                        ("max_attempts", models.IntegerField(db_default=3, default=3)),
+                        (
+                            "errors",
+                            models.JSONField(
+                                blank=True,
+                                db_default=models.Value([], output_field=models.JSONField()),
+                                default=list,
+                                help_text="One entry per failed attempt: attempt, at, worker, type, message, traceback.",
+                            ),
+                        ),
+                        ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                        ("message_id", models.BigIntegerField()),
+                        ("started_at", models.DateTimeField(blank=True, null=True)),
+                        (
+                            "finished_at",
+                            models.DateTimeField(
+                                db_default=django.db.models.functions.datetime.Now()
+                            ),
+                        ),
+                        ("worker_id", models.CharField(blank=True, max_length=255, null=True)),
+                        ("result", models.JSONField(blank=True, null=True)),
+                    ],
+                    options={
+                        "verbose_name": "archived message",
+                        "db_table": "pgqueue_archive",
+                        "permissions": [
+                            ("requeue_archivedmessage", "Can requeue an archived message")
+                        ],
+                        "indexes": [
+                            models.Index(
+                                fields=["queue", "finished_at"], name="pgq_archive_finished"
+                            ),
+                            models.Index(fields=["message_id"], name="pgq_archive_message_id"),
+                            models.Index(
+                                condition=models.Q(("errors", []), _negated=True),
+                                fields=["queue", "finished_at"],
+                                name="pgq_archive_failed",
+                            ),
+                        ],
+                        "constraints": [
+                            models.CheckConstraint(
+                                condition=models.Q(("priority__gte", -100), ("priority__lte", 100)),
+                                name="pgq_archive_priority_range",
+                            ),
+                            models.CheckConstraint(
+                                condition=models.Q(("attempts__gte", 0)),
+                                name="pgq_archive_attempts_gte_0",
+                            ),
+                            models.CheckConstraint(
+                                condition=models.Q(("max_attempts__gte", 1)),
+                                name="pgq_archive_max_attempts_gte_1",
+                            ),
+                        ],
+                    },
                 ),
-                ("dedup_key", models.CharField(blank=True, max_length=255, null=True)),
-                (
-                    "enqueued_at",
-                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                ("attempts", models.IntegerField(db_default=0, default=0)),
-                ("max_attempts", models.IntegerField(db_default=3, default=3)),
-                (
-                    "errors",
-                    models.JSONField(
-                        blank=True,
-                        db_default=models.Value([], output_field=models.JSONField()),
-                        default=list,
-                        help_text="One entry per failed attempt: attempt, at, worker, type, message, traceback.",
-                    ),
-                ),
-                ("id", models.BigAutoField(primary_key=True, serialize=False)),
-                ("message_id", models.BigIntegerField(unique=True)),
-                ("started_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "finished_at",
-                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                ("worker_id", models.CharField(blank=True, max_length=255, null=True)),
-                ("result", models.JSONField(blank=True, null=True)),
             ],
-            options={
-                "verbose_name": "archived message",
-                "db_table": "pgqueue_archive",
-                "permissions": [("requeue_archivedmessage", "Can requeue an archived message")],
-                "indexes": [
-                    models.Index(fields=["queue", "finished_at"], name="pgq_archive_finished"),
-                    models.Index(
-                        condition=models.Q(("errors", []), _negated=True),
-                        fields=["queue", "finished_at"],
-                        name="pgq_archive_failed",
-                    ),
-                ],
-                "constraints": [
-                    models.CheckConstraint(
-                        condition=models.Q(("priority__gte", -100), ("priority__lte", 100)),
-                        name="pgq_archive_priority_range",
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("attempts__gte", 0)), name="pgq_archive_attempts_gte_0"
-                    ),
-                    models.CheckConstraint(
-                        condition=models.Q(("max_attempts__gte", 1)),
-                        name="pgq_archive_max_attempts_gte_1",
-                    ),
-                ],
-            },
+            database_operations=[
+                migrations.RunSQL(sql=ARCHIVE_TABLE_SQL, reverse_sql="DROP TABLE pgqueue_archive"),
+                migrations.RunPython(create_archive_partitions, migrations.RunPython.noop),
+            ],
         ),
         migrations.CreateModel(
             name="BulkEnqueueVote",

@@ -9,6 +9,8 @@ Threads and the connection each one uses:
   leases of in-flight messages and upserts the heartbeat row; its own Django connection;
 - ``listener``: LISTEN on its own Django connection (unless ``--no-listen``), also a claim
   session: an idle worker claims there (``Worker._claim_on_notify``);
+- ``maintenance``: retention every ``RETENTION_INTERVAL`` (``maintenance.py``), when this
+  worker's turn comes; its own Django connection, closed between runs;
 - ``handler-N`` threads and one ``async-handlers`` event loop: run the handlers (a handler's
   own queries use that thread's connection);
 - ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what
@@ -53,6 +55,7 @@ from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
 from .listener import PROBE_PREFIX, Listener
+from .maintenance import Maintainer
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -495,6 +498,12 @@ class Worker:
         )
         self._completer_thread.start()
         self.executor.start()
+        interval = self.conf.RETENTION_INTERVAL
+        if interval is not None and not self.options.burst:
+            # Retention (core/retention.py): one worker per interval does it, in this thread.
+            Maintainer(
+                alias=self.alias, worker_id=self.worker_id, interval=interval, stop=self._stop
+            ).start()
         if self.listening:
             self.listener = Listener(
                 alias=self.alias,

@@ -1,0 +1,443 @@
+"""Retention: how long archived and dead messages are kept, and the job that expires them.
+
+``ARCHIVE_RETENTION`` and ``DEAD_RETENTION`` (seconds, ``None`` keeps forever), each with
+per-queue overrides in ``QUEUES``. Two ways to expire, by cost:
+
+- a day of the archive is dropped whole (:mod:`partitions`) once it is older than the
+  *longest* archive retention in force: no row-by-row delete, no dead tuples, almost no WAL;
+- rows of a queue whose retention is shorter than that (and rows the DEFAULT partition
+  caught) are deleted in batches of ``RETENTION_DELETE_BATCH`` rows, at most
+  ``RETENTION_DELETE_LIMIT`` rows a run, each batch its own short transaction. So is the
+  dead table, which stays small.
+
+Guards (:func:`register_retention_guard`) may hold rows back: each tells, per source, the id
+below which rows may go (the pipeline's says "exported"), and nothing at or above the lowest
+bound is dropped or deleted. Core knows guards only through this registry.
+
+Workers run :func:`maintain` every ``RETENTION_INTERVAL``: one of them per interval (a
+compare-and-set of ``pgqueue_maintenance.next_run_at`` in database time), and never beside
+another run (an advisory lock, also taken by ``manage.py pgq_prune``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+
+from ..conf import PgQueueSettings, get_settings
+from . import partitions
+from .partitions import ARCHIVE_TABLE, DEFAULT_PARTITION
+
+logger = logging.getLogger("django_pgqueue.retention")
+
+__all__ = [
+    "RetentionReport",
+    "maintain",
+    "register_expiry_listener",
+    "register_retention_guard",
+    "run_retention",
+    "unregister_expiry_listener",
+    "unregister_retention_guard",
+]
+
+DEAD_TABLE = "pgqueue_dead"
+JOB = "retention"
+#: The advisory lock held while retention runs (one key, this app's own).
+LOCK_KEY = 0x7067_7265_7400_0001
+
+#: ``guard(source, database alias)`` -> the id below which rows of ``source`` ("archive" or
+#: "dead") may be expired, or None when it has no objection.
+RetentionGuard = Callable[[str, str], "int | None"]
+_GUARDS: list[RetentionGuard] = []
+
+
+def register_retention_guard(guard: RetentionGuard) -> RetentionGuard:
+    """Let ``guard`` hold rows back from expiry (see module doc); registering twice is once."""
+    if guard not in _GUARDS:
+        _GUARDS.append(guard)
+    return guard
+
+
+def unregister_retention_guard(guard: RetentionGuard) -> None:
+    if guard in _GUARDS:
+        _GUARDS.remove(guard)
+
+
+#: ``listener(source, first id, last id, database alias)``: rows of ``source`` with ids in
+#: ``[first, last]`` may have just been expired (called after each drop or delete).
+ExpiryListener = Callable[[str, int, int, str], None]
+_LISTENERS: list[ExpiryListener] = []
+
+
+def register_expiry_listener(listener: ExpiryListener) -> ExpiryListener:
+    """Tell ``listener`` what each run expires: a guard's owner keeps its records true (the
+    pipeline marks its verified export ranges whose rows left the database as pruned)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+    return listener
+
+
+def unregister_expiry_listener(listener: ExpiryListener) -> None:
+    if listener in _LISTENERS:
+        _LISTENERS.remove(listener)
+
+
+def _expired(source: str, first: int | None, last: int | None, alias: str) -> None:
+    if first is None or last is None:
+        return
+    for listener in list(_LISTENERS):
+        try:
+            listener(source, first, last, alias)
+        except Exception:
+            logger.exception("Retention's expiry listener %r failed", listener)
+
+
+def guard_bound(source: str, alias: str) -> int | None:
+    """The lowest bound any guard sets for ``source`` (None: no guard objects)."""
+    bounds = [b for guard in list(_GUARDS) if (b := guard(source, alias)) is not None]
+    return min(bounds) if bounds else None
+
+
+@dataclass
+class Step:
+    """One thing a run did or, in a dry run, would do."""
+
+    source: str  # "archive" or "dead"
+    action: str  # "drop", "delete", "keep", "create"
+    target: str  # a partition, or 'queue "name"'
+    rows: int | None = None
+    note: str = ""
+
+    def line(self, dry_run: bool) -> str:
+        verb = {
+            "drop": ("would drop", "dropped"),
+            "delete": ("would delete", "deleted"),
+            "create": ("would create", "created"),
+            "keep": ("keeps", "kept"),
+        }[self.action][0 if dry_run else 1]
+        rows = "" if self.rows is None else f" {self.rows:,} rows"
+        if self.action == "drop":
+            what = f"day {self.target}{f' ({rows.strip()})' if rows else ''}"
+        elif self.action == "delete":
+            what = f"{rows.strip()} of {self.target}"
+        else:
+            what = self.target
+        return f"{self.source}: {verb} {what}{f': {self.note}' if self.note else ''}"
+
+
+@dataclass
+class RetentionReport:
+    dry_run: bool = False
+    #: Another run held the lock: this one did nothing.
+    busy: bool = False
+    steps: list[Step] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows_expired(self) -> int:
+        return sum(s.rows or 0 for s in self.steps if s.action in ("drop", "delete"))
+
+    def lines(self) -> list[str]:
+        if self.busy:
+            return ["Another retention run is in progress (a worker or pgq_prune); nothing done."]
+        lines = [step.line(self.dry_run) for step in self.steps]
+        return lines or ["Nothing to expire."]
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "rows_expired": self.rows_expired}
+
+
+def drop_after(conf: PgQueueSettings) -> float | None:
+    """Age at which a whole archive day may go: the longest archive retention in force (a
+    day holds every queue's rows). None when some queue keeps its rows forever."""
+    values = [conf.ARCHIVE_RETENTION] + [
+        q["ARCHIVE_RETENTION"] for q in conf.QUEUES.values() if "ARCHIVE_RETENTION" in q
+    ]
+    if any(v is None for v in values):
+        return None
+    return float(max(values))
+
+
+# Distinct queues of a table, one index probe each (its (queue, time) index).
+_QUEUES_SQL = """
+WITH RECURSIVE q(queue) AS (
+    (SELECT queue FROM {table} ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.queue FROM {table} t WHERE t.queue > q.queue ORDER BY t.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM q WHERE queue IS NOT NULL
+"""
+
+
+class _Run:
+    """One retention run on one connection (autocommit: each batch commits by itself)."""
+
+    def __init__(self, alias: str, conf: PgQueueSettings, dry_run: bool) -> None:
+        self.connection = connections[alias]
+        self.alias = alias
+        self.conf = conf
+        self.dry_run = dry_run
+        self.report = RetentionReport(dry_run=dry_run)
+        self.budget = conf.RETENTION_DELETE_LIMIT
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            self.now: datetime = cursor.fetchone()[0]
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        self.report.steps.append(Step(*args, **kwargs))
+
+    def queues(self, table: str) -> list[str]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(_QUEUES_SQL.format(table=table))
+            return [row[0] for row in cursor.fetchall()]
+
+    # -- the archive ---------------------------------------------------------------------------
+
+    def create_ahead(self) -> None:
+        with self.connection.cursor() as cursor:
+            first = partitions.today(cursor)
+        last = first + timedelta(days=self.conf.ARCHIVE_PARTITIONS_AHEAD)
+        if self.dry_run:
+            return
+        for name in partitions.ensure_days(self.connection, first, last):
+            self.step("archive", "create", name)
+
+    def expire_archive(self) -> None:
+        bound = guard_bound("archive", self.alias)
+        whole = drop_after(self.conf)
+        with self.connection.cursor() as cursor:
+            leftovers = partitions.expired_leftovers(cursor)
+        for name in leftovers:
+            self.drop_leftover(name)
+        if whole is not None:
+            cutoff = self.now - timedelta(seconds=whole)
+            with self.connection.cursor() as cursor:
+                days = partitions.attached_days(cursor)
+            for part in days:
+                if part.end > cutoff:
+                    break
+                self.expire_day(part, bound)
+            self.delete(
+                "archive",
+                DEFAULT_PARTITION,
+                f"rows of {DEFAULT_PARTITION}",
+                "finished_at < %s",
+                [cutoff],
+                bound,
+            )
+        for queue in self.queues(ARCHIVE_TABLE):
+            seconds = self.conf.for_queue(queue, "ARCHIVE_RETENTION")
+            if seconds is None or (whole is not None and seconds >= whole):
+                continue
+            cutoff = self.now - timedelta(seconds=seconds)
+            # Partition by partition: a TID-list delete stays inside one table.
+            with self.connection.cursor() as cursor:
+                days = partitions.attached_days(cursor)
+            tables = [p.name for p in days if p.start < cutoff] + [DEFAULT_PARTITION]
+            self.delete(
+                "archive",
+                tables,
+                f'queue "{queue}"',
+                "queue = %s AND finished_at < %s",
+                [queue, cutoff],
+                bound,
+            )
+
+    def drop_leftover(self, name: str) -> None:
+        """A day an earlier run detached but did not drop (it died in between)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT min(id), max(id) FROM {name}")
+            first, last = cursor.fetchone()
+        if not self.dry_run:
+            partitions.drop_expired(self.connection, name)
+            _expired("archive", first, last, self.alias)
+        self.step("archive", "drop", name, note="detached by an earlier run")
+
+    def expire_day(self, part: partitions.Partition, bound: int | None) -> None:
+        with self.connection.cursor() as cursor:
+            if bound is not None:
+                cursor.execute(f"SELECT max(id) FROM {part.name}")
+                newest = cursor.fetchone()[0]
+                if newest is not None and newest >= bound:
+                    self.step(
+                        "archive",
+                        "keep",
+                        f"day {part.name}",
+                        note=f"a retention guard keeps ids from {bound:,} (not exported yet)",
+                    )
+                    return
+            cursor.execute(f"SELECT min(id), max(id) FROM {part.name}")
+            first, last = cursor.fetchone()
+            if self.dry_run:
+                cursor.execute(f"SELECT count(*) FROM {part.name}")
+            else:
+                # The planner's estimate (-1: never analyzed): counting a day exactly would
+                # cost more than dropping it.
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [part.name]
+                )
+            counted = int(cursor.fetchone()[0])
+        rows = counted if counted >= 0 else None
+        if not self.dry_run:
+            partitions.expire_day(self.connection, part)
+            _expired("archive", first, last, self.alias)
+        estimated = "" if self.dry_run or rows is None else "rows estimated by the planner"
+        self.step("archive", "drop", part.name, rows, note=estimated)
+
+    # -- row by row: short retentions, the DEFAULT partition, the dead table --------------------
+
+    def delete(
+        self,
+        source: str,
+        tables: str | list[str],
+        target: str,
+        condition: str,
+        params: list[Any],
+        bound: int | None,
+    ) -> None:
+        if bound is not None:
+            condition += " AND id < %s"
+            params = [*params, bound]
+        total = 0
+        for table in [tables] if isinstance(tables, str) else tables:
+            total += self._delete_from(source, table, condition, params)
+        limited = self.budget <= 0
+        if total or limited:
+            note = "RETENTION_DELETE_LIMIT reached: the rest next run" if limited else ""
+            self.step(source, "delete", target, total, note=note)
+
+    def _delete_from(self, source: str, table: str, condition: str, params: list[Any]) -> int:
+        """Rows of ``table`` matching ``condition``, deleted (counted in a dry run) within
+        the run's budget, one batch per transaction."""
+        total = 0
+        low: int | None = None
+        high: int | None = None
+        with self.connection.cursor() as cursor:
+            if self.dry_run:
+                cursor.execute(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {condition} LIMIT %s) x",
+                    [*params, max(self.budget, 0)],
+                )
+                total = int(cursor.fetchone()[0])
+                self.budget -= total
+                return total
+            while self.budget > 0:
+                want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
+                # A list of row addresses: one TID scan deletes them, whatever the table size.
+                cursor.execute(
+                    f"WITH gone AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+                    f"SELECT ctid FROM {table} WHERE {condition} LIMIT %s)) RETURNING id) "
+                    "SELECT count(*), min(id), max(id) FROM gone",
+                    [*params, want],
+                )
+                done, first, last = cursor.fetchone()
+                if done:
+                    low = first if low is None else min(low, first)
+                    high = last if high is None else max(high, last)
+                total += done
+                self.budget -= done
+                if done < want:
+                    break
+        _expired(source, low, high, self.alias)
+        return total
+
+    def expire_dead(self) -> None:
+        bound = guard_bound("dead", self.alias)
+        for queue in self.queues(DEAD_TABLE):
+            seconds = self.conf.for_queue(queue, "DEAD_RETENTION")
+            if seconds is None:
+                continue
+            self.delete(
+                "dead",
+                DEAD_TABLE,
+                f'queue "{queue}"',
+                "queue = %s AND died_at < %s",
+                [queue, self.now - timedelta(seconds=seconds)],
+                bound,
+            )
+
+
+def run_retention(
+    *,
+    using: str | None = None,
+    dry_run: bool = False,
+    sources: tuple[str, ...] = ("archive", "dead"),
+) -> RetentionReport:
+    """Expire what the retention settings say is due, now; what ``pgq_prune`` runs.
+
+    Creates the archive's day partitions ahead too. Returns ``busy`` without doing anything
+    when another run holds the lock. ``dry_run`` changes nothing and counts what would go.
+    """
+    conf = get_settings()
+    alias = using or conf.DATABASE_ALIAS
+    connection = connections[alias]
+    if connection.in_atomic_block:
+        raise RuntimeError("run_retention() commits batch by batch: call it outside atomic()")
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            return RetentionReport(dry_run=dry_run, busy=True)
+    try:
+        run = _Run(alias, conf, dry_run)
+        if "archive" in sources:
+            run.create_ahead()
+            run.expire_archive()
+        if "dead" in sources:
+            run.expire_dead()
+        run.report.seconds = time.monotonic() - started
+        return run.report
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+
+
+# Due when next_run_at has passed (or no run ever happened): moving it on is the claim.
+_CLAIM_RUN = """
+INSERT INTO pgqueue_maintenance AS m (name, next_run_at, last_started_at, last_worker, last_report)
+VALUES (%(name)s, now() + make_interval(secs => %(interval)s), now(), %(worker)s, '{}')
+ON CONFLICT (name) DO UPDATE
+SET next_run_at = EXCLUDED.next_run_at, last_started_at = now(), last_worker = %(worker)s
+WHERE m.next_run_at <= now()
+RETURNING 1
+"""
+
+_FINISH_RUN = """
+UPDATE pgqueue_maintenance SET last_finished_at = now(), last_report = %s WHERE name = %s
+"""
+
+
+def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | None:
+    """A worker's maintenance: run retention if it is due, else None.
+
+    Due once per ``RETENTION_INTERVAL`` across all workers: the first to move the job's
+    ``next_run_at`` on runs it.
+    """
+    conf = get_settings()
+    if conf.RETENTION_INTERVAL is None:
+        return None
+    alias = using or conf.DATABASE_ALIAS
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLAIM_RUN, {"name": JOB, "interval": conf.RETENTION_INTERVAL, "worker": worker_id}
+        )
+        if cursor.fetchone() is None:
+            return None
+    report = run_retention(using=alias)
+    if report.busy:
+        return report
+    with connection.cursor() as cursor:
+        cursor.execute(_FINISH_RUN, [json.dumps(report.as_json()), JOB])
+    for line in report.lines():
+        if report.steps:
+            logger.info("Retention: %s", line)
+    return report

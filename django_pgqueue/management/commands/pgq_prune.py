@@ -1,0 +1,53 @@
+"""``manage.py pgq_prune``: expire archived and dead messages now, as the retention settings say."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...core.retention import run_retention
+
+
+class Command(BaseCommand):
+    help = (
+        "Expire archived and dead messages past ARCHIVE_RETENTION / DEAD_RETENTION (and their "
+        "per-queue overrides) now: whole archive days are dropped, shorter per-queue "
+        "retentions and dead messages deleted in batches; also creates the archive's day "
+        "partitions ahead. Workers do the same every RETENTION_INTERVAL; this is the one-off."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Change nothing; print what would be dropped or deleted, with row counts.",
+        )
+        parser.add_argument(
+            "--source",
+            action="append",
+            choices=["archive", "dead"],
+            dest="sources",
+            help="Only this table (repeatable). Default: both.",
+        )
+        parser.add_argument("--json", action="store_true", help="Print one JSON document.")
+        parser.add_argument("--database", help="Database alias (default: PGQUEUE's).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sources = tuple(options["sources"] or ("archive", "dead"))
+        report = run_retention(
+            using=options["database"], dry_run=options["dry_run"], sources=sources
+        )
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_json(), indent=2))
+        else:
+            if report.dry_run:
+                self.stdout.write("Dry run: nothing is changed.")
+            for line in report.lines():
+                self.stdout.write(line)
+            if not report.busy:
+                verb = "would expire" if report.dry_run else "expired"
+                self.stdout.write(f"{verb} {report.rows_expired:,} rows in {report.seconds:.2f}s")
+        if report.busy:
+            raise CommandError("another retention run holds the lock; try again later")
