@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
-from django_pgqueue.models import QueueStatsHourly
+from django_pgqueue.pipeline.models import QueueStatsHourly
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.pipeline.urls")]
 
