@@ -274,6 +274,39 @@ def test_compact_merges_small_files_and_readers_and_prune_see_the_same_rows(
     assert pruned.rows == 1_200 and pruned.refused == [] and pruned.skipped == []
 
 
+def test_compact_of_a_url_only_spark_can_write_goes_through_spark_inside_the_protocol(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # s3a://, hdfs://...: export and compaction both through Spark and Hadoop's FileSystem.
+    monkeypatch.setattr(export_module, "local_directory", lambda url: None)
+    monkeypatch.setattr(compact_module, "local_directory", lambda url: None)
+    fill_archive(1_200)
+    fill_dead(60)
+    destination = f"file://{tmp_path / 'out'}"
+    export(spark, destination, range_size=100)
+    files_before = len(read_committed(destination, "archive"))
+    ranges_before = ExportRange.objects.filter(source="archive").count()
+    with pytest.raises(PipelineError, match="needs a SparkSession"):
+        compact(destination)
+
+    result = compact(destination, spark=spark, target_rows=700)
+
+    assert result.skipped == [] and result.files_after < result.files_before
+    archive = ExportRange.objects.filter(source="archive")
+    assert archive.count() < ranges_before
+    assert len(read_committed(destination, "archive")) < files_before
+    assert committed_ids(spark, destination) == db_ids()
+    assert committed_ids(spark, destination, "dead") == db_ids("pgqueue_dead")
+    out = tmp_path / "out"
+    on_disk = {str(p) for p in (out / "archive").rglob("*.parquet")}
+    assert on_disk == set(read_committed(destination, "archive"))  # replaced files deleted
+    leftovers = [str(p) for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in leftovers if ".pgq-tmp-" in p or "/_temporary" in p]
+    assert export(spark, destination, range_size=100).rows_exported == 0
+    pruned = prune(destination=destination)  # re-verifies every file's size and SHA-256
+    assert pruned.rows == 1_260 and pruned.refused == [] and pruned.skipped == []
+
+
 def test_a_compaction_killed_after_its_commit_is_read_once_and_finished_next_time(
     tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
