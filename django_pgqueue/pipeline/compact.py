@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -33,7 +32,6 @@ from ..conf import get_settings
 from .columns import SOURCES
 from .commit import Committer, HadoopCommitter, LocalCommitter, final_name
 from .committed import (
-    TEMP_PREFIX,
     Manifest,
     committed_manifests,
     directory_mode,
@@ -44,6 +42,7 @@ from .errors import PipelineError
 from .export import DEFAULT_FILE_MODE, check_file_mode
 from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, acquire, release
 from .models import ExportRange, ExportRangeStatus, ExportRun, ExportRunStatus
+from .rangeio import write_partitioned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -224,22 +223,9 @@ def _write_with_arrow(
         .to_table()
         .drop_columns(["id_range"])
     )
-    table = table.append_column("id_range", pa.array([str(lo)] * table.num_rows, text))
-    written: list[tuple[str, int]] = []
     previous = os.umask(0o777 & ~directory_mode(committer.file_mode))
     try:
-        ds.write_dataset(
-            table,
-            root,
-            format="parquet",
-            partitioning=["queue", "day", "id_range"],
-            partitioning_flavor="hive",
-            basename_template=f"{TEMP_PREFIX}part-{uuid.uuid4().hex}-{{i}}.zstd.parquet",
-            existing_data_behavior="overwrite_or_ignore",
-            max_partitions=1 << 20,
-            file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
-            file_visitor=lambda f: written.append((f.path, f.metadata.num_rows)),
-        )
+        written = write_partitioned(table, root, lo)
     finally:
         os.umask(previous)
     back = ds.dataset([p for p, _ in written], format="parquet").to_table(columns=["id"])
