@@ -5,14 +5,16 @@ Run from the repository root:
 
     .venv/bin/python bench/pipeline_export_bench.py --rows 2000000 --repeat 2
 
-It creates (and drops afterwards) the database ``pgq_export_bench`` and fills the archive with
+It creates (and drops afterwards) the database ``pgq_export_bench`` (``--db-name``) and fills the archive with
 ``--rows`` rows (the same rows as ``bench/pipeline_bench.py``). Each repetition runs, as fresh
 processes timed from launch to exit, in alternating order:
 
 - the reference: ``python -c 'baseline_export(...)'`` (interpreter, imports, COPY, Parquet);
 - ``python -m django_pgqueue.pipeline export`` into a new directory: Spark start-up, lease,
   verified ranges, manifests, everything a user waits for;
-- the same export command again, with nothing new to export (decided without Spark).
+- the same export command again, with nothing new to export (decided without Spark);
+- with ``--compare-tree DIR`` (e.g. ``git archive main | tar -x -C DIR``), the export command
+  of that checkout too, into its own directory, so old and new code are timed in one run.
 
 Prints one table: median seconds and rows/s per side, the median (min-max) of the
 per-repetition ratio reference seconds / export seconds, and the CPU seconds of each command
@@ -41,11 +43,11 @@ REPO = Path(__file__).resolve().parent.parent
 DB_NAME = "pgq_export_bench"
 
 
-def run_timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+def run_timed(command: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process and the children it waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -59,17 +61,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--db-name", default=DB_NAME, help="Bench database (created, dropped).")
+    parser.add_argument(
+        "--compare-tree", type=Path, help="Another checkout whose export is timed alongside."
+    )
     parser.add_argument(
         "--server-dsn",
         default=os.environ.get("BENCH_SERVER_DSN", "postgres://postgres@127.0.0.1:5432/postgres"),
     )
     args = parser.parse_args()
-    dsn = make_conninfo(args.server_dsn, dbname=DB_NAME)
+    db_name = args.db_name
+    dsn = make_conninfo(args.server_dsn, dbname=db_name)
     params = conninfo_to_dict(dsn)
     url = (
         f"postgres://{params.get('user', 'postgres')}"
         + (f":{params['password']}" if params.get("password") else "")
-        + f"@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{DB_NAME}"
+        + f"@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{db_name}"
     )
     env = {
         **os.environ,
@@ -79,10 +86,19 @@ def main() -> None:
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
     with psycopg.connect(args.server_dsn, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB_NAME}")
+        admin.execute(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {db_name}")
     work = Path(tempfile.mkdtemp(prefix="pgq-export-bench-"))
     timings: dict[str, list[float]] = {"reference": [], "export": [], "no-op export": []}
+    other_env = {}
+    other = REPO
+    if args.compare_tree is not None:
+        other = args.compare_tree.resolve()
+        timings["export, compared tree"] = []
+        other_env = {
+            **env,
+            "PYTHONPATH": os.pathsep.join([str(other), str(other / "example_project")]),
+        }
     cpu: dict[str, list[float]] = {side: [] for side in timings}
     try:
         subprocess.run(
@@ -107,8 +123,18 @@ def main() -> None:
                 python, "-m", "django_pgqueue.pipeline", "--master", args.master, "export",
                 destination, "--source", "archive",
             ]  # fmt: skip
-            for side in ("reference", "export") if rep % 2 == 0 else ("export", "reference"):
-                seconds, used = run_timed(reference if side == "reference" else job, env)
+            commands = {"reference": (reference, env, REPO), "export": (job, env, REPO)}
+            if args.compare_tree is not None:
+                # Run from that tree: ``python -m`` imports from the working directory first.
+                commands["export, compared tree"] = (
+                    [*job[:-3], str(work / f"compared-{rep}"), *job[-2:]],
+                    other_env,
+                    other,
+                )
+            order = list(commands) if rep % 2 == 0 else list(reversed(commands))
+            for side in order:
+                command, side_env, cwd = commands[side]
+                seconds, used = run_timed(command, side_env, cwd)
                 timings[side].append(seconds)
                 cpu[side].append(used)
                 print(f"rep {rep + 1}: {side} {seconds:.1f} s, {used:.1f} s CPU", file=sys.stderr)
@@ -119,20 +145,26 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         with psycopg.connect(args.server_dsn, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-    ratios = [r / e for r, e in zip(timings["reference"], timings["export"], strict=True)]
+            admin.execute(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+    ratios = {
+        side: [r / e for r, e in zip(timings["reference"], timings[side], strict=True)]
+        for side in timings
+        if side.startswith("export")
+    }
     print(f"\n{args.rows:,} archive rows, Spark {args.master}, {args.repeat} repetitions, "
-          "whole commands (process start to exit)\n")  # fmt: skip
+          "whole commands (process start to exit); load average (1/5/15 min) at the end: "
+          + "/".join(f"{x:.1f}" for x in os.getloadavg()) + "\n")  # fmt: skip
     print("| side | seconds (median) | rows/s | x reference, median (min-max) | CPU s (median) |")
     print("|---|---:|---:|---:|---:|")
     for side, values in timings.items():
         median = statistics.median(values)
         rate = f"{args.rows / median:,.0f}" if side != "no-op export" else "-"
         ratio = ""
-        if side == "export":
-            ratio = f"**{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-{max(ratios):.2f})"
+        if side in ratios:
+            values = ratios[side]
+            ratio = f"**{statistics.median(values):.2f}x** ({min(values):.2f}-{max(values):.2f})"
         # Spark's JVM is not waited for by the export process: its CPU is not in the count.
-        used = "-" if side == "export" else f"{statistics.median(cpu[side]):.1f}"
+        used = "-" if side in ratios else f"{statistics.median(cpu[side]):.1f}"
         print(f"| {side} | {median:.1f} | {rate} | {ratio} | {used} |")
 
 

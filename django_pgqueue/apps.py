@@ -20,9 +20,3 @@ class PgQueueConfig(AppConfig):
         # admin does with ``admin.py``: enqueue() then applies a handler's defaults (queue,
         # max_attempts) the same way wherever it is called.
         autodiscover_modules("handlers")
-
-        # The pipeline's rule for retention: never expire what a configured export destination
-        # does not hold yet (inert unless PGQUEUE_PIPELINE names one).
-        from .pipeline import retention_guard
-
-        retention_guard.install()

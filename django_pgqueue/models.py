@@ -332,15 +332,8 @@ class WorkerHeartbeat(models.Model):
         return self.worker_id
 
 
-# Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the
-# pipeline's tables (export runs and ranges, hourly stats) belong to this app too.
+# Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the periodic
+# schedules belong to this app too. The pipeline's tables belong to django_pgqueue.pipeline.
 from .core.flow_models import FlowCredit, FlowKeyBucket, FlowRateShard, FlowState  # noqa: E402, F401
 from .core.maintenance_models import MaintenanceState  # noqa: E402, F401
 from .core.periodic_models import PeriodicSchedule  # noqa: E402, F401
-from .pipeline.models import (  # noqa: E402, F401
-    BulkEnqueueVote,
-    ExportLease,
-    ExportRange,
-    ExportRun,
-    QueueStatsHourly,
-)

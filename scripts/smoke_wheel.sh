@@ -163,6 +163,10 @@ from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 package = Path(django_pgqueue.__file__).parent
 assert "site-packages" in package.parts, f"not the installed wheel: {package}"
 assert Message.objects.count() == 0, "live messages left after --burst"
+# Only "django_pgqueue" is installed: none of the pipeline app's tables.
+from django.db import connection
+
+assert not [t for t in connection.introspection.table_names() if t.startswith("pgqueue_export")]
 assert ArchivedMessage.objects.count() == 4, ArchivedMessage.objects.count()
 dead = DeadMessage.objects.get()
 assert dead.reason == "error" and "fails on purpose" in str(dead.details), dead.details

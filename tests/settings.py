@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_pgqueue",
+    "django_pgqueue.pipeline",
     "tests.testapp",
 ]
 # The apps that define tasks need a Tasks framework: without one (Django 5.2 without the

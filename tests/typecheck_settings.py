@@ -9,6 +9,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_pgqueue",
+    "django_pgqueue.pipeline",
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "typecheck"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

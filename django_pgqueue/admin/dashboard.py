@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -23,25 +21,14 @@ from .browsers import ViewOnlyAdmin
 from .columns import safe_timestamps, timestamp_column
 from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
 
-__all__ = ["QueueStateAdmin", "pipeline_stats_view"]
+__all__ = ["QueueStateAdmin"]
 
-# The Spark pipeline's charts, linked when that optional part is importable.
-PIPELINE_VIEW = ("django_pgqueue.pipeline.views", "stats_view")
-# The pipeline's stats page needs this (pipeline/views.py checks it too).
-STATS_PERMISSION = "django_pgqueue.view_queuestatshourly"
+# The pipeline app's stats charts (its admin page), linked by name when that app is installed:
+# the queue's admin never imports the pipeline.
+HISTORY_URL_NAME = "admin:django_pgqueue_pipeline_queuestatshourly_changelist"
+HISTORY_PERMISSION = "django_pgqueue_pipeline.view_queuestatshourly"
 # Auto-refresh periods offered on the dashboard, in seconds.
 REFRESH_CHOICES = (5, 15, 60)
-
-
-def pipeline_stats_view() -> Callable[..., HttpResponse] | None:
-    """The pipeline's stats view, or None when the pipeline (or pyspark) is not installed."""
-    module_name, attribute = PIPELINE_VIEW
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return None
-    view = getattr(module, attribute, None)
-    return view if callable(view) else None
 
 
 def _refresh_seconds(request: HttpRequest) -> int | None:
@@ -86,10 +73,6 @@ class QueueStateAdmin(ViewOnlyAdmin):
             path("resume/", wrap(self.resume_view), name="django_pgqueue_queue_resume"),
             path("purge/", wrap(self.purge_view), name="django_pgqueue_queue_purge"),
         ]
-        if pipeline_stats_view() is not None:
-            urls.append(
-                path("history/", wrap(self.pipeline_history_view), name="django_pgqueue_history")
-            )
         return urls + super().get_urls()
 
     def _require_view(self, request: HttpRequest) -> None:
@@ -120,21 +103,14 @@ class QueueStateAdmin(ViewOnlyAdmin):
         return TemplateResponse(request, "admin/django_pgqueue/queuestate/dashboard.html", context)
 
     def _history_url(self, request: HttpRequest) -> str | None:
-        # Present only if the pipeline was importable when the admin's URLs were built, and
-        # only for those who may read the stats.
-        if not request.user.has_perm(STATS_PERMISSION):
+        # Present only when the pipeline app is installed (its page is on this admin site),
+        # and only for those who may read the stats.
+        if not request.user.has_perm(HISTORY_PERMISSION):
             return None
         try:
-            return self._admin_url("history")
+            return reverse(HISTORY_URL_NAME, current_app=self.admin_site.name)
         except NoReverseMatch:
             return None
-
-    def pipeline_history_view(self, request: HttpRequest) -> HttpResponse:
-        self._require_view(request)
-        view = pipeline_stats_view()
-        if view is None:
-            raise PermissionDenied("The pipeline is not installed.")
-        return view(request)
 
     def _queue_from(self, request: HttpRequest) -> str:
         try:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ..conf import get_settings
+from .committed import local_directory
 from .errors import BadInput, PipelineError
 from .progress import Writer, printer
 from .session import SECRET_KEY
@@ -88,7 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     compact = jobs.add_parser(
         "compact", help="Merge the small files of consecutive committed export ranges."
     )
-    compact.add_argument("destination", help="Local path (or file://) of the export.")
+    compact.add_argument(
+        "destination",
+        help="Path or URL of the export; a local path is merged without Spark, any other URL "
+        "(s3a://, hdfs://...) through Spark.",
+    )
     compact.add_argument(
         "--source", action="append", choices=["archive", "dead"], help="Default: both."
     )
@@ -208,34 +213,9 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
                 prune_text(result),
                 1 if result.refused or result.skipped else 0,
             )
-        if job == "compact":  # no Spark needed: the driver merges with pyarrow
-            from .compact import compact
-
-            compacted = compact(
-                options["destination"],
-                sources=options.get("source") or ["archive", "dead"],
-                target_rows=options.get("target_rows") or 1_000_000,
-                file_mode=options.get("file_mode") or 0o600,
-                report=report,
-                using=alias,
-            )
-            summary = {
-                "run": compacted.run_id,
-                "ranges_merged": compacted.ranges_merged,
-                "ranges_written": compacted.ranges_written,
-                "files_before": compacted.files_before,
-                "files_after": compacted.files_after,
-                "skipped": compacted.skipped,
-                "seconds": round(compacted.seconds, 3),
-            }
-            text = (
-                f"compact #{compacted.run_id}: {compacted.ranges_merged} ranges merged into "
-                f"{compacted.ranges_written}, {compacted.files_before:,} files -> "
-                f"{compacted.files_after:,}"
-            )
-            if compacted.skipped:
-                text += "; skipped: " + "; ".join(compacted.skipped)
-            return _emit(options, out, summary, text, 1 if compacted.skipped else 0)
+        if job == "compact" and local_directory(options["destination"]) is not None:
+            # No Spark needed: the driver merges local files with pyarrow.
+            return _compact(options, out, report, alias, None)
         if job == "export":
             from .export import nothing_to_export
 
@@ -272,6 +252,8 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
             conf_file=options.get("spark_conf_file"),
         )
         master = str(spark.sparkContext.master)
+        if job == "compact":
+            return _compact(options, out, report, alias, spark)
         if job == "export":
             from .export import export
 
@@ -388,6 +370,39 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
     except PipelineError as exc:
         err.write(f"error: {exc}\n")
         return 2
+
+
+def _compact(
+    options: dict[str, Any], out: Writer, report: Any, alias: str | None, spark: Any
+) -> int:
+    from .compact import compact
+
+    compacted = compact(
+        options["destination"],
+        spark=spark,
+        sources=options.get("source") or ["archive", "dead"],
+        target_rows=options.get("target_rows") or 1_000_000,
+        file_mode=options.get("file_mode") or 0o600,
+        report=report,
+        using=alias,
+    )
+    summary = {
+        "run": compacted.run_id,
+        "ranges_merged": compacted.ranges_merged,
+        "ranges_written": compacted.ranges_written,
+        "files_before": compacted.files_before,
+        "files_after": compacted.files_after,
+        "skipped": compacted.skipped,
+        "seconds": round(compacted.seconds, 3),
+    }
+    text = (
+        f"compact #{compacted.run_id}: {compacted.ranges_merged} ranges merged into "
+        f"{compacted.ranges_written}, {compacted.files_before:,} files -> "
+        f"{compacted.files_after:,}"
+    )
+    if compacted.skipped:
+        text += "; skipped: " + "; ".join(compacted.skipped)
+    return _emit(options, out, summary, text, 1 if compacted.skipped else 0)
 
 
 def prune_text(result: Any) -> str:

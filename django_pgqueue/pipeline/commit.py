@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .columns import SourceTable, spark_row_hash
 from .committed import (
     COMMITTED_DIR,
     TEMP_PREFIX,
@@ -47,7 +49,14 @@ class Committer:
         self.destination = destination.rstrip("/")
         self.file_mode = file_mode
 
+    @property
+    def root(self) -> str:
+        return self.destination
+
     # -- file operations (paths are full paths or URLs) --
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
     def list_names(self, directory: str) -> list[str]:
         raise NotImplementedError
 
@@ -125,6 +134,9 @@ class LocalCommitter(Committer):
         super().__init__(directory, file_mode)
         self._store = LocalStore(directory)
 
+    def exists(self, path: str) -> bool:
+        return self._store.exists(path)
+
     def list_names(self, directory: str) -> list[str]:
         return self._store.list_names(directory)
 
@@ -169,15 +181,32 @@ def _subdirs(directory: str, prefix: str) -> list[str]:
         return []
 
 
+@dataclass(frozen=True)
+class StagedFile:
+    """A file Spark wrote, moved under its temporary name into its final directory."""
+
+    path: str
+    lo: int  # its id_range directory
+    rows: int
+    bytes: int
+    sha256: str
+    checksum: int  # sum of the row hashes of its rows (columns.spark_row_hash)
+
+
 class HadoopCommitter(Committer):
     """For URLs only the JVM can write (``s3a://``, ``hdfs://``...)."""
 
     def __init__(self, spark: SparkSession, destination: str, file_mode: int) -> None:
         from .session import hadoop_fs
 
+        # Spark's writer (and Hadoop's file system) create files and directories with this
+        # umask, so they get the file mode chosen for the export.
+        umask = f"{0o777 & ~directory_mode(file_mode):03o}"
+        spark.sparkContext._jsc.hadoopConfiguration().set("fs.permissions.umask-mode", umask)
         fs, path = hadoop_fs(spark, destination.rstrip("/"))
         # Fully qualified (file:/x, s3a://b/x): the form listings return paths in.
         super().__init__(str(fs.makeQualified(path).toString()), file_mode)
+        self.spark = spark
         self._fs = fs
         jvm = spark.sparkContext._jvm
         assert jvm is not None
@@ -185,6 +214,9 @@ class HadoopCommitter(Committer):
 
     def _path(self, path: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(path)
+
+    def exists(self, path: str) -> bool:
+        return bool(self._fs.exists(self._path(path)))
 
     def list_names(self, directory: str) -> list[str]:
         path = self._path(directory)
@@ -248,6 +280,50 @@ class HadoopCommitter(Committer):
     def range_files(self, source: str, lo: int) -> list[str]:
         pattern = self._path(f"{self.source_root(source)}/queue=*/day=*/id_range={lo}/*")
         return [str(status.getPath().toString()) for status in self._fs.globStatus(pattern) or []]
+
+    def stage(self, source: SourceTable, written_root: str) -> list[StagedFile]:
+        """The Parquet files Spark's writer left under ``written_root`` (``queue=/day=/
+        id_range=`` directories), each read back through Spark (rows and checksum, SHA-256 of
+        its bytes) and moved under a temporary name into the same directory of the source's
+        export; ``written_root`` is then deleted. The commit renames them."""
+        from pyspark.sql import functions as F
+
+        spark = self.spark
+        written = [
+            p for p in self.list_files(written_root) if p.rsplit("/", 1)[1].startswith("part-")
+        ]
+        spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        per_file: dict[str, tuple[int, int]] = {}
+        hashes: dict[str, str] = {}
+        if written:
+            read = spark.read.option("basePath", written_root).parquet(*written)
+            for row in (
+                read.withColumn("file", F.input_file_name())
+                .groupBy("file")
+                .agg(F.count(F.lit(1)).alias("rows"), F.sum(spark_row_hash(source)).alias("sum"))
+                .collect()
+            ):
+                per_file[self.qualify(row["file"])] = (int(row["rows"]), int(row["sum"] or 0))
+            hashes = {
+                self.qualify(row["path"]): row["sha"]
+                for row in spark.read.format("binaryFile")
+                .load(written)
+                .select("path", F.sha2("content", 256).alias("sha"))
+                .collect()
+            }
+        staged = []
+        root = self.source_root(source.name)
+        for path in written:
+            relative = path[len(written_root) + 1 :]
+            lo = int(relative.split("id_range=", 1)[1].split("/", 1)[0])
+            directory, name = f"{root}/{relative}".rsplit("/", 1)
+            target = f"{directory}/{TEMP_PREFIX}{name}"
+            self.make_dirs(directory)
+            self.rename(path, target)
+            rows, checksum = per_file[path]
+            staged.append(StagedFile(target, lo, rows, self.size(target), hashes[path], checksum))
+        self.delete_tree(written_root)
+        return staged
 
 
 def committer_for(spark: SparkSession | None, destination: str, file_mode: int) -> Committer:

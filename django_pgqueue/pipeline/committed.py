@@ -96,14 +96,19 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-class Store(Protocol):
-    """The few file operations manifests need, on a local disk or through pyarrow.fs."""
+class ManifestSource(Protocol):
+    """Where manifests are listed and read from: a store, or an export's committer."""
 
-    root: str
-
-    def exists(self, path: str) -> bool: ...
+    @property
+    def root(self) -> str: ...
     def list_names(self, directory: str) -> list[str]: ...
     def read_bytes(self, path: str) -> bytes: ...
+
+
+class Store(ManifestSource, Protocol):
+    """The few file operations manifests need, on a local disk or through pyarrow.fs."""
+
+    def exists(self, path: str) -> bool: ...
     def size(self, path: str) -> int: ...
     def sha256(self, path: str) -> str: ...
 
@@ -217,12 +222,12 @@ def directory_mode(file_mode: int) -> int:
     return file_mode | ((file_mode & 0o444) >> 2)
 
 
-def manifest_dir(store: Store, source: str) -> str:
+def manifest_dir(store: ManifestSource, source: str) -> str:
     return f"{store.root}/{COMMITTED_DIR}/{source}"
 
 
 def committed_manifests(
-    store: Store, source: str, *, include_covered: bool = False
+    store: ManifestSource, source: str, *, include_covered: bool = False
 ) -> list[Manifest]:
     """The committed manifests of ``source``, in id order.
 

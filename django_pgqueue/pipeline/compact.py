@@ -11,27 +11,41 @@ or the new ones, never both. Then the merged range replaces its parts in Postgre
 transaction, and the replaced manifests and files are deleted. A crash in between is
 finished by the next compaction (the covering manifest is there: the database follows it).
 
-Local destinations only: the files are read and written by the driver with pyarrow.
+A local destination is merged by the driver with pyarrow, no Spark needed. Any other URL Spark
+can write (``s3a://``, ``hdfs://``...) is merged by Spark: one file per (queue, day) written
+aside, each file read back through Spark (rows and row checksum must add up to the merged
+manifests'), then moved under a temporary name next to the files it replaces.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.utils import timezone
 
 from ..conf import get_settings
-from .commit import LocalCommitter, final_name
-from .committed import TEMP_PREFIX, Manifest, directory_mode, file_sha256, local_directory
+from .columns import SOURCES
+from .commit import Committer, HadoopCommitter, LocalCommitter, final_name
+from .committed import (
+    Manifest,
+    committed_manifests,
+    directory_mode,
+    file_sha256,
+    local_directory,
+)
 from .errors import PipelineError
 from .export import DEFAULT_FILE_MODE, check_file_mode
 from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, acquire, release
 from .models import ExportRange, ExportRangeStatus, ExportRun, ExportRunStatus
+from .rangeio import write_partitioned
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_TARGET_ROWS = 1_000_000
 _DONE = [ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED]
@@ -51,6 +65,7 @@ class CompactResult:
 def compact(
     destination: str,
     *,
+    spark: SparkSession | None = None,
     sources: Iterable[str] = ("archive", "dead"),
     target_rows: int = DEFAULT_TARGET_ROWS,
     file_mode: int = DEFAULT_FILE_MODE,
@@ -58,18 +73,17 @@ def compact(
     report: Callable[[str], None] | None = None,
     using: str | None = None,
 ) -> CompactResult:
-    """Merge runs of consecutive committed ranges of ``destination`` into fewer, larger files."""
-    if local_directory(destination) is None:
-        raise PipelineError(
-            f"compact works on local (or file://) destinations; {destination} is not one."
-        )
+    """Merge runs of consecutive committed ranges of ``destination`` into fewer, larger files.
+
+    ``spark`` is needed for a destination that is not a local path (or ``file://`` URL).
+    """
     if target_rows < 1:
         raise PipelineError(f"target_rows must be >= 1, got {target_rows}")
     check_file_mode(file_mode)
     alias = using or get_settings().DATABASE_ALIAS
     destination = destination.rstrip("/")
-    committer = LocalCommitter(destination, file_mode)
-    if not os.path.isdir(committer.destination):
+    committer = _committer(spark, destination, file_mode)
+    if not committer.exists(committer.destination):
         raise PipelineError(f"Export destination {destination} does not exist.")
     started = time.monotonic()
     with transaction.atomic(using=alias):
@@ -104,6 +118,17 @@ def compact(
     return result
 
 
+def _committer(spark: SparkSession | None, destination: str, file_mode: int) -> Committer:
+    if local_directory(destination) is not None:
+        return LocalCommitter(destination, file_mode)
+    if spark is None:
+        raise PipelineError(
+            f"{destination} is not a local path: compacting it needs a SparkSession "
+            "(pgq_pipeline compact starts one for such URLs)."
+        )
+    return HadoopCommitter(spark, destination, file_mode)
+
+
 def _groups(destination: str, source: str, target_rows: int, alias: str) -> list[list[ExportRange]]:
     """Runs of >= 2 consecutive committed ranges in one state, up to ``target_rows`` rows."""
     groups: list[list[ExportRange]] = []
@@ -132,17 +157,13 @@ def _groups(destination: str, source: str, target_rows: int, alias: str) -> list
 
 
 def _merge(
-    committer: LocalCommitter,
+    committer: Committer,
     source: str,
     group: list[ExportRange],
     run: ExportRun,
     alias: str,
     result: CompactResult,
 ) -> None:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
     parts = [committer.manifest(source, r.lo, r.hi) for r in group]
     if any(p is None for p in parts):
         result.skipped.append(f"{source} [{group[0].lo}, {group[-1].hi}): a manifest is missing")
@@ -151,6 +172,48 @@ def _merge(
     root = committer.source_root(source)
     old_files = [f"{root}/{f.path}" for m in manifests for f in m.files]
     lo, hi = group[0].lo, group[-1].hi
+    rows = sum(m.rows for m in manifests)
+    checksum = sum(m.checksum for m in manifests)
+    if not old_files:
+        written: list[tuple[str, int, int, str]] | None = []
+    elif isinstance(committer, LocalCommitter):
+        written = _write_with_arrow(committer, root, old_files, lo, rows)
+    else:
+        assert isinstance(committer, HadoopCommitter)
+        written = _write_with_spark(committer, source, old_files, lo, rows, checksum)
+    if written is None:
+        result.skipped.append(f"{source} [{lo}, {hi}): merged files did not read back")
+        return
+    merged = Manifest(
+        source=source,
+        lo=lo,
+        hi=hi,
+        rows=rows,
+        checksum=checksum,
+        run=run.pk,
+        files=tuple(
+            committer.committed_file(source, final_name(path), n, size, sha)
+            for path, n, size, sha in written
+        ),
+    )
+    committer.commit(merged, [(path, final_name(path)) for path, *_ in written])
+    _merge_records(group, alias)
+    _drop_replaced(committer, source, merged, manifests)
+    result.ranges_merged += len(group)
+    result.ranges_written += 1
+    result.files_before += len(old_files)
+    result.files_after += len(written)
+
+
+def _write_with_arrow(
+    committer: LocalCommitter, root: str, old_files: list[str], lo: int, rows: int
+) -> list[tuple[str, int, int, str]] | None:
+    """The merged files under temporary names, (path, rows, bytes, sha256) each; None (and
+    nothing left behind) when their ids do not read back equal to the replaced files'."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
     text = pa.string()
     partitioning = ds.partitioning(
         pa.schema([("queue", text), ("day", text), ("id_range", text)]), flavor="hive"
@@ -159,61 +222,56 @@ def _merge(
         ds.dataset(old_files, format="parquet", partitioning=partitioning, partition_base_dir=root)
         .to_table()
         .drop_columns(["id_range"])
-        if old_files
-        else None
     )
-    written: list[tuple[str, int]] = []
-    if table is not None and table.num_rows:
-        table = table.append_column("id_range", pa.array([str(lo)] * table.num_rows, text))
-        previous = os.umask(0o777 & ~directory_mode(committer.file_mode))
-        try:
-            ds.write_dataset(
-                table,
-                root,
-                format="parquet",
-                partitioning=["queue", "day", "id_range"],
-                partitioning_flavor="hive",
-                basename_template=f"{TEMP_PREFIX}part-{uuid.uuid4().hex}-{{i}}.zstd.parquet",
-                existing_data_behavior="overwrite_or_ignore",
-                max_partitions=1 << 20,
-                file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
-                file_visitor=lambda f: written.append((f.path, f.metadata.num_rows)),
-            )
-        finally:
-            os.umask(previous)
-        back = ds.dataset([p for p, _ in written], format="parquet").to_table(columns=["id"])
-        before, after = table["id"].combine_chunks(), back["id"].combine_chunks()
-        if not (
-            len(after) == sum(m.rows for m in manifests)
-            and pc.take(before, pc.sort_indices(before)).equals(
-                pc.take(after, pc.sort_indices(after))
-            )
-        ):
-            for path, _ in written:
-                os.remove(path)
-            result.skipped.append(f"{source} [{lo}, {hi}): merged files did not read back")
-            return
-    merged = Manifest(
-        source=source,
-        lo=lo,
-        hi=hi,
-        rows=sum(m.rows for m in manifests),
-        checksum=sum(m.checksum for m in manifests),
-        run=run.pk,
-        files=tuple(
-            committer.committed_file(
-                source, final_name(path), rows, os.path.getsize(path), file_sha256(path)
-            )
-            for path, rows in written
-        ),
+    previous = os.umask(0o777 & ~directory_mode(committer.file_mode))
+    try:
+        written = write_partitioned(table, root, lo)
+    finally:
+        os.umask(previous)
+    back = ds.dataset([p for p, _ in written], format="parquet").to_table(columns=["id"])
+    before, after = table["id"].combine_chunks(), back["id"].combine_chunks()
+    if not (
+        len(after) == rows
+        and pc.take(before, pc.sort_indices(before)).equals(pc.take(after, pc.sort_indices(after)))
+    ):
+        for path, _ in written:
+            os.remove(path)
+        return None
+    return [(path, n, os.path.getsize(path), file_sha256(path)) for path, n in written]
+
+
+def _write_with_spark(
+    committer: HadoopCommitter,
+    source: str,
+    old_files: list[str],
+    lo: int,
+    rows: int,
+    checksum: int,
+) -> list[tuple[str, int, int, str]] | None:
+    """As :func:`_write_with_arrow`, through Spark: one file per (queue, day), accepted when
+    the rows and row checksum read back from the new files equal the replaced manifests'."""
+    from pyspark.sql import functions as F
+
+    spark = committer.spark
+    written_root = f"{committer.destination}/_temporary_compact/{source}"
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    (
+        spark.read.option("basePath", committer.source_root(source))
+        .parquet(*old_files)
+        .withColumn("id_range", F.lit(str(lo)))
+        .repartition("queue", "day")
+        .sortWithinPartitions("queue", "day", "id")
+        .write.mode("overwrite")
+        .partitionBy("queue", "day", "id_range")
+        .option("compression", "zstd")
+        .parquet(written_root)
     )
-    committer.commit(merged, [(path, final_name(path)) for path, _ in written])
-    _merge_records(group, alias)
-    _drop_replaced(committer, source, merged, manifests)
-    result.ranges_merged += len(group)
-    result.ranges_written += 1
-    result.files_before += len(old_files)
-    result.files_after += len(written)
+    staged = committer.stage(SOURCES[source], written_root)
+    if (sum(f.rows for f in staged), sum(f.checksum for f in staged)) != (rows, checksum):
+        for f in staged:
+            committer.delete(f.path)
+        return None
+    return [(f.path, f.rows, f.bytes, f.sha256) for f in staged]
 
 
 def _merge_records(group: list[ExportRange], alias: str) -> None:
@@ -234,7 +292,7 @@ def _merge_records(group: list[ExportRange], alias: str) -> None:
 
 
 def _drop_replaced(
-    committer: LocalCommitter, source: str, merged: Manifest, replaced: list[Manifest]
+    committer: Committer, source: str, merged: Manifest, replaced: list[Manifest]
 ) -> None:
     kept = {f.path for f in merged.files}
     root = committer.source_root(source)
@@ -247,14 +305,9 @@ def _drop_replaced(
                 committer.delete(f"{root}/{old.path}")
 
 
-def finish_interrupted(
-    committer: LocalCommitter, source: str, destination: str, alias: str
-) -> None:
+def finish_interrupted(committer: Committer, source: str, destination: str, alias: str) -> None:
     """Finish a compaction that committed its manifest but not the database (or the deletes)."""
-    from .committed import LocalStore, committed_manifests
-
-    store = LocalStore(committer.destination)
-    every = committed_manifests(store, source, include_covered=True)
+    every = committed_manifests(committer, source, include_covered=True)
     covering = [m for m in every if any(_covers(m, other) for other in every)]
     for merged in covering:
         parts = [m for m in every if _covers(merged, m)]

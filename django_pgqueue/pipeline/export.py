@@ -5,10 +5,10 @@ Layout: ``<destination>/<archive|dead>/queue=<q>/day=<YYYY-MM-DD>/id_range=<lo>/
 committed range under ``<destination>/_committed/`` (:mod:`committed`, :mod:`commit`).
 
 One run writes a destination at a time: it holds the destination's lease (:mod:`lease`).
-Each range is one Spark task: psycopg ``COPY`` of the range and PostgreSQL's count and
-checksum of the same rows in one short REPEATABLE READ transaction, pyarrow writes the files
-under temporary names and the ids written are read back (:mod:`rangeio`); the driver then
-commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
+Each range is one Spark task: one psycopg ``COPY`` of the range with PostgreSQL's hash of each
+row (one short statement: count and checksum are of exactly the rows read), pyarrow writes
+the files under temporary names and the ids written are read back (:mod:`rangeio`); the
+driver then commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
 ranges are read by Spark's JDBC source, one predicate each, and written by Spark's writer,
 then verified by reading the files back through Spark. Either way nothing holds a snapshot
 open for the whole export, so the primary's xmin is never pinned. See docs/how-to/pipeline.md
@@ -31,12 +31,10 @@ from django.db.models import Max
 from django.utils import timezone
 
 from ..conf import get_settings
-from .columns import SOURCES, SourceTable, spark_row_hash, sql_row_hash
-from .commit import Committer, HadoopCommitter, LocalCommitter, final_name
+from .columns import SOURCES, SourceTable, sql_row_hash
+from .commit import Committer, HadoopCommitter, LocalCommitter, StagedFile, final_name
 from .committed import (
-    TEMP_PREFIX,
     Manifest,
-    directory_mode,
     local_directory,
     read_committed_spark,
 )
@@ -207,9 +205,6 @@ def _release_quietly(lease: Lease) -> None:
 def _committer(spark: SparkSession, destination: str, file_mode: int) -> Committer:
     if local_directory(destination) is not None:
         return LocalCommitter(destination, file_mode)
-    # Spark's writer (and Hadoop's file system) create files and directories with this umask.
-    umask = f"{0o777 & ~directory_mode(file_mode):03o}"
-    spark.sparkContext._jsc.hadoopConfiguration().set("fs.permissions.umask-mode", umask)
     return HadoopCommitter(spark, destination, file_mode)
 
 
@@ -561,7 +556,7 @@ def write_ranges_direct(
     """One Spark task per range: psycopg COPY -> Arrow -> Parquet, written by the task itself.
 
     Rather than the JDBC source plus Spark's partitioned writer: no JVM row conversion, no
-    partitionBy sort, and the checksum is computed by PostgreSQL in the read's own snapshot
+    partitionBy sort, and the checksum is computed by PostgreSQL in the read's own statement
     instead of by reading the files back through Spark.
     """
     job = RangeJob(
@@ -593,65 +588,31 @@ def write_ranges_with_spark(
 ) -> dict[int, RangeFigures]:
     """For a URL Python workers cannot write (s3a://, hdfs://...): JDBC -> Spark's writer,
     then the files read back through Spark (rows and checksum per file, SHA-256 of each)."""
-    from pyspark.sql import functions as F
-
-    root = committer.source_root(source.name)
     temp_root = f"{committer.destination}/_temporary_ranges/{source.name}"
     frame = read_ranges(spark, source, batch, alias)
-    # Written aside, then each file renamed to a temporary name in its final directory.
+    # Written aside, then each file moved to a temporary name in its final directory.
     (
         frame.write.mode("overwrite")
         .partitionBy("queue", "day", "id_range")
         .option("compression", "zstd")
         .parquet(temp_root)
     )
-    written = [
-        p for p in committer.list_files(temp_root) if p.rsplit("/", 1)[1].startswith("part-")
-    ]
-    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    per_file: dict[str, tuple[int, int]] = {}
-    if written:
-        read = spark.read.option("basePath", temp_root).parquet(*written)
-        for row in (
-            read.withColumn("file", F.input_file_name())
-            .groupBy("file")
-            .agg(F.count(F.lit(1)).alias("rows"), F.sum(spark_row_hash(source)).alias("sum"))
-            .collect()
-        ):
-            per_file[committer.qualify(row["file"])] = (int(row["rows"]), int(row["sum"] or 0))
-        hashes = {
-            committer.qualify(row["path"]): row["sha"]
-            for row in spark.read.format("binaryFile")
-            .load(written)
-            .select("path", F.sha2("content", 256).alias("sha"))
-            .collect()
-        }
+    moved: dict[int, list[StagedFile]] = {r.lo: [] for r in batch}
+    for staged in committer.stage(source, temp_root):
+        moved[staged.lo].append(staged)
     figures: dict[int, RangeFigures] = {}
-    moved: dict[int, list[tuple[str, int, int, str, int]]] = {r.lo: [] for r in batch}
-    for path in written:
-        relative = path[len(temp_root) + 1 :]
-        lo = int(relative.split("id_range=", 1)[1].split("/", 1)[0])
-        directory, name = f"{root}/{relative}".rsplit("/", 1)
-        target = f"{directory}/{TEMP_PREFIX}{name}"
-        committer.make_dirs(directory)
-        committer.rename(path, target)
-        rows, checksum = per_file[path]
-        moved[lo].append((target, rows, committer.size(target), hashes[path], checksum))
-    committer.delete_tree(temp_root)
     for record in batch:
         rows, checksum, oldest, newest = source_figures(source, record.lo, record.hi, alias)
         files = moved[record.lo]
-        parquet_rows = sum(f[1] for f in files)
-        parquet_checksum = sum(f[4] for f in files)
         figures[record.lo] = RangeFigures(
             lo=record.lo,
             rows=rows,
             checksum=checksum,
             oldest_us=_to_micros(oldest),
             newest_us=_to_micros(newest),
-            parquet_rows=parquet_rows,
-            ids_match=parquet_checksum == checksum,
-            files=tuple(f[:4] for f in files),
+            parquet_rows=sum(f.rows for f in files),
+            ids_match=sum(f.checksum for f in files) == checksum,
+            files=tuple((f.path, f.rows, f.bytes, f.sha256) for f in files),
         )
     return figures
 

@@ -1,7 +1,7 @@
 """The pipeline's bookkeeping: export runs, per-range export records and hourly queue stats.
 
-These models live in the ``django_pgqueue`` app (``django_pgqueue.models`` imports them), so
-they need no extra ``INSTALLED_APPS`` entry and no pyspark to be importable.
+These models belong to the ``django_pgqueue.pipeline`` app (label ``django_pgqueue_pipeline``):
+its own migration creates their tables, and importing them needs no pyspark.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ class ExportRun(models.Model):
     error = models.TextField(blank=True, default="")
 
     class Meta:
-        app_label = "django_pgqueue"
         db_table = EXPORT_RUN_TABLE
         verbose_name = "export run"
         constraints = [
@@ -110,7 +109,6 @@ class ExportRange(models.Model):
     pruned_bytes = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
-        app_label = "django_pgqueue"
         db_table = EXPORT_RANGE_TABLE
         verbose_name = "export range"
         constraints = [
@@ -147,7 +145,6 @@ class ExportLease(models.Model):
     expires_at = models.DateTimeField()
 
     class Meta:
-        app_label = "django_pgqueue"
         db_table = EXPORT_LEASE_TABLE
         verbose_name = "export lease"
 
@@ -185,7 +182,6 @@ class QueueStatsHourly(models.Model):
     computed_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        app_label = "django_pgqueue"
         db_table = STATS_TABLE
         verbose_name = "hourly queue stats"
         verbose_name_plural = "hourly queue stats"
@@ -217,7 +213,6 @@ class BulkEnqueueVote(models.Model):
     voted_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        app_label = "django_pgqueue"
         db_table = BULK_VOTE_TABLE
         verbose_name = "bulk enqueue vote"
         constraints = [

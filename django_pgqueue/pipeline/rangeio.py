@@ -3,11 +3,11 @@
 Runs inside Spark's Python workers (one Spark partition per range), so it imports neither
 Django nor pyspark: the driver hands it a libpq connection string and plain SQL.
 
-Per range, one short REPEATABLE READ, READ ONLY transaction runs two statements on the same
-snapshot: the ``COPY`` of the rows (CSV, timestamps as epoch microseconds) and the count /
-checksum / time bounds PostgreSQL computes over those very rows. The rows are parsed by
-pyarrow, written as ``queue=/day=/id_range=`` Parquet files, and the ids of the files written
-are read back and compared one to one with the rows read.
+Per range, one ``COPY`` statement reads the rows (CSV, timestamps as epoch microseconds) with
+PostgreSQL's hash of each row next to them, so the range's checksum is PostgreSQL's over
+exactly the rows read, in the same scan. The rows are parsed by pyarrow, written as
+``queue=/day=/id_range=`` Parquet files, and the ids of the files written are read back and
+compared one to one with the rows read.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .committed import TEMP_PREFIX, arrow_schema, directory_mode, file_sha256
+
+#: The extra column of the COPY: PostgreSQL's hash of the row (columns.sql_row_hash).
+ROW_HASH = "_pgq_row_hash"
 
 
 @dataclass(frozen=True)
@@ -60,33 +63,28 @@ def select_list(columns: Iterable[tuple[str, str]]) -> str:
 
 
 def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[Any, ...]]:
-    """(Arrow table, (rows, checksum, oldest_us, newest_us)) of ``[lo, hi)``, one snapshot."""
+    """(Arrow table, (rows, checksum, oldest_us, newest_us)) of ``[lo, hi)``, one statement."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
-    where = f"WHERE id >= {int(lo)} AND id < {int(hi)}"
     buffer = bytearray()
     with conn.transaction():
         with conn.cursor().copy(
-            f"COPY (SELECT {select_list(job.columns)} FROM {job.table} {where}) "
-            "TO STDOUT (FORMAT csv)"
+            f"COPY (SELECT {select_list(job.columns)}, {job.checksum_sql} FROM {job.table} "
+            f"WHERE id >= {int(lo)} AND id < {int(hi)}) TO STDOUT (FORMAT csv)"
         ) as copy:
             for data in copy:
                 buffer += data
-        figures = conn.execute(
-            f"SELECT count(*), coalesce(sum({job.checksum_sql}), 0)::bigint, "
-            f"(extract(epoch FROM min({job.time_column})) * 1000000)::bigint, "
-            f"(extract(epoch FROM max({job.time_column})) * 1000000)::bigint "
-            f"FROM {job.table} {where}"
-        ).fetchone()
     schema = arrow_schema(job.columns)
     if not buffer:  # an empty range is a normal state (pyarrow refuses an empty CSV)
-        return schema.empty_table(), figures
+        return schema.empty_table(), (0, 0, None, None)
     # Timestamps travel as epoch microseconds: no time zone or text format in between.
     wire = {f.name: (pa.int64() if pa.types.is_timestamp(f.type) else f.type) for f in schema}
+    wire[ROW_HASH] = pa.int64()
     table = pacsv.read_csv(
         pa.BufferReader(bytes(buffer)),
-        read_options=pacsv.ReadOptions(column_names=[name for name, _ in job.columns]),
+        read_options=pacsv.ReadOptions(column_names=[*(name for name, _ in job.columns), ROW_HASH]),
         # Text columns may hold newlines; PostgreSQL's CSV NULL is an unquoted empty field
         # and its empty string a quoted one.
         parse_options=pacsv.ParseOptions(newlines_in_values=True),
@@ -94,7 +92,14 @@ def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[A
             column_types=wire, strings_can_be_null=True, quoted_strings_can_be_null=False
         ),
     )
-    return table.cast(schema), figures
+    bounds = pc.min_max(table[job.time_column])
+    figures = (
+        table.num_rows,
+        pc.sum(table[ROW_HASH]).as_py() or 0,
+        bounds["min"].as_py(),
+        bounds["max"].as_py(),
+    )
+    return table.drop_columns([ROW_HASH]).cast(schema), figures
 
 
 def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
@@ -102,12 +107,18 @@ def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
     returns (path, rows) per file. Readers skip the files until the commit renames them."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     days = pc.cast(pc.cast(table[job.time_column], pa.date32()), pa.string())
-    table = table.append_column("day", days).append_column(
-        "id_range", pa.array([str(lo)] * table.num_rows, pa.string())
-    )
+    return write_partitioned(table.append_column("day", days), job.root, lo)
+
+
+def write_partitioned(table: Any, root: str, lo: int) -> list[tuple[str, int]]:
+    """``table`` (with its ``queue`` and ``day`` columns) as zstd Parquet files under
+    ``root/queue=/day=/id_range=lo``, with temporary names; (path, rows) of each file."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    table = table.append_column("id_range", pa.array([str(lo)] * table.num_rows, pa.string()))
     written: list[tuple[str, int]] = []
 
     def visit(written_file: Any) -> None:
@@ -115,7 +126,7 @@ def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
 
     ds.write_dataset(
         table,
-        job.root,
+        root,
         format="parquet",
         partitioning=["queue", "day", "id_range"],
         partitioning_flavor="hive",
@@ -133,12 +144,10 @@ def ids_on_disk(paths: list[str]) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not paths:
-        return pa.array([], pa.int64())
-    return pa.concat_arrays(
-        [chunk for path in paths for chunk in pq.read_table(path, columns=["id"])["id"].chunks]
-        or [pa.array([], pa.int64())]
-    )
+    chunks = [
+        chunk for path in paths for chunk in pq.ParquetFile(path).read(columns=["id"])["id"].chunks
+    ]
+    return pa.concat_arrays(chunks or [pa.array([], pa.int64())])
 
 
 def _sorted(values: Any) -> Any:
@@ -168,7 +177,7 @@ def export_range(job: RangeJob, conn: Any, lo: int, hi: int) -> RangeFigures:
 
 
 def export_ranges(job: RangeJob, ranges: Iterable[tuple[int, int]]) -> Iterator[RangeFigures]:
-    """The body of one Spark partition: its ranges, one connection, one transaction each."""
+    """The body of one Spark partition: its ranges, one connection, one statement each."""
     import psycopg
 
     ranges = list(ranges)
@@ -178,7 +187,6 @@ def export_ranges(job: RangeJob, ranges: Iterable[tuple[int, int]]) -> Iterator[
     previous = os.umask(0o777 & ~directory_mode(job.file_mode))
     try:
         with psycopg.connect(job.dsn) as conn:
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             conn.read_only = True
             for lo, hi in ranges:
                 yield export_range(job, conn, lo, hi)

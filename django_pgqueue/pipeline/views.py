@@ -20,7 +20,7 @@ from .models import QueueStatsHourly
 DEFAULT_HOURS = 48
 MAX_HOURS = 24 * 31
 # Staff status alone is not enough: the page shows every queue's tasks and error signatures.
-STATS_PERMISSION = "django_pgqueue.view_queuestatshourly"
+STATS_PERMISSION = "django_pgqueue_pipeline.view_queuestatshourly"
 
 
 def _hours(request: HttpRequest) -> int:
@@ -128,13 +128,19 @@ def _label(hour: datetime, hours: int) -> str:
     return f"{hour:%H:00}" if hours <= 24 else f"{hour:%m-%d %H}h"
 
 
-@staff_member_required
-@permission_required(STATS_PERMISSION, raise_exception=True)
-def stats_view(request: HttpRequest) -> HttpResponse:
-    """``?hours=N`` (1-744, default 48) and ``?queue=name`` narrow the window."""
+def render_stats(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
+    """The page, framed by ``site``; ``?hours=N`` (1-744, default 48) and ``?queue=name``
+    narrow the window. Callers check the permission."""
     context = {
-        **admin.site.each_context(request),
+        **site.each_context(request),
         "title": "Queue statistics",
         **stats_context(_hours(request), request.GET.get("queue") or None),
     }
     return render(request, "django_pgqueue/pipeline/stats.html", context)
+
+
+@staff_member_required
+@permission_required(STATS_PERMISSION, raise_exception=True)
+def stats_view(request: HttpRequest) -> HttpResponse:
+    """The page outside the admin's URLs (``pipeline/urls.py``), on the default admin site."""
+    return render_stats(request, admin.site)

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_pgqueue",
+    "django_pgqueue.pipeline",
     "demo",
 ]
 

@@ -25,7 +25,8 @@ def make_staff(username: str, *codenames: str, superuser: bool = False) -> User:
         user.is_superuser = True
         user.save()
     perms = Permission.objects.filter(
-        content_type__app_label="django_pgqueue", codename__in=codenames
+        content_type__app_label__in=["django_pgqueue", "django_pgqueue_pipeline"],
+        codename__in=codenames,
     )
     assert perms.count() == len(set(codenames)), f"unknown permission among {codenames}"
     user.user_permissions.add(*perms)

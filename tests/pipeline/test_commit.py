@@ -19,13 +19,14 @@ import pyarrow.parquet
 import pytest
 from django.db import connections
 
-from django_pgqueue.models import ArchivedMessage, DeadMessage, ExportRange, ExportRun
+from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline import compact as compact_module
 from django_pgqueue.pipeline import export as export_module
 from django_pgqueue.pipeline.committed import read_committed, read_committed_arrow
 from django_pgqueue.pipeline.compact import compact
 from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.pipeline.export import export, read_export
+from django_pgqueue.pipeline.models import ExportRange, ExportRun
 from django_pgqueue.pipeline.prune import prune
 
 from .conftest import fill_archive, fill_dead, run_sql
@@ -271,6 +272,39 @@ def test_compact_merges_small_files_and_readers_and_prune_see_the_same_rows(
     assert export(spark, destination, sources=["archive"], range_size=100).rows_exported == 0
     pruned = prune(destination=destination)
     assert pruned.rows == 1_200 and pruned.refused == [] and pruned.skipped == []
+
+
+def test_compact_of_a_url_only_spark_can_write_goes_through_spark_inside_the_protocol(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # s3a://, hdfs://...: export and compaction both through Spark and Hadoop's FileSystem.
+    monkeypatch.setattr(export_module, "local_directory", lambda url: None)
+    monkeypatch.setattr(compact_module, "local_directory", lambda url: None)
+    fill_archive(1_200)
+    fill_dead(60)
+    destination = f"file://{tmp_path / 'out'}"
+    export(spark, destination, range_size=100)
+    files_before = len(read_committed(destination, "archive"))
+    ranges_before = ExportRange.objects.filter(source="archive").count()
+    with pytest.raises(PipelineError, match="needs a SparkSession"):
+        compact(destination)
+
+    result = compact(destination, spark=spark, target_rows=700)
+
+    assert result.skipped == [] and result.files_after < result.files_before
+    archive = ExportRange.objects.filter(source="archive")
+    assert archive.count() < ranges_before
+    assert len(read_committed(destination, "archive")) < files_before
+    assert committed_ids(spark, destination) == db_ids()
+    assert committed_ids(spark, destination, "dead") == db_ids("pgqueue_dead")
+    out = tmp_path / "out"
+    on_disk = {str(p) for p in (out / "archive").rglob("*.parquet")}
+    assert on_disk == set(read_committed(destination, "archive"))  # replaced files deleted
+    leftovers = [str(p) for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in leftovers if ".pgq-tmp-" in p or "/_temporary" in p]
+    assert export(spark, destination, range_size=100).rows_exported == 0
+    pruned = prune(destination=destination)  # re-verifies every file's size and SHA-256
+    assert pruned.rows == 1_260 and pruned.refused == [] and pruned.skipped == []
 
 
 def test_a_compaction_killed_after_its_commit_is_read_once_and_finished_next_time(

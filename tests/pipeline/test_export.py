@@ -7,13 +7,12 @@ from typing import Any
 import pyarrow.dataset
 import pytest
 
-from django_pgqueue.models import ExportRange, ExportRun
 from django_pgqueue.pipeline import export as export_module
 from django_pgqueue.pipeline.commit import LocalCommitter
 from django_pgqueue.pipeline.committed import read_committed
 from django_pgqueue.pipeline.errors import ForeignOutput
 from django_pgqueue.pipeline.export import export, read_export
-from django_pgqueue.pipeline.models import ExportRangeStatus
+from django_pgqueue.pipeline.models import ExportRange, ExportRangeStatus, ExportRun
 
 from .conftest import fill_archive, fill_dead, run_sql
 

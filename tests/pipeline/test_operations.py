@@ -118,7 +118,7 @@ def test_export_with_nothing_new_decides_so_without_starting_spark(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill_archive(30)
-    from django_pgqueue.models import ExportRange, ExportRun
+    from django_pgqueue.pipeline.models import ExportRange, ExportRun
 
     destination = tmp_path / "out"
     (destination / "_committed" / "archive").mkdir(parents=True)

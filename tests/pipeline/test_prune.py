@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_pgqueue.models import ArchivedMessage, DeadMessage, ExportRange
+from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline.errors import NoVerifiedExport
 from django_pgqueue.pipeline.export import export
+from django_pgqueue.pipeline.models import ExportRange
 from django_pgqueue.pipeline.prune import prune
 
 from .conftest import fill_archive, fill_dead, run_sql

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from django_pgqueue.models import QueueStatsHourly
+from django_pgqueue.pipeline.models import QueueStatsHourly
 from django_pgqueue.pipeline.stats import stats
 
 from .conftest import fill_archive, fill_dead, run_sql

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
-from django_pgqueue.models import QueueStatsHourly
+from django_pgqueue.pipeline.models import QueueStatsHourly
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.pipeline.urls")]
 
@@ -67,3 +67,23 @@ def test_stats_are_drawn_as_charts(staff_client: Client) -> None:
 
     only_other = staff_client.get("/pgqueue/stats/?queue=other").content.decode()
     assert "processed 7<" in only_other and "SMTPError" not in only_other
+
+
+def test_the_pipeline_apps_admin_pages_render(client: Client) -> None:
+    from django.urls import reverse
+
+    from django_pgqueue.pipeline.models import ExportRange, ExportRun
+
+    run = ExportRun.objects.create(destination="/data/export")
+    ExportRange.objects.create(run=run, destination="/data/export", source="archive", lo=1, hi=9)
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    pages = [reverse("admin:app_list", args=["django_pgqueue_pipeline"])]
+    pages += [
+        reverse(f"admin:django_pgqueue_pipeline_{model}_changelist")
+        for model in ("exportrun", "exportrange", "queuestatshourly")
+    ]
+    for page in pages:
+        response = client.get(page)
+        assert response.status_code == 200, page
+    assert "Queue statistics" in client.get(pages[-1]).text
+    assert "/data/export" in client.get(pages[1]).text

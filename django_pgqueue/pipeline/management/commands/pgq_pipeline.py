@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...pipeline.cli import add_arguments, run
+from ...cli import add_arguments, run
 
 
 class Command(BaseCommand):
