@@ -3,11 +3,12 @@ server's defaults (autovacuum on), made for the run and removed at its end.
 
 python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,export,backlog,workers]
                          [--peers pgqueuer,procrastinate | --no-peers] [--backlog 10000000]
-                         [--tenants 10000] [--workers 1,2,4,8,16] [--workers-n 200000]
-                         [--sample 10] [--enqueue-batch 10] [--capacity-n 10000]
+                         [--tenants 10000] [--fair-backlog N] [--workers 1,2,4,8,16]
+                         [--workers-n 200000]
+                         [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--out bench/results/<stamp>-mvcc] [--no-plots]
 
-sustained  each system at 80% of its measured capacity for --minutes
+sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
 export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue, --tenants
@@ -56,8 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--capacity-n", type=int, default=10_000, help="per producer")
     parser.add_argument("--enqueue-batch", type=int, default=10, help="messages per call")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="offered msgs/s for all, instead of a share"
+    )
     parser.add_argument("--backlog", type=int, default=10_000_000, help="ready messages")
     parser.add_argument("--tenants", type=int, default=10_000)
+    parser.add_argument("--fair-backlog", type=int, default=0, help="default: --backlog")
     parser.add_argument("--claimed", type=int, default=20_000, help="claims timed per case")
     parser.add_argument("--workers", default="1,2,4,8,16")
     parser.add_argument("--workers-n", type=int, default=200_000)
@@ -147,6 +152,7 @@ def run_scenarios(
         snapshot=False,
         capacity_n=args.capacity_n,
         enqueue_batch=args.enqueue_batch,
+        rate=args.rate,
     )
     systems = ["pgq", *ctx.peers]
     plans = {
@@ -169,10 +175,10 @@ def run_scenarios(
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)
     if "backlog" in wanted:
-        measured = min(args.claimed, args.backlog)
-        for tenants in (0, args.tenants):
-            print(f"== backlog: {args.backlog:,} ready, {tenants:,} tenants", flush=True)
-            case = mvcc_scale.backlog(ctx, args.backlog, SMALL_READY, measured, tenants)
+        for tenants, big in ((0, args.backlog), (args.tenants, args.fair_backlog or args.backlog)):
+            print(f"== backlog: {big:,} ready, {tenants:,} tenants", flush=True)
+            measured = min(args.claimed, big)
+            case = mvcc_scale.backlog(ctx, big, SMALL_READY, measured, tenants)
             results.setdefault("backlog", []).append(case)
             _save(results, out)
             print(f"   {json.dumps(_rounded(case))}", flush=True)

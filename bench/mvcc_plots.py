@@ -4,7 +4,8 @@ python bench/mvcc_plots.py bench/results/<run>-mvcc   ->   <run>/mvcc-<scenario>
 
 One figure per offered-load scenario, every system on the same axes, against seconds since
 the offered load began: processed/s and p99 enqueue -> start per 10 s, the backlog, dead
-tuples and index size of the system's tables, and claim buffers per processed message.
+tuples and index size of the system's tables, and buffers per processed message of the claim
+statement and (dashed) of all the system's statements.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
-def _per_interval(samples: list[dict[str, Any]], processed: list[float]) -> list[tuple]:
+def _per_interval(
+    samples: list[dict[str, Any]], processed: list[float], counter: str
+) -> list[tuple[float, float]]:
     out = []
     for a, b in itertools.pairwise(samples):
         done = sum(1 for t in processed if a["t"] <= t < b["t"])
         if done:
-            out.append(((a["t"] + b["t"]) / 2, (b["claim_buffers"] - a["claim_buffers"]) / done))
+            out.append(((a["t"] + b["t"]) / 2, (b[counter] - a[counter]) / done))
     return out
 
 
@@ -62,8 +65,10 @@ def figure(runs: list[dict[str, Any]], title: str, out: Path) -> None:
             ts,
             [sum(x["index_bytes"] for x in s["tables"].values()) / 2**20 for s in run["samples"]],
         )
-        per = _per_interval(run["samples"], run["processed"])
-        axes[5].plot([t for t, _ in per], [b for _, b in per], label=label)
+        per = _per_interval(run["samples"], run["processed"], "claim_buffers")
+        line = axes[5].plot([t for t, _ in per], [b for _, b in per], label=label)[0]
+        every = _per_interval(run["samples"], run["processed"], "system_buffers")
+        axes[5].plot([t for t, _ in every], [b for _, b in every], ls="--", c=line.get_color())
         if run.get("snapshot_at") is not None:
             for ax in axes:
                 ax.axvspan(run["snapshot_at"], run["commit_at"], color="grey", alpha=0.08)
@@ -73,7 +78,7 @@ def figure(runs: list[dict[str, Any]], title: str, out: Path) -> None:
         "backlog (ready + leased)",
         "dead tuples (its tables)",
         "index size (MiB)",
-        "claim buffers / message",
+        "buffers / message\n(claim; dashed: all its statements)",
     ]
     for ax, name in zip(axes, names, strict=True):
         ax.set_ylabel(name)

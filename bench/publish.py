@@ -115,6 +115,12 @@ tables. The harness itself is checked by `tests/bench/` (a tiny run: `--mode smo
 - The Spark pipeline: `bench/pipeline_bench.py`, in [Performance](how-to/pipeline.md#performance).
 - The admin dashboard at 1,000,000 rows: `tests/admin/test_scale.py`, in
   [Why it stays fast](how-to/operate-with-the-admin.md#why-it-stays-fast).
+- Throughput under MVCC pressure (a private cluster with the server's defaults, autovacuum
+  on; a sustained load, a `REPEATABLE READ` snapshot held, `pgq_pipeline export` alongside,
+  a 10,000,000-message backlog, 1 to 16 workers; PgQueuer and Procrastinate side by side):
+  `python -m bench.mvcc_cli` (`--minutes`, `--long`, `--only`, `--rate`, `--backlog`,
+  `--tenants`, `--workers`; see its `--help`), its latest run in `bench/notes/mvcc.md`,
+  explained in [Under MVCC pressure](explanation/mvcc-pressure.md).
 """
 
 
