@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from typing import Any
 
 from . import core_cases, mvcc, mvcc_report, mvcc_scale
 from .config import QUICK
-from .context import BENCH_DIR, VENVS_DIR, Context
+from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
 from .measure import Recorder, UdpCollector
 from .pg import StatsProbe, dsn_for, recreate_database
 from .private_server import enable_statements, private_server
@@ -126,13 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "report.md").write_text(markdown)
     print(markdown)
     if not args.no_plots:
-        plot_python = VENVS_DIR / "plots" / "bin" / "python"
-        if plot_python.exists():
-            subprocess.run(
-                [str(plot_python), str(BENCH_DIR / "mvcc_plots.py"), str(out_dir)], check=False
-            )
-        else:
-            print("!! no plots venv (bash bench/run.sh --setup-only)", file=sys.stderr)
+        draw_plots("mvcc_plots.py", out_dir)
     print(f"results: {out_dir}")
     return 0
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from bench import mvcc, mvcc_report
 from bench.private_server import unavailable_reason
 
-REPO_DIR = Path(__file__).resolve().parents[2]
+from .bench_process import run_bench
 
 
 def synthetic_run(rate_during: float) -> dict[str, object]:
@@ -77,38 +76,29 @@ def test_report_marks_a_missed_target() -> None:
 @pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path) -> None:
     before = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.mvcc_cli",
-            "--minutes",
-            "0.25",
-            "--sample",
-            "2",
-            "--capacity-n",
-            "200",
-            "--backlog",
-            "3000",
-            "--tenants",
-            "30",
-            "--claimed",
-            "300",
-            "--workers",
-            "1,2",
-            "--workers-n",
-            "1000",
-            "--no-peers",
-            "--no-plots",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_DIR,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    run_bench(
+        "bench.mvcc_cli",
+        "--minutes",
+        "0.25",
+        "--sample",
+        "2",
+        "--capacity-n",
+        "200",
+        "--backlog",
+        "3000",
+        "--tenants",
+        "30",
+        "--claimed",
+        "300",
+        "--workers",
+        "1,2",
+        "--workers-n",
+        "1000",
+        "--no-peers",
+        "--no-plots",
+        "--out",
+        str(tmp_path),
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     results = json.loads((tmp_path / "mvcc.json").read_text())
     assert [r["key"] for r in results["sustained"]] == ["pgq"]
