@@ -41,6 +41,7 @@ class Shape:
     system: str
     tag: str  # the handlers' UDP tag
     tables: str  # LIKE pattern of its tables' names
+    live_table: str  # the one its claims read (archives and logs grow by design)
     backlog_sql: str
     claim_like: tuple[str, ...]  # every pattern matches the claim's text in pg_stat_statements
     statements_like: str  # pattern of every statement of the system (its table's name)
@@ -51,6 +52,7 @@ SHAPES = {
         PGQ,
         "pgq",
         r"pgqueue\_%",
+        "pgqueue_message",
         "SELECT count(*) FROM pgqueue_message",
         ("%UPDATE pgqueue_message m%", "%gen_random_uuid()%", "%leased_by%"),
         r"%pgqueue\_message%",
@@ -59,6 +61,7 @@ SHAPES = {
         "PgQueuer",
         "pgqueuer",
         "pgqueuer%",
+        "pgqueuer",
         "SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
         ("%UPDATE%pgqueuer%", "%picked%"),
         "%pgqueuer%",
@@ -67,6 +70,7 @@ SHAPES = {
         "Procrastinate",
         "procrastinate",
         "procrastinate%",
+        "procrastinate_jobs",
         "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
         ("%procrastinate_fetch_job%",),
         "%procrastinate%",
@@ -410,6 +414,7 @@ def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {
         "system": shape.system,
         "key": name,
+        "live_table": shape.live_table,
         "worker": system.worker_label,
         "capacity": capacity,
         "offered": offered,
@@ -541,8 +546,8 @@ def _p(values: list[float], q: float) -> float:
     return percentile(values, q) if values else float("nan")
 
 
-def _index_bytes(sample: dict[str, Any]) -> int:
-    return sum(t["index_bytes"] for t in sample["tables"].values())
+def _index_bytes(sample: dict[str, Any], table: str) -> int:
+    return int(sample["tables"].get(table, {}).get("index_bytes", 0))
 
 
 def figures(run: dict[str, Any]) -> dict[str, float]:
@@ -560,8 +565,9 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     out["last_over_first"] = out["rate_last"] / out["rate_first"]
     samples = run["samples"]
     if samples:
-        out["index_mib_start"] = _index_bytes(samples[0]) / 2**20
-        out["index_mib_end"] = _index_bytes(samples[-1]) / 2**20
+        live = SHAPES[run["key"]].live_table
+        out["index_mib_start"] = _index_bytes(samples[0], live) / 2**20
+        out["index_mib_end"] = _index_bytes(samples[-1], live) / 2**20
         out["dead_max"] = max(sum(t["dead"] for t in s["tables"].values()) for s in samples)
     out["backlog_max"] = max((b for _, b in run["backlog"]), default=0)
     out["p50_ms"] = _p([ms for _, ms in latency], 50)

@@ -7,6 +7,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--out bench/results/<stamp>-mvcc] [--no-plots]
+python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
@@ -68,11 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--report", default="", help="a finished run's folder: recompute its tables and plots"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.report:
+        return report_again(Path(args.report), plots=not args.no_plots)
     wanted = [s for s in args.only.split(",") if s]
     unknown = set(wanted) - set(ALL)
     if unknown:
@@ -127,6 +133,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_plots:
         draw_plots("mvcc_plots.py", out_dir)
     print(f"results: {out_dir}")
+    return 0
+
+
+def report_again(out_dir: Path, plots: bool) -> int:
+    """The tables (and plots) of a saved run, its figures computed by this checkout."""
+    results = json.loads((out_dir / "mvcc.json").read_text())
+    for name in ("sustained", "snapshot", "export"):
+        for run in results.get(name, []):
+            run["figures"] = mvcc.figures(run)
+    _save(results, out_dir)
+    markdown = mvcc_report.markdown(results)
+    (out_dir / "report.md").write_text(markdown)
+    print(markdown)
+    if plots:
+        draw_plots("mvcc_plots.py", out_dir)
     return 0
 
 

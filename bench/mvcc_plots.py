@@ -23,6 +23,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 BIN = 10.0  # seconds per throughput / latency point
+# The table each system's claims read (runs saved before "live_table" was recorded).
+LIVE_TABLES = {
+    "pgq": "pgqueue_message",
+    "pgqueuer": "pgqueuer",
+    "procrastinate": "procrastinate_jobs",
+}
 
 
 def _binned(values: list[list[float]], seconds: float) -> dict[float, list[float]]:
@@ -61,10 +67,9 @@ def figure(runs: list[dict[str, Any]], title: str, out: Path) -> None:
         axes[2].plot([t for t, _ in run["backlog"]], [b for _, b in run["backlog"]], label=label)
         ts = [s["t"] for s in run["samples"]]
         axes[3].plot(ts, [sum(x["dead"] for x in s["tables"].values()) for s in run["samples"]])
-        axes[4].plot(
-            ts,
-            [sum(x["index_bytes"] for x in s["tables"].values()) / 2**20 for s in run["samples"]],
-        )
+        table = run.get("live_table") or LIVE_TABLES[run["key"]]
+        live = [s["tables"].get(table, {}) for s in run["samples"]]
+        axes[4].plot(ts, [x.get("index_bytes", 0) / 2**20 for x in live])
         per = _per_interval(run["samples"], run["processed"], "claim_buffers")
         line = axes[5].plot([t for t, _ in per], [b for _, b in per], label=label)[0]
         every = _per_interval(run["samples"], run["processed"], "system_buffers")
@@ -77,7 +82,7 @@ def figure(runs: list[dict[str, Any]], title: str, out: Path) -> None:
         "p99 enqueue→start (ms)",
         "backlog (ready + leased)",
         "dead tuples (its tables)",
-        "index size (MiB)",
+        "live table's indexes (MiB)",
         "buffers / message\n(claim; dashed: all its statements)",
     ]
     for ax, name in zip(axes, names, strict=True):

@@ -31,13 +31,14 @@ def synthetic_run(rate_during: float) -> dict[str, object]:
     samples = [
         {
             "t": float(t),
-            "tables": {"q": {"dead": 10, "index_bytes": 2**20, "live": 1}},
+            "tables": {"pgqueue_message": {"dead": 10, "index_bytes": 2**20, "live": 1}},
             "claim_buffers": sum(rate(s) * buffers_per_message(s) for s in range(t)),
             "system_buffers": sum(2 * rate(s) * buffers_per_message(s) for s in range(t)),
         }
         for t in range(0, 100, 10)
     ]
     return {
+        "key": "pgq",
         "seconds": 100.0,
         "capacity": 150.0,
         "offered": 100.0,
