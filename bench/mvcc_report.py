@@ -136,8 +136,10 @@ def workers_table(rows: list[dict[str, Any]]) -> str:
 def markdown(results: dict[str, Any]) -> str:
     args = results["args"]
     pg = results.get("postgres", {})
+    timed = any(results.get(name) for name in ("sustained", "snapshot", "export"))
+    runs = f"{args['minutes']:g}-minute runs, " if timed else ""
     parts = [
-        f"# MVCC pressure ({args['minutes']:g}-minute runs, private cluster: PostgreSQL "
+        f"# MVCC pressure ({runs}private cluster: PostgreSQL "
         f"{pg.get('server_version', '?')}, autovacuum {pg.get('autovacuum', '?')}, "
         f"shared_buffers {pg.get('shared_buffers', '?')})",
         f"load average {results['loadavg_start']} → {results.get('loadavg_end')}, "
