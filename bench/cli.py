@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import core_cases, raw, report, scenarios, workers
 from .config import MODES, PAYLOAD_BYTES
-from .context import BENCH_DIR, VENVS_DIR, Context
+from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
 from .measure import Recorder, UdpCollector
 from .peers import runner as peer_runner
 from .pg import StatsProbe, drop_database, dsn_for, recreate_database
@@ -230,12 +230,6 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         print("Failures:\n- " + "\n- ".join(failures))
     if not args.no_plots:
-        plot_python = VENVS_DIR / "plots" / "bin" / "python"
-        if plot_python.exists():
-            subprocess.run(
-                [str(plot_python), str(BENCH_DIR / "plots.py"), str(out_dir)], check=False
-            )
-        else:
-            print("!! no plots venv (bash bench/run.sh creates it); plots skipped", file=sys.stderr)
+        draw_plots("plots.py", out_dir)
     print(f"results: {out_dir}")
     return 1 if failures else 0

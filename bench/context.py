@@ -17,6 +17,15 @@ BENCH_DIR = REPO_DIR / "bench"
 VENVS_DIR = BENCH_DIR / ".venvs"
 
 
+def draw_plots(script: str, out_dir: Path) -> None:
+    """Run a plotting script of bench/ on a results folder, in the plots virtualenv."""
+    plot_python = VENVS_DIR / "plots" / "bin" / "python"
+    if plot_python.exists():
+        subprocess.run([str(plot_python), str(BENCH_DIR / script), str(out_dir)], check=False)
+    else:
+        print("!! no plots venv (bash bench/run.sh creates it); plots skipped", file=sys.stderr)
+
+
 @dataclass
 class Context:
     server_dsn: str

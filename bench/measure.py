@@ -187,6 +187,8 @@ class UdpCollector:
         self.port: int = self.sock.getsockname()[1]
         self.samples: list[float] = []
         self.tagged: dict[str, list[float]] = {}
+        # When each report arrived (time.time()), per tag: throughput over time.
+        self.arrivals: dict[str, list[float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -207,10 +209,12 @@ class UdpCollector:
                 continue
             self.samples.append(ms)
             self.tagged.setdefault(tag, []).append(ms)
+            self.arrivals.setdefault(tag, []).append(time.time())
 
     def reset(self) -> None:
         self.samples = []
         self.tagged = {}
+        self.arrivals = {}
 
     def count(self, tag: str) -> int:
         return len(self.tagged.get(tag, []))

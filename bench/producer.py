@@ -1,7 +1,8 @@
 """A producer process, reused across rounds. It connects (Django and raw psycopg), prints
-"ready", then for every stdin line ``run <system> <n> <start> [rate] [latency]`` enqueues
+"ready", then for every stdin line ``run <system> <n> <start> [rate] [latency|-] [batch]`` enqueues
 and prints its start and end times as JSON; ``exit`` ends it. ``system`` is ``raw``,
-``raw-notify``, ``pgq`` (NOTIFY on) or ``pgq-nonotify``; ``rate`` 0 = flat out.
+``raw-notify``, ``pgq`` (NOTIFY on) or ``pgq-nonotify``; ``rate`` 0 = flat out. A seventh
+word, ``batch``, sends that many per ``enqueue_many()`` call (pgq systems only).
 
     python -m bench.producer <dsn>
 """
@@ -28,7 +29,7 @@ def main() -> None:
     from django.db import connection as django_connection
     from django.test.utils import override_settings
 
-    from django_pgqueue import enqueue
+    from django_pgqueue import enqueue, enqueue_many
 
     conn = raw.connect(dsn)
     quiet = override_settings(PGQUEUE={**settings.PGQUEUE, "NOTIFY": False})
@@ -47,6 +48,7 @@ def main() -> None:
         system, n, start = words[1], int(words[2]), int(words[3])
         rate = float(words[4]) if len(words) > 4 else 0.0
         latency = len(words) > 5 and words[5] == "latency"
+        batch = int(words[6]) if len(words) > 6 else 1
         task = LATENCY_TASK if latency else TASK
         send: Any
         if system == "raw":
@@ -66,15 +68,20 @@ def main() -> None:
             quiet.enable()
         started = time.time()
         t0 = time.perf_counter()
-        for k in range(n):
+        for k in range(0, n, batch):
             if rate:
                 delay = t0 + k / rate - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-            body = payload(start + k)
+            bodies = [payload(start + i) for i in range(k, min(n, k + batch))]
             if latency:
-                body["t"] = time.time()
-            send(body)
+                stamp = time.time()
+                for body in bodies:
+                    body["t"] = stamp
+            if batch == 1:
+                send(bodies[0])
+            else:
+                enqueue_many(task, bodies, queue=QUEUE)
         ended = time.time()
         if system == "pgq-nonotify":
             quiet.disable()

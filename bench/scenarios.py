@@ -312,12 +312,19 @@ class Producers:
                 raise RuntimeError(f"producer failed to start (see logs/producer-*.log): {line!r}")
 
     def run(
-        self, system: str, n_each: int, start: int = 0, rate: float = 0.0, latency: bool = False
+        self,
+        system: str,
+        n_each: int,
+        start: int = 0,
+        rate: float = 0.0,
+        latency: bool = False,
+        batch: int = 1,
     ) -> list[dict[str, Any]]:
         """All producers at once; returns their reports."""
         for k, p in enumerate(self.procs):
             command = f"run {system} {n_each} {start + k * n_each} {rate}"
-            p.stdin.write(command + (" latency\n" if latency else "\n"))
+            command += " latency" if latency else " -"
+            p.stdin.write(f"{command} {batch}\n")
             p.stdin.flush()
         return [json.loads(p.stdout.readline()) for p in self.procs]
 

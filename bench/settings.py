@@ -21,6 +21,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PGQUEUE = {
     "NOTIFY": os.environ.get("BENCH_NOTIFY", "1") != "0",
     "SYNCHRONOUS_ACKS": os.environ.get("BENCH_SYNC_ACKS", "0") == "1",
+    # A queue of its own for the fair-backlog case (bench/mvcc_scale.py); "bench" stays plain.
+    "QUEUES": {"bench_fair": {"FAIRNESS": True}},
 }
 LOGGING = {
     "version": 1,

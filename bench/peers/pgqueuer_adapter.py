@@ -15,7 +15,7 @@ from pgqueuer.queries import Queries
 from pgqueuer.types import QueueExecutionMode
 
 from bench.config import payload
-from bench.peers.protocol import report_latency, serve, trickle
+from bench.peers.protocol import report_latency, serve, trickle, trickle_many
 
 DSN = sys.argv[1]
 state: dict[str, Any] = {}
@@ -72,7 +72,7 @@ async def drain(n: str, batch: str) -> dict[str, float]:
     return {"seconds": seconds, "n": done}
 
 
-async def serve_latency() -> dict[str, bool]:
+async def serve_latency(batch: str = "10") -> dict[str, bool]:
     conn = await asyncpg.connect(DSN)
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
@@ -81,7 +81,7 @@ async def serve_latency() -> dict[str, bool]:
         report_latency("pgqueuer", json.loads(job.payload))
 
     state["qm"] = qm
-    state["task"] = asyncio.create_task(qm.run(batch_size=10))
+    state["task"] = asyncio.create_task(qm.run(batch_size=int(batch)))
     await asyncio.sleep(1.0)
     return {"ok": True}
 
@@ -92,9 +92,19 @@ async def stop_latency() -> dict[str, bool]:
     return {"ok": True}
 
 
-async def do_trickle(n: str, rate: str) -> dict[str, bool]:
+async def do_trickle(n: str, rate: str, batch: str = "1") -> dict[str, bool]:
     q = state["q"]
-    await trickle(int(n), float(rate), lambda body: q.enqueue("latency", json.dumps(body).encode()))
+    if int(batch) == 1:
+        await trickle(
+            int(n), float(rate), lambda body: q.enqueue("latency", json.dumps(body).encode())
+        )
+        return {"ok": True}
+
+    def send_many(bodies: list[dict[str, Any]]) -> Any:
+        encoded = [json.dumps(b).encode() for b in bodies]
+        return q.enqueue(["latency"] * len(bodies), encoded, [0] * len(bodies))
+
+    await trickle_many(int(n), float(rate), int(batch), send_many)
     return {"ok": True}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import procrastinate
 
 from bench.config import payload
-from bench.peers.protocol import report_latency, serve, trickle
+from bench.peers.protocol import report_latency, serve, trickle, trickle_many
 
 DSN = sys.argv[1]
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=DSN, max_size=12))
@@ -65,10 +65,13 @@ async def drain(n: str, concurrency: str) -> dict[str, float]:
     return {"seconds": time.perf_counter() - t0, "n": state["done"]}
 
 
-async def serve_latency() -> dict[str, bool]:
+async def serve_latency(concurrency: str = "1") -> dict[str, bool]:
     state["task"] = asyncio.create_task(
         app.run_worker_async(
-            queues=["bench_latency"], concurrency=1, wait=True, install_signal_handlers=False
+            queues=["bench_latency"],
+            concurrency=int(concurrency),
+            wait=True,
+            install_signal_handlers=False,
         )
     )
     await asyncio.sleep(1.0)
@@ -84,8 +87,13 @@ async def stop_latency() -> dict[str, bool]:
     return {"ok": True}
 
 
-async def do_trickle(n: str, rate: str) -> dict[str, bool]:
-    await trickle(int(n), float(rate), lambda body: latency.defer_async(**body))
+async def do_trickle(n: str, rate: str, batch: str = "1") -> dict[str, bool]:
+    if int(batch) == 1:
+        await trickle(int(n), float(rate), lambda body: latency.defer_async(**body))
+    else:
+        await trickle_many(
+            int(n), float(rate), int(batch), lambda bodies: latency.batch_defer_async(*bodies)
+        )
     return {"ok": True}
 
 

@@ -45,6 +45,20 @@ async def trickle(n: int, rate: float, send: Callable[[dict[str, Any]], Any]) ->
             await result
 
 
+async def trickle_many(
+    n: int, rate: float, batch: int, send_many: Callable[[list[dict[str, Any]]], Any]
+) -> None:
+    """``trickle`` in calls of ``batch`` messages (the peer's batch API)."""
+    t0 = time.perf_counter()
+    for k in range(0, n, batch):
+        delay = t0 + k / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        result = send_many([stamped(i) for i in range(k, min(n, k + batch))])
+        if inspect.isawaitable(result):
+            await result
+
+
 def serve(commands: dict[str, Callable[..., Any]], setup: Callable[[], Any] | None = None) -> None:
     asyncio.run(_serve(commands, setup))
 

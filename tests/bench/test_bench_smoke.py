@@ -13,6 +13,8 @@ import pytest
 from django.conf import settings
 from psycopg.conninfo import make_conninfo
 
+from .bench_process import run_bench
+
 REPO_DIR = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
@@ -31,31 +33,22 @@ def server_dsn() -> str:
 
 def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     name = os.environ.get("PGQUEUE_TEST_DB", "test_pgqueue") + "_smoke"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--mode",
-            "smoke",
-            "--reps",
-            "1",
-            "--no-peers",
-            "--no-plots",
-            "--quiet",
-            "--dsn",
-            server_dsn(),
-            "--db",
-            name,
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO_DIR,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    run_bench(
+        "bench",
+        "--mode",
+        "smoke",
+        "--reps",
+        "1",
+        "--no-peers",
+        "--no-plots",
+        "--quiet",
+        "--dsn",
+        server_dsn(),
+        "--db",
+        name,
+        "--out",
+        str(tmp_path),
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     by_key = {r["key"]: r for r in results}

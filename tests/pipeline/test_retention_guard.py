@@ -11,10 +11,11 @@ import pytest
 from django.test import override_settings
 
 from django_pgqueue.core import retention
-from django_pgqueue.models import ArchivedMessage, DeadMessage, ExportRange
+from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline import retention_guard
 from django_pgqueue.pipeline.committed import read_committed_arrow
 from django_pgqueue.pipeline.export import RECHECK_RANGES, export
+from django_pgqueue.pipeline.models import ExportRange
 from django_pgqueue.pipeline.prune import prune
 from tests.core.test_retention import (  # noqa: F401 (fixture)
     _only_current_days,

@@ -1,0 +1,617 @@
+"""Throughput under MVCC pressure: a queue that runs for a long time at a steady offered load,
+with autovacuum on, with and without a transaction holding a snapshot open, side by side
+with the peers. Each system, in turn: its workers start, capacity is measured (producers
+flat out), then producers offer ``load`` x capacity for the run while a sampler reads the
+backlog every second and, every ``sample`` seconds, dead tuples, index sizes and the claim
+statement's buffers (``pg_stat_statements``). See docs/benchmarks.md.
+
+The systems share the run's database (each its own tables); a snapshot is held only during
+its own system's run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import raw
+from .config import QUEUE
+from .context import Context
+from .measure import percentile, wait_until
+from .peers.runner import PEERS, Adapter
+from .scenarios import PGQ, Producers
+from .workers import Worker
+
+PRODUCERS = 2  # producer processes per system; each offers half the load
+BACKLOG_TICK = 1.0  # seconds between backlog counts (recovery is read from these)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the sampler reads for one system: its tables and its claim statement."""
+
+    system: str
+    tag: str  # the handlers' UDP tag
+    tables: str  # LIKE pattern of its tables' names
+    live_table: str  # the one its claims read (archives and logs grow by design)
+    backlog_sql: str
+    claim_like: tuple[str, ...]  # every pattern matches the claim's text in pg_stat_statements
+    statements_like: str  # pattern of every statement of the system (its table's name)
+
+
+SHAPES = {
+    "pgq": Shape(
+        PGQ,
+        "pgq",
+        r"pgqueue\_%",
+        "pgqueue_message",
+        "SELECT count(*) FROM pgqueue_message",
+        ("%UPDATE pgqueue_message m%", "%gen_random_uuid()%", "%leased_by%"),
+        r"%pgqueue\_message%",
+    ),
+    "pgqueuer": Shape(
+        "PgQueuer",
+        "pgqueuer",
+        "pgqueuer%",
+        "pgqueuer",
+        "SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
+        ("%UPDATE%pgqueuer%", "%picked%"),
+        "%pgqueuer%",
+    ),
+    "procrastinate": Shape(
+        "Procrastinate",
+        "procrastinate",
+        "procrastinate%",
+        "procrastinate_jobs",
+        "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
+        ("%procrastinate_fetch_job%",),
+        "%procrastinate%",
+    ),
+}
+
+# Each peer's worker setting in these runs (the adapter's serve_latency argument).
+PEER_WORKER_ARG = {"pgqueuer": "10", "procrastinate": "4"}
+PEER_WORKER_LABEL = {
+    "pgqueuer": "QueueManager, batch_size 10",
+    "procrastinate": "worker concurrency 4",
+}
+PGQ_WORKER_LABEL = "pgq_worker --concurrency 4 --batch-size 100"
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: float  # the offered-load run
+    sample: float  # seconds between the heavier samples
+    load: float  # offered load, fraction of the measured capacity
+    snapshot: bool  # hold a REPEATABLE READ snapshot over the middle half
+    capacity_n: int  # messages per producer in the capacity measurement
+    enqueue_batch: int = 10  # messages per enqueue call (each system's batch API)
+    rate: float = 0.0  # offered msgs/s for every system instead of load x its capacity
+    export_dir: Path | None = None  # run pgq_pipeline export over the middle half (ours)
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The middle half of the run: when the snapshot is held."""
+        return self.seconds * 0.25, self.seconds * 0.75
+
+
+# --- the systems -------------------------------------------------------------------------
+
+
+class Ours:
+    """pgq_worker and bench.producer processes (enqueue(), NOTIFY on)."""
+
+    shape = SHAPES["pgq"]
+    worker_label = PGQ_WORKER_LABEL
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.worker: Worker | None = None
+        self.producers: Producers | None = None
+
+    def start(self, watch: psycopg.Connection[Any]) -> None:
+        from . import core_cases
+
+        core_cases.reset()
+        self.worker = Worker(self.ctx, 4, 100, "pgq-worker-mvcc")
+        self.worker.wait_ready(watch)
+        self.producers = Producers(self.ctx, PRODUCERS)
+
+    def produce(self, n_each: int, rate_each: float, batch: int) -> None:
+        assert self.producers is not None
+        self.producers.run("pgq", n_each, 0, rate_each, latency=True, batch=batch)
+
+    def worker_pids(self) -> list[int]:
+        return [self.worker.pid] if self.worker else []
+
+    def stop(self) -> None:
+        if self.producers is not None:
+            self.producers.close()
+        if self.worker is not None:
+            self.worker.stop()
+
+
+class Peer:
+    """A peer's worker adapter (serve_latency) and producer adapters (trickle)."""
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self.ctx = ctx
+        self.peer = PEERS[name]
+        self.name = name
+        self.shape = SHAPES[name]
+        self.worker_label = PEER_WORKER_LABEL[name]
+        self.worker: Adapter | None = None
+        self.producers: list[Adapter] = []
+
+    def start(self, watch: psycopg.Connection[Any]) -> None:
+        self.worker = Adapter(self.ctx, self.peer, f"{self.name}-mvcc-worker")
+        self.worker.call("reset")
+        self.worker.call("serve_latency", PEER_WORKER_ARG[self.name])
+        self.producers = [
+            Adapter(self.ctx, self.peer, f"{self.name}-mvcc-producer-{k}") for k in range(PRODUCERS)
+        ]
+
+    def produce(self, n_each: int, rate_each: float, batch: int) -> None:
+        threads = [
+            threading.Thread(target=p.call, args=("trickle", n_each, rate_each, batch), daemon=True)
+            for p in self.producers
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def worker_pids(self) -> list[int]:
+        return [self.worker.proc.pid] if self.worker else []
+
+    def stop(self) -> None:
+        for p in self.producers:
+            p.close()
+        if self.worker is not None:
+            try:
+                self.worker.call("stop_latency")
+            except Exception:
+                pass
+            self.worker.close()
+
+
+System = Ours | Peer
+
+
+def make_system(ctx: Context, name: str) -> System:
+    return Ours(ctx) if name == "pgq" else Peer(ctx, name)
+
+
+# --- sampling ----------------------------------------------------------------------------
+
+TABLE_STATS = """
+SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count,
+       pg_relation_size(relid),
+       (SELECT COALESCE(sum(pg_relation_size(indexrelid)), 0)::bigint
+        FROM pg_index WHERE indrelid = relid)
+FROM pg_stat_user_tables WHERE relname LIKE %s ORDER BY relname
+"""
+
+INDEX_SIZES = """
+SELECT indexrelname, pg_relation_size(indexrelid)
+FROM pg_stat_user_indexes WHERE relname LIKE %s ORDER BY indexrelname
+"""
+
+
+def claim_counters(conn: psycopg.Connection[Any], patterns: tuple[str, ...]) -> tuple[int, int]:
+    """(calls, shared buffers hit + read) of the claim statement(s), cumulative."""
+    where = " AND ".join(["query LIKE %s"] * len(patterns))
+    row = conn.execute(
+        "SELECT COALESCE(sum(calls), 0)::bigint, "
+        "COALESCE(sum(shared_blks_hit + shared_blks_read), 0)::bigint "
+        f"FROM pg_stat_statements WHERE toplevel AND {where}",
+        list(patterns),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+# Every statement of the system but the harness's own (its counts, EXPLAINs, statistics).
+SYSTEM_BUFFERS = r"""
+SELECT COALESCE(sum(shared_blks_hit + shared_blks_read), 0)::bigint FROM pg_stat_statements
+WHERE toplevel AND query LIKE %s AND query NOT LIKE 'SELECT count(*) FROM%%'
+  AND query NOT LIKE 'EXPLAIN%%' AND query NOT LIKE '%%pg\_stat%%'
+"""
+
+
+def system_buffers(conn: psycopg.Connection[Any], pattern: str) -> int:
+    row = conn.execute(SYSTEM_BUFFERS, [pattern]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def top_statements(conn: psycopg.Connection[Any], limit: int = 12) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT calls, rows, shared_blks_hit + shared_blks_read, left(query, 300) "
+        "FROM pg_stat_statements WHERE toplevel "
+        "ORDER BY shared_blks_hit + shared_blks_read DESC LIMIT %s",
+        [limit],
+    ).fetchall()
+    return [{"calls": c, "rows": r, "buffers": b, "query": q} for c, r, b, q in rows]
+
+
+@dataclass
+class Sampler:
+    """Reads the backlog every second and the heavier figures every ``sample`` seconds, on
+    its own connection, until stopped."""
+
+    dsn: str
+    shape: Shape
+    sample: float
+    t0: float = field(default_factory=time.time)
+    backlog: list[tuple[float, int]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        with raw.connect(self.dsn) as conn:
+            next_heavy = 0.0
+            while not self._stop.is_set():
+                now = time.time() - self.t0
+                row = conn.execute(self.shape.backlog_sql).fetchone()
+                self.backlog.append((now, int(row[0]) if row else 0))
+                if now >= next_heavy:
+                    self.samples.append(self.heavy(conn, now))
+                    next_heavy = now + self.sample
+                self._stop.wait(BACKLOG_TICK)
+
+    def heavy(self, conn: psycopg.Connection[Any], now: float) -> dict[str, Any]:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        tables = conn.execute(TABLE_STATS, [self.shape.tables]).fetchall()
+        indexes = conn.execute(INDEX_SIZES, [self.shape.tables]).fetchall()
+        calls, buffers = claim_counters(conn, self.shape.claim_like)
+        return {
+            "t": now,
+            "tables": {
+                name: {
+                    "live": live,
+                    "dead": dead,
+                    "autovacuums": vacuums,
+                    "autoanalyzes": analyzes,
+                    "heap_bytes": heap,
+                    "index_bytes": idx,
+                }
+                for name, live, dead, vacuums, analyzes, heap, idx in tables
+            },
+            "indexes": dict(indexes),
+            "claim_calls": calls,
+            "claim_buffers": buffers,
+            "system_buffers": system_buffers(conn, self.shape.statements_like),
+        }
+
+
+# --- one system's run --------------------------------------------------------------------
+
+
+def _processed_times(ctx: Context, tag: str) -> list[float]:
+    return list(ctx.udp.arrivals.get(tag, []))
+
+
+def _pairs(ctx: Context, tag: str) -> list[tuple[float, float]]:
+    """(arrival time, enqueue -> start ms) of every report so far."""
+    times = list(ctx.udp.arrivals.get(tag, []))
+    ms = ctx.udp.tagged.get(tag, [])[: len(times)]
+    return list(zip(times[: len(ms)], ms, strict=True))
+
+
+def measure_capacity(ctx: Context, system: System, plan: Plan) -> float:
+    """Processed per second, producers flat out: from the first to the last report, so
+    whichever of enqueue or claim is slower on this machine bounds it. A peer that runs a
+    few dozen jobs/s gets a tenth of the messages."""
+    slow = isinstance(system, Peer) and system.peer.slow
+    n_each = max(100, plan.capacity_n // 10) if slow else plan.capacity_n
+    ctx.udp.reset()
+    system.produce(n_each, 1e9, plan.enqueue_batch)
+    total = PRODUCERS * n_each
+    wait_until(lambda: ctx.udp.count(system.shape.tag) >= total, 300, 0.2)
+    times = sorted(_processed_times(ctx, system.shape.tag))
+    if len(times) < 2 or times[-1] <= times[0]:
+        raise RuntimeError(f"{system.shape.system}: no throughput measured")
+    return len(times) / (times[-1] - times[0])
+
+
+class SnapshotHolder:
+    """A REPEATABLE READ transaction that reads once and then idles: a report, a pg_dump."""
+
+    def __init__(self, dsn: str, table_sql: str) -> None:
+        self.conn = psycopg.connect(dsn)
+        self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        self.conn.execute(table_sql)
+
+    def release(self) -> None:
+        self.conn.commit()
+        self.conn.close()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of processes (and their reaped children), seconds."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += sum(int(x) for x in fields[11:15])
+    return total / tick
+
+
+def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
+    """One system through capacity, then the offered load; returns its figures and series."""
+    system = make_system(ctx, name)
+    shape = system.shape
+    with raw.connect(ctx.dsn) as watch:
+        system.start(watch)
+        export: Exporter | None = None
+        try:
+            capacity = measure_capacity(ctx, system, plan)
+            wait_until(lambda: _backlog(watch, shape) == 0, 120, 0.5)
+            watch.execute("SELECT pg_stat_statements_reset()")
+            offered = plan.rate or plan.load * capacity
+            n_each = max(1, int(offered / PRODUCERS * plan.seconds))
+            ctx.udp.reset()
+            sampler = Sampler(ctx.dsn, shape, plan.sample)
+            producing = threading.Thread(
+                target=system.produce,
+                args=(n_each, offered / PRODUCERS, plan.enqueue_batch),
+                daemon=True,
+            )
+            sampler.t0 = time.time()
+            sampler.start()
+            producing.start()
+            holder = None
+            snapshot_at = commit_at = None
+            begin, end = plan.window
+            if plan.snapshot or plan.export_dir:
+                _sleep_until(sampler.t0 + begin)
+                if plan.snapshot:
+                    holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
+                if plan.export_dir and name == "pgq":
+                    export = Exporter(ctx, plan.export_dir)
+                snapshot_at = time.time() - sampler.t0
+                explain_calm = explain_claim(watch, name)
+                _sleep_until(sampler.t0 + end)
+                explain_during = explain_claim(watch, name)
+                if holder is not None:
+                    holder.release()
+                if export is not None:
+                    export.stop()
+                commit_at = time.time() - sampler.t0
+            producing.join()
+            produced_until = time.time() - sampler.t0
+            wait_until(lambda: _backlog(watch, shape) == 0, 120, 0.5)
+            sampler.stop()
+            statements = top_statements(watch)
+        finally:
+            if export is not None:
+                export.stop()
+            system.stop()
+    pairs = [(t - sampler.t0, ms) for t, ms in _pairs(ctx, shape.tag)]
+    out: dict[str, Any] = {
+        "system": shape.system,
+        "key": name,
+        "live_table": shape.live_table,
+        "worker": system.worker_label,
+        "capacity": capacity,
+        "offered": offered,
+        "sent": n_each * PRODUCERS,
+        "enqueue_batch": plan.enqueue_batch,
+        "load": offered / capacity,
+        "seconds": plan.seconds,
+        "produced_until": produced_until,
+        "snapshot_at": snapshot_at,
+        "commit_at": commit_at,
+        "export": bool(plan.export_dir) and name == "pgq",
+        "backlog": sampler.backlog,
+        "samples": sampler.samples,
+        "processed": [t for t, _ in pairs],
+        "latency": [[t, ms] for t, ms in pairs],
+        "statements": statements,
+    }
+    if snapshot_at is not None:
+        out["explain"] = {"calm": explain_calm, "during": explain_during}
+    out["figures"] = figures(out)
+    return out
+
+
+def _backlog(conn: psycopg.Connection[Any], shape: Shape) -> int:
+    row = conn.execute(shape.backlog_sql).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+# The claim's candidate search as pgq's claim walks it (its partial index, its order, no
+# bitmap scan, as the claim's own plan settings), read without locking anything: what a
+# claim has to step over is what this reads. "bounded" starts the same walk one second back
+# instead of at the index head, as a claim that remembered where the last one ended would.
+PGQ_CANDIDATES = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT)
+SELECT id FROM pgqueue_message
+WHERE queue = %s AND attempts < max_attempts AND available_at <= now() {bound}
+ORDER BY queue, priority DESC, available_at, id LIMIT 100
+"""
+BOUND = "AND available_at >= now() - interval '1 second'"
+
+
+def explain_claim(conn: psycopg.Connection[Any], name: str) -> dict[str, str]:
+    if name != "pgq":
+        return {}
+    out = {}
+    for label, bound in (("head", ""), ("bounded", BOUND)):
+        with conn.transaction():
+            conn.execute("SET LOCAL enable_bitmapscan = off")
+            conn.execute("SET LOCAL enable_seqscan = off")
+            rows = conn.execute(PGQ_CANDIDATES.format(bound=bound), [QUEUE]).fetchall()
+        out[label] = "\n".join(r[0] for r in rows)
+    return out
+
+
+class Exporter:
+    """``pgq_pipeline export`` over and over (Spark, local[1]) while it runs."""
+
+    def __init__(self, ctx: Context, destination: Path) -> None:
+        self.ctx = ctx
+        self.destination = destination
+        self._stop = threading.Event()
+        self.runs = 0
+        self._proc: subprocess.Popen[str] | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._proc = self.ctx.spawn(
+                [
+                    self.ctx.python,
+                    "-m",
+                    "django",
+                    "pgq_pipeline",
+                    "--master",
+                    "local[1]",
+                    "export",
+                    str(self.destination),
+                ],
+                "pgq-pipeline-export",
+                pipe_stdout=False,
+            )
+            self._proc.wait()
+            self.runs += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._thread.join(60)
+
+
+# --- figures -----------------------------------------------------------------------------
+
+
+def _between(values: list[tuple[float, Any]], a: float, b: float) -> list[Any]:
+    return [v for t, v in values if a <= t < b]
+
+
+def _rate(times: list[float], a: float, b: float) -> float:
+    return sum(1 for t in times if a <= t < b) / (b - a) if b > a else float("nan")
+
+
+def _buffers_per_message(
+    run: dict[str, Any], a: float, b: float, counter: str = "claim_buffers"
+) -> float:
+    """Buffers of ``counter`` over [a, b) per message processed in it, from the samples."""
+    samples = [s for s in run["samples"] if a <= s["t"] <= b]
+    if len(samples) < 2:
+        return float("nan")
+    first, last = samples[0], samples[-1]
+    done = _rate(run["processed"], first["t"], last["t"]) * (last["t"] - first["t"])
+    if not done:
+        return float("nan")
+    return float(last[counter] - first[counter]) / done
+
+
+def _p(values: list[float], q: float) -> float:
+    return percentile(values, q) if values else float("nan")
+
+
+def _index_bytes(sample: dict[str, Any], table: str) -> int:
+    return int(sample["tables"].get(table, {}).get("index_bytes", 0))
+
+
+def figures(run: dict[str, Any]) -> dict[str, float]:
+    """The issue's ratios for one system's run (NaN where they do not apply)."""
+    seconds = run["seconds"]
+    times = run["processed"]
+    latency = [(t, ms) for t, ms in run["latency"]]
+    warm = min(10.0, seconds * 0.05)
+    out: dict[str, float] = {"capacity": run["capacity"], "offered": run["offered"]}
+    quarter = seconds / 4
+    first = (warm, warm + quarter)
+    last = (seconds - quarter, seconds)
+    out["rate_first"] = _rate(times, *first)
+    out["rate_last"] = _rate(times, *last)
+    out["last_over_first"] = out["rate_last"] / out["rate_first"]
+    samples = run["samples"]
+    if samples:
+        live = SHAPES[run["key"]].live_table
+        out["index_mib_start"] = _index_bytes(samples[0], live) / 2**20
+        out["index_mib_end"] = _index_bytes(samples[-1], live) / 2**20
+        out["dead_max"] = max(sum(t["dead"] for t in s["tables"].values()) for s in samples)
+    out["backlog_max"] = max((b for _, b in run["backlog"]), default=0)
+    out["p50_ms"] = _p([ms for _, ms in latency], 50)
+    out["p99_ms"] = _p([ms for _, ms in latency], 99)
+    if run["snapshot_at"] is None:
+        out["buffers_per_msg_first"] = _buffers_per_message(run, *first)
+        out["buffers_per_msg_last"] = _buffers_per_message(run, *last)
+        out["all_buffers_per_msg_first"] = _buffers_per_message(run, *first, "system_buffers")
+        out["all_buffers_per_msg_last"] = _buffers_per_message(run, *last, "system_buffers")
+        return out
+    begin, end = run["snapshot_at"], run["commit_at"]
+    before = (warm, begin)
+    out["rate_before"] = _rate(times, *before)
+    out["rate_during"] = _rate(times, begin, end)
+    out["during_over_before"] = out["rate_during"] / out["rate_before"]
+    out["backlog_max_during"] = max(_between(run["backlog"], begin, end), default=0)
+    out["backlog_max_over_10s_load"] = out["backlog_max_during"] / (10 * run["offered"])
+    p99_before = _p(_between(latency, *before), 99)
+    p99_during = _p(_between(latency, begin, end), 99)
+    out["p99_before_ms"] = p99_before
+    out["p99_during_ms"] = p99_during
+    out["p99_ratio"] = p99_during / p99_before
+    # The last third of the window: the worst, when the most dead entries have piled up.
+    late = (end - (end - begin) / 3, end + 1)
+    calm = _buffers_per_message(run, *before)
+    during = _buffers_per_message(run, *late)
+    out["buffers_per_msg_calm"] = calm
+    out["buffers_per_msg_during"] = during
+    out["buffers_ratio"] = during / calm
+    out["all_buffers_per_msg_calm"] = _buffers_per_message(run, *before, "system_buffers")
+    out["all_buffers_per_msg_during"] = _buffers_per_message(run, *late, "system_buffers")
+    out["recovery_s"] = recovery_seconds(run, before, end)
+    return out
+
+
+def recovery_seconds(run: dict[str, Any], calm: tuple[float, float], commit: float) -> float:
+    """Seconds from COMMIT until the backlog is back to calm (twice its calm median, or one
+    second of offered load if that is more); NaN if it never is."""
+    calm_backlog = _between(run["backlog"], *calm)
+    limit = max(2 * statistics.median(calm_backlog) if calm_backlog else 0, run["offered"])
+    for t, backlog in run["backlog"]:
+        if t >= commit and backlog <= limit:
+            return t - commit
+    return float("nan")
+
+
+SystemsRun = Callable[[Context, str, Plan], dict[str, Any]]

@@ -1,0 +1,211 @@
+"""``python -m bench.mvcc_cli``: speed that lasts, on a private PostgreSQL cluster with the
+server's defaults (autovacuum on), made for the run and removed at its end.
+
+python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,export,backlog,workers]
+                         [--peers pgqueuer,procrastinate | --no-peers] [--backlog 10000000]
+                         [--tenants 10000] [--fair-backlog N] [--workers 1,2,4,8,16]
+                         [--workers-n 200000]
+                         [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
+                         [--out bench/results/<stamp>-mvcc] [--no-plots]
+python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
+
+sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
+snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
+export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half
+backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue, --tenants
+workers    1..16 pgq_worker processes draining --workers-n messages: rate, CPU, connections
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import core_cases, mvcc, mvcc_report, mvcc_scale
+from .config import QUICK
+from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
+from .measure import Recorder, UdpCollector
+from .pg import StatsProbe, dsn_for, recreate_database
+from .private_server import enable_statements, private_server
+
+DB = "pgq_mvcc"
+ALL = ["sustained", "snapshot", "export", "backlog", "workers"]
+DEFAULT = ["sustained", "snapshot", "backlog", "workers"]  # export: Spark, opt-in
+LONG_MINUTES = 120.0
+SMALL_READY = 1_000
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.mvcc_cli",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--minutes", type=float, default=20.0, help="each offered-load run")
+    parser.add_argument("--long", action="store_const", const=LONG_MINUTES, dest="minutes")
+    parser.add_argument("--only", default=",".join(DEFAULT), help=f"of {','.join(ALL)}")
+    parser.add_argument("--peers", default="pgqueuer,procrastinate")
+    parser.add_argument("--no-peers", action="store_const", const="", dest="peers")
+    parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--capacity-n", type=int, default=10_000, help="per producer")
+    parser.add_argument("--enqueue-batch", type=int, default=10, help="messages per call")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="offered msgs/s for all, instead of a share"
+    )
+    parser.add_argument("--backlog", type=int, default=10_000_000, help="ready messages")
+    parser.add_argument("--tenants", type=int, default=10_000)
+    parser.add_argument("--fair-backlog", type=int, default=0, help="default: --backlog")
+    parser.add_argument("--claimed", type=int, default=20_000, help="claims timed per case")
+    parser.add_argument("--workers", default="1,2,4,8,16")
+    parser.add_argument("--workers-n", type=int, default=200_000)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--report", default="", help="a finished run's folder: recompute its tables and plots"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.report:
+        return report_again(Path(args.report), plots=not args.no_plots)
+    wanted = [s for s in args.only.split(",") if s]
+    unknown = set(wanted) - set(ALL)
+    if unknown:
+        _parser().error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(ALL)}")
+    peers = [p for p in args.peers.split(",") if p]
+    missing = [p for p in peers if not (VENVS_DIR / p / "bin" / "python").exists()]
+    if missing:
+        print(f"!! no virtualenv for {missing} (bash bench/run.sh --setup-only)", file=sys.stderr)
+        peers = [p for p in peers if p not in missing]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / f"{stamp}-mvcc"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    results: dict[str, Any] = {
+        "args": vars(args),
+        "peers": peers,
+        "started": stamp,
+        "loadavg_start": os.getloadavg(),
+    }
+    started = time.time()
+    with private_server(f"pgq_bench_{os.getpid()}") as server_dsn:
+        recreate_database(server_dsn, DB)
+        dsn = dsn_for(server_dsn, DB)
+        enable_statements(dsn)
+        core_cases.setup_django(dsn)
+        probe = StatsProbe(server_dsn, DB)
+        udp = UdpCollector()
+        ctx = Context(
+            server_dsn=server_dsn,
+            dbname=DB,
+            dsn=dsn,
+            sizes=QUICK,
+            probe=probe,
+            recorder=Recorder(str(out_dir / "unused.jsonl"), quiet=True),
+            udp=udp,
+            out_dir=out_dir,
+            peers=peers,
+        )
+        results["postgres"] = probe.settings()
+        try:
+            run_scenarios(ctx, args, wanted, results, out_dir)
+        finally:
+            udp.close()
+            probe.close()
+            core_cases.close_connections()
+    results["seconds"] = round(time.time() - started)
+    results["loadavg_end"] = os.getloadavg()
+    _save(results, out_dir)
+    markdown = mvcc_report.markdown(results)
+    (out_dir / "report.md").write_text(markdown)
+    print(markdown)
+    if not args.no_plots:
+        draw_plots("mvcc_plots.py", out_dir)
+    print(f"results: {out_dir}")
+    return 0
+
+
+def report_again(out_dir: Path, plots: bool) -> int:
+    """The tables (and plots) of a saved run, its figures computed by this checkout."""
+    results = json.loads((out_dir / "mvcc.json").read_text())
+    for name in ("sustained", "snapshot", "export"):
+        for run in results.get(name, []):
+            run["figures"] = mvcc.figures(run)
+    _save(results, out_dir)
+    markdown = mvcc_report.markdown(results)
+    (out_dir / "report.md").write_text(markdown)
+    print(markdown)
+    if plots:
+        draw_plots("mvcc_plots.py", out_dir)
+    return 0
+
+
+def _save(results: dict[str, Any], out_dir: Path) -> None:
+    (out_dir / "mvcc.json").write_text(json.dumps(results, default=float))
+
+
+def run_scenarios(
+    ctx: Context, args: argparse.Namespace, wanted: list[str], results: dict[str, Any], out: Path
+) -> None:
+    seconds = args.minutes * 60
+    base = mvcc.Plan(
+        seconds=seconds,
+        sample=args.sample,
+        load=0.8,
+        snapshot=False,
+        capacity_n=args.capacity_n,
+        enqueue_batch=args.enqueue_batch,
+        rate=args.rate,
+    )
+    systems = ["pgq", *ctx.peers]
+    plans = {
+        "sustained": base,
+        "snapshot": replace(base, load=0.7, snapshot=True),
+    }
+    for name in ("sustained", "snapshot"):
+        if name not in wanted:
+            continue
+        for system in systems:
+            print(f"== {name}: {system} ({args.minutes:g} min)", flush=True)
+            run = mvcc.run_system(ctx, system, plans[name])
+            results.setdefault(name, []).append(run)
+            _save(results, out)
+            print(f"   {json.dumps(_rounded(run['figures']))}", flush=True)
+    if "export" in wanted:
+        print(f"== export: pgq ({args.minutes:g} min)", flush=True)
+        with tempfile.TemporaryDirectory(prefix="pgq-mvcc-export-") as destination:
+            plan = replace(base, load=0.7, export_dir=Path(destination))
+            results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
+        _save(results, out)
+    if "backlog" in wanted:
+        for tenants, big in ((0, args.backlog), (args.tenants, args.fair_backlog or args.backlog)):
+            print(f"== backlog: {big:,} ready, {tenants:,} tenants", flush=True)
+            measured = min(args.claimed, big)
+            case = mvcc_scale.backlog(ctx, big, SMALL_READY, measured, tenants)
+            results.setdefault("backlog", []).append(case)
+            _save(results, out)
+            print(f"   {json.dumps(_rounded(case))}", flush=True)
+    if "workers" in wanted:
+        counts = [int(c) for c in args.workers.split(",") if c]
+        print(f"== workers: {counts}, {args.workers_n:,} messages", flush=True)
+        results["workers"] = mvcc_scale.many_workers(ctx, counts, args.workers_n)
+        _save(results, out)
+
+
+def _rounded(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Markdown tables of a ``bench.mvcc_cli`` run, with the issue's targets next to the ratios."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Each table's column titles, joined by " | ".
+HEADERS = {
+    "sustained": (
+        "system (worker) | capacity/s | offered/s | first ¼ /s | last ¼ /s"
+        " | last ÷ first (≥ 0.95) | p50 ms | p99 ms | dead tuples max"
+        " | index MiB start → end | claim buffers/msg first → last"
+        " | all its statements' buffers/msg first → last"
+    ),
+    "snapshot": (
+        "system | offered/s (load) | before /s | during /s"
+        " | during ÷ before (≥ 0.95) | backlog max during ÷ 10 s of load (≤ 1)"
+        " | claim buffers/msg calm → during | ratio (≤ 3)"
+        " | all its statements' buffers/msg calm → during"
+        " | p99 ms before → during | ratio (≤ 3) | recovery s (≤ 30)"
+    ),
+    "backlog": (
+        "queue | ready (big) | claim+complete/s with 1,000 ready"
+        " | with the big backlog | big ÷ 1,000 (≥ 0.9) | live table MiB"
+    ),
+    "workers": (
+        "pgq_worker processes (--concurrency 4) | messages | msgs/s"
+        " | worker CPU ms/msg | server CPU ms/msg | connections (peak)"
+    ),
+}
+
+
+def _f(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ok(value: Any, limit: float, above: bool) -> str:
+    """The value with a mark: ✓ when it meets the target, ✗ when not."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    good = value >= limit if above else value <= limit
+    return f"{value:.2f} {'✓' if good else '✗'}"
+
+
+def _table(header: str, rows: list[list[str]]) -> str:
+    """A markdown table (``header``: the titles joined by " | "): the first column
+    left-aligned, the figures right-aligned."""
+    columns = header.count(" | ") + 1
+    lines = [f"| {header} |", "|---|" + "--:|" * (columns - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _span(a: Any, b: Any, digits: int = 1) -> str:
+    return f"{_f(a, digits)} → {_f(b, digits)}"
+
+
+def _sustained_row(run: dict[str, Any]) -> list[str]:
+    f = run["figures"]
+    return [
+        f"{run['system']} ({run['worker']})",
+        _f(f["capacity"]),
+        _f(f["offered"]),
+        _f(f["rate_first"]),
+        _f(f["rate_last"]),
+        _ok(f["last_over_first"], 0.95, True),
+        _f(f["p50_ms"], 1),
+        _f(f["p99_ms"], 1),
+        _f(f.get("dead_max")),
+        _span(f.get("index_mib_start"), f.get("index_mib_end")),
+        _span(f.get("buffers_per_msg_first"), f.get("buffers_per_msg_last")),
+        _span(f.get("all_buffers_per_msg_first"), f.get("all_buffers_per_msg_last")),
+    ]
+
+
+def sustained_table(runs: list[dict[str, Any]]) -> str:
+    return _table(HEADERS["sustained"], [_sustained_row(run) for run in runs])
+
+
+def _snapshot_row(run: dict[str, Any]) -> list[str]:
+    f = run["figures"]
+    return [
+        run["system"] + (" + pgq_pipeline export" if run.get("export") else ""),
+        f"{_f(f['offered'])} ({run['load']:.0%})",
+        _f(f["rate_before"]),
+        _f(f["rate_during"]),
+        _ok(f["during_over_before"], 0.95, True),
+        _ok(f["backlog_max_over_10s_load"], 1.0, False),
+        _span(f["buffers_per_msg_calm"], f["buffers_per_msg_during"]),
+        _ok(f["buffers_ratio"], 3.0, False),
+        _span(f.get("all_buffers_per_msg_calm"), f.get("all_buffers_per_msg_during")),
+        _span(f["p99_before_ms"], f["p99_during_ms"]),
+        _ok(f["p99_ratio"], 3.0, False),
+        _ok(f["recovery_s"], 30.0, False),
+    ]
+
+
+def snapshot_table(runs: list[dict[str, Any]]) -> str:
+    return _table(HEADERS["snapshot"], [_snapshot_row(run) for run in runs])
+
+
+def backlog_table(cases: list[dict[str, Any]]) -> str:
+    header = HEADERS["backlog"]
+    rows = [
+        [
+            f"fair, {c['tenants']:,} tenants" if c["tenants"] else "plain",
+            f"{c['big']:,}",
+            _f(c["small_rate"]),
+            _f(c["big_rate"]),
+            _ok(c["ratio"], 0.9, True),
+            _f(c["table_mib"]),
+        ]
+        for c in cases
+    ]
+    return _table(header, rows)
+
+
+def workers_table(rows: list[dict[str, Any]]) -> str:
+    header = HEADERS["workers"]
+    figures = (("rate", 0), ("worker_cpu_ms_per_msg", 3), ("server_cpu_ms_per_msg", 3))
+    cells = [
+        [
+            str(r["workers"]),
+            f"{r['n']:,}",
+            *(_f(r[k], d) for k, d in figures),
+            str(r["connections_peak"]),
+        ]
+        for r in rows
+    ]
+    return _table(header, cells)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    args = results["args"]
+    pg = results.get("postgres", {})
+    timed = any(results.get(name) for name in ("sustained", "snapshot", "export"))
+    runs = f"{args['minutes']:g}-minute runs, " if timed else ""
+    parts = [
+        f"# MVCC pressure ({runs}private cluster: PostgreSQL "
+        f"{pg.get('server_version', '?')}, autovacuum {pg.get('autovacuum', '?')}, "
+        f"shared_buffers {pg.get('shared_buffers', '?')})",
+        f"load average {results['loadavg_start']} → {results.get('loadavg_end')}, "
+        f"{results.get('seconds', 0)} s in all",
+    ]
+    if results.get("sustained"):
+        parts += ["## Sustained, 80% of capacity", sustained_table(results["sustained"])]
+    if results.get("snapshot"):
+        parts += [
+            "## A REPEATABLE READ snapshot held over the middle half, 70% of capacity",
+            snapshot_table(results["snapshot"]),
+        ]
+    if results.get("export"):
+        parts += ["## pgq_pipeline export over the middle half", snapshot_table(results["export"])]
+    if results.get("backlog"):
+        parts += ["## Backlog scale", backlog_table(results["backlog"])]
+    if results.get("workers"):
+        parts += ["## Many workers", workers_table(results["workers"])]
+    return "\n\n".join(parts) + "\n"
