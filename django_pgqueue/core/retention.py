@@ -30,9 +30,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
+from psycopg import sql as pgsql
 
 from ..conf import PgQueueSettings, get_settings
 from . import partitions
+from . import retention_sql as sql
 from .partitions import ARCHIVE_TABLE, DEFAULT_PARTITION
 
 logger = logging.getLogger("django_pgqueue.retention")
@@ -165,18 +167,6 @@ def drop_after(conf: PgQueueSettings) -> float | None:
     return float(max(values))
 
 
-# Distinct queues of a table, one index probe each (its (queue, time) index).
-_QUEUES_SQL = """
-WITH RECURSIVE q(queue) AS (
-    (SELECT queue FROM {table} ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.queue FROM {table} t WHERE t.queue > q.queue ORDER BY t.queue LIMIT 1)
-    FROM q WHERE q.queue IS NOT NULL
-)
-SELECT queue FROM q WHERE queue IS NOT NULL
-"""
-
-
 class _Run:
     """One retention run on one connection (autocommit: each batch commits by itself)."""
 
@@ -188,7 +178,7 @@ class _Run:
         self.report = RetentionReport(dry_run=dry_run)
         self.budget = conf.RETENTION_DELETE_LIMIT
         with self.connection.cursor() as cursor:
-            cursor.execute("SELECT now()")
+            cursor.execute(sql.NOW)
             self.now: datetime = cursor.fetchone()[0]
 
     def step(self, *args: Any, **kwargs: Any) -> None:
@@ -196,7 +186,7 @@ class _Run:
 
     def queues(self, table: str) -> list[str]:
         with self.connection.cursor() as cursor:
-            cursor.execute(_QUEUES_SQL.format(table=table))
+            cursor.execute(sql.fill(sql.QUEUES_OF, table=table))
             return [row[0] for row in cursor.fetchall()]
 
     # -- the archive ---------------------------------------------------------------------------
@@ -229,7 +219,7 @@ class _Run:
                 "archive",
                 DEFAULT_PARTITION,
                 f"rows of {DEFAULT_PARTITION}",
-                "finished_at < %s",
+                sql.FINISHED_BEFORE,
                 [cutoff],
                 bound,
             )
@@ -246,7 +236,7 @@ class _Run:
                 "archive",
                 tables,
                 f'queue "{queue}"',
-                "queue = %s AND finished_at < %s",
+                sql.QUEUE_FINISHED_BEFORE,
                 [queue, cutoff],
                 bound,
             )
@@ -254,7 +244,7 @@ class _Run:
     def drop_leftover(self, name: str) -> None:
         """A day an earlier run detached but did not drop (it died in between)."""
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT min(id), max(id) FROM {name}")
+            cursor.execute(sql.fill(sql.ID_RANGE, table=name))
             first, last = cursor.fetchone()
         if not self.dry_run:
             partitions.drop_expired(self.connection, name)
@@ -264,7 +254,7 @@ class _Run:
     def expire_day(self, part: partitions.Partition, bound: int | None) -> None:
         with self.connection.cursor() as cursor:
             if bound is not None:
-                cursor.execute(f"SELECT max(id) FROM {part.name}")
+                cursor.execute(sql.fill(sql.NEWEST_ID, table=part.name))
                 newest = cursor.fetchone()[0]
                 if newest is not None and newest >= bound:
                     self.step(
@@ -274,16 +264,12 @@ class _Run:
                         note=f"a retention guard keeps ids from {bound:,} (not exported yet)",
                     )
                     return
-            cursor.execute(f"SELECT min(id), max(id) FROM {part.name}")
+            cursor.execute(sql.fill(sql.ID_RANGE, table=part.name))
             first, last = cursor.fetchone()
             if self.dry_run:
-                cursor.execute(f"SELECT count(*) FROM {part.name}")
+                cursor.execute(sql.fill(sql.COUNT_ROWS, table=part.name))
             else:
-                # The planner's estimate (-1: never analyzed): counting a day exactly would
-                # cost more than dropping it.
-                cursor.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [part.name]
-                )
+                cursor.execute(sql.ESTIMATED_ROWS, [part.name])
             counted = int(cursor.fetchone()[0])
         rows = counted if counted >= 0 else None
         if not self.dry_run:
@@ -304,7 +290,7 @@ class _Run:
         bound: int | None,
     ) -> None:
         if bound is not None:
-            condition += " AND id < %s"
+            condition += sql.BELOW_GUARD
             params = [*params, bound]
         total = 0
         for table in [tables] if isinstance(tables, str) else tables:
@@ -323,7 +309,7 @@ class _Run:
         with self.connection.cursor() as cursor:
             if self.dry_run:
                 cursor.execute(
-                    f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {condition} LIMIT %s) x",
+                    sql.fill(sql.COUNT_EXPIRED, table=table, condition=pgsql.SQL(condition)),
                     [*params, max(self.budget, 0)],
                 )
                 total = int(cursor.fetchone()[0])
@@ -331,11 +317,8 @@ class _Run:
                 return total
             while self.budget > 0:
                 want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
-                # A list of row addresses: one TID scan deletes them, whatever the table size.
                 cursor.execute(
-                    f"WITH gone AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY("
-                    f"SELECT ctid FROM {table} WHERE {condition} LIMIT %s)) RETURNING id) "
-                    "SELECT count(*), min(id), max(id) FROM gone",
+                    sql.fill(sql.DELETE_EXPIRED, table=table, condition=pgsql.SQL(condition)),
                     [*params, want],
                 )
                 done, first, last = cursor.fetchone()
@@ -359,7 +342,7 @@ class _Run:
                 "dead",
                 DEAD_TABLE,
                 f'queue "{queue}"',
-                "queue = %s AND died_at < %s",
+                sql.QUEUE_DIED_BEFORE,
                 [queue, self.now - timedelta(seconds=seconds)],
                 bound,
             )
@@ -383,7 +366,7 @@ def run_retention(
         raise RuntimeError("run_retention() commits batch by batch: call it outside atomic()")
     started = time.monotonic()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+        cursor.execute(sql.TRY_LOCK, [LOCK_KEY])
         if not cursor.fetchone()[0]:
             return RetentionReport(dry_run=dry_run, busy=True)
     try:
@@ -397,22 +380,7 @@ def run_retention(
         return run.report
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
-
-
-# Due when next_run_at has passed (or no run ever happened): moving it on is the claim.
-_CLAIM_RUN = """
-INSERT INTO pgqueue_maintenance AS m (name, next_run_at, last_started_at, last_worker, last_report)
-VALUES (%(name)s, now() + make_interval(secs => %(interval)s), now(), %(worker)s, '{}')
-ON CONFLICT (name) DO UPDATE
-SET next_run_at = EXCLUDED.next_run_at, last_started_at = now(), last_worker = %(worker)s
-WHERE m.next_run_at <= now()
-RETURNING 1
-"""
-
-_FINISH_RUN = """
-UPDATE pgqueue_maintenance SET last_finished_at = now(), last_report = %s WHERE name = %s
-"""
+            cursor.execute(sql.UNLOCK, [LOCK_KEY])
 
 
 def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | None:
@@ -428,7 +396,7 @@ def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | N
     connection = connections[alias]
     with connection.cursor() as cursor:
         cursor.execute(
-            _CLAIM_RUN, {"name": JOB, "interval": conf.RETENTION_INTERVAL, "worker": worker_id}
+            sql.CLAIM_RUN, {"name": JOB, "interval": conf.RETENTION_INTERVAL, "worker": worker_id}
         )
         if cursor.fetchone() is None:
             return None
@@ -436,7 +404,7 @@ def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | N
     if report.busy:
         return report
     with connection.cursor() as cursor:
-        cursor.execute(_FINISH_RUN, [json.dumps(report.as_json()), JOB])
+        cursor.execute(sql.FINISH_RUN, [json.dumps(report.as_json()), JOB])
     for line in report.lines():
         if report.steps:
             logger.info("Retention: %s", line)

@@ -5,7 +5,8 @@ import django.db.models.functions.text
 import django.db.models.lookups
 from django.db import migrations, models
 
-from django_pgqueue.core.partitions import ARCHIVE_TABLE_SQL, create_archive_partitions
+from django_pgqueue.core.partitions import create_archive_partitions
+from django_pgqueue.core.retention_sql import CREATE_ARCHIVE_TABLE
 
 
 class Migration(migrations.Migration):
@@ -274,7 +275,9 @@ class Migration(migrations.Migration):
                 ),
             ],
             database_operations=[
-                migrations.RunSQL(sql=ARCHIVE_TABLE_SQL, reverse_sql="DROP TABLE pgqueue_archive"),
+                migrations.RunSQL(
+                    sql=CREATE_ARCHIVE_TABLE, reverse_sql="DROP TABLE pgqueue_archive"
+                ),
                 migrations.RunPython(create_archive_partitions, migrations.RunPython.noop),
             ],
         ),

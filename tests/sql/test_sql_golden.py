@@ -21,7 +21,7 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
-from django_pgqueue.core import flow_control, periodic_sql, transitions
+from django_pgqueue.core import flow_control, periodic_sql, retention_sql, transitions
 from django_pgqueue.core import sql as core_sql
 from django_pgqueue.metrics import queues as metrics_queues
 from django_pgqueue.models import Message
@@ -35,6 +35,7 @@ REGENERATE = os.environ.get("PGQUEUE_REGENERATE_SQL") == "1"
 NAMED = {
     "core": core_sql,
     "periodic": periodic_sql,
+    "retention": retention_sql,
     "worker": worker_sql,
     "admin": admin_sql,
     "tasks": tasks_sql,
