@@ -427,7 +427,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
     pairs = [(t - sampler.t0, ms) for t, ms in _pairs(ctx, shape.tag)]
     out: dict[str, Any] = {
         "system": shape.system + (f" (worker: {old_tree.name})" if name == OLD_TREE else ""),
-        "key": name,
+        "key": "pgq" if name == OLD_TREE else name,
         "live_table": shape.live_table,
         "worker": system.worker_label,
         "capacity": capacity,

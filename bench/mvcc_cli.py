@@ -56,7 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-peers", action="store_const", const="", dest="peers")
     parser.add_argument(
         "--old-tree",
-        type=Path,
         help="another checkout (e.g. git archive main | tar -x -C DIR): sustained and snapshot "
         "run ours with the worker on its code too, first, in the same run",
     )
@@ -175,7 +174,8 @@ def run_scenarios(
         rate=args.rate,
     )
     systems = ["pgq", *ctx.peers]
-    if args.old_tree:
+    old_tree = Path(args.old_tree) if args.old_tree else None
+    if old_tree:
         systems.insert(0, mvcc.OLD_TREE)
     plans = {
         "sustained": base,
@@ -186,7 +186,7 @@ def run_scenarios(
             continue
         for system in systems:
             print(f"== {name}: {system} ({args.minutes:g} min)", flush=True)
-            run = mvcc.run_system(ctx, system, plans[name], args.old_tree)
+            run = mvcc.run_system(ctx, system, plans[name], old_tree)
             results.setdefault(name, []).append(run)
             _save(results, out)
             print(f"   {json.dumps(_rounded(run['figures']))}", flush=True)

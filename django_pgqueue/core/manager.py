@@ -253,13 +253,7 @@ class MessageManager(models.Manager["Message"]):
         key = ("bounded", "", limit)
         cached = self._statements.get(key)
         if cached is None:
-            statement = sql.LEASE.format(
-                candidates=sql.CANDIDATES_FROM.format(limit=limit),
-                reap_limit=sql.REAP_LIMIT,
-                shared=sql.SHARED_COLUMNS,
-                leased_columns=sql.leased_returning(),
-                leased_order=sql.LEASED_ORDER,
-            )
+            statement = _plain_claim(sql.CANDIDATES_FROM.format(limit=limit))
             if len(self._statements) >= _STATEMENT_CACHE_SIZE:
                 self._statements.clear()
             cached = self._statements[key] = (statement, ())
@@ -280,13 +274,7 @@ class MessageManager(models.Manager["Message"]):
             # compiled for: sql_with_params() would take the default's); nothing is sent here.
             with transaction.atomic(using=alias):
                 candidates_sql, candidates_params = candidates.query.get_compiler(alias).as_sql()
-            statement = sql.LEASE.format(
-                candidates=candidates_sql,
-                reap_limit=sql.REAP_LIMIT,
-                shared=sql.SHARED_COLUMNS,
-                leased_columns=sql.leased_returning(),
-                leased_order=sql.LEASED_ORDER,
-            )
+            statement = _plain_claim(candidates_sql)
             if len(self._statements) >= _STATEMENT_CACHE_SIZE:
                 self._statements.clear()
             cached = self._statements[key] = (statement, tuple(candidates_params))
@@ -317,6 +305,17 @@ _PAYLOAD_AT = sql.LEASED_COLUMNS.index("payload")
 _CLAIM_TIME_AT = 1 + sql.LEASED_COLUMNS.index("leased_at")
 
 _TIMESTAMPS_AT = tuple(sql.LEASED_COLUMNS.index(name) for name in sql.LEASED_TIMESTAMPS)
+
+
+def _plain_claim(candidates: str) -> str:
+    """sql.LEASE for a queue without flow control, around its ``candidates`` search."""
+    return sql.LEASE.format(
+        candidates=candidates,
+        reap_limit=sql.REAP_LIMIT,
+        shared=sql.SHARED_COLUMNS,
+        leased_columns=sql.leased_returning(),
+        leased_order=sql.LEASED_ORDER,
+    )
 
 
 def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: bool) -> list[Any]:
