@@ -11,6 +11,7 @@ its own system's run.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import threading
@@ -24,7 +25,7 @@ import psycopg
 
 from . import raw
 from .config import QUEUE
-from .context import Context
+from .context import REPO_DIR, Context
 from .measure import percentile, wait_until
 from .peers.runner import PEERS, Adapter
 from .scenarios import PGQ, Producers
@@ -107,13 +108,16 @@ class Plan:
 
 
 class Ours:
-    """pgq_worker and bench.producer processes (enqueue(), NOTIFY on)."""
+    """pgq_worker and bench.producer processes (enqueue(), NOTIFY on). ``code``: another
+    checkout whose django_pgqueue the worker runs (the producers run this one's), to set an
+    engine change beside the code it changes in one run."""
 
     shape = SHAPES["pgq"]
-    worker_label = PGQ_WORKER_LABEL
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, code: Path | None = None) -> None:
         self.ctx = ctx
+        self.code = code
+        self.worker_label = PGQ_WORKER_LABEL + (f", worker code {code}" if code else "")
         self.worker: Worker | None = None
         self.producers: Producers | None = None
 
@@ -121,7 +125,11 @@ class Ours:
         from . import core_cases
 
         core_cases.reset()
-        self.worker = Worker(self.ctx, 4, 100, "pgq-worker-mvcc")
+        env = {}
+        if self.code is not None:
+            # The other checkout first on the path, and not the working directory (this one).
+            env = {"PYTHONSAFEPATH": "1", "PYTHONPATH": f"{self.code}{os.pathsep}{REPO_DIR}"}
+        self.worker = Worker(self.ctx, 4, 100, "pgq-worker-mvcc", **env)
         self.worker.wait_ready(watch)
         self.producers = Producers(self.ctx, PRODUCERS)
 
@@ -186,7 +194,13 @@ class Peer:
 System = Ours | Peer
 
 
-def make_system(ctx: Context, name: str) -> System:
+#: The system name of ours with the worker running another checkout's code (``--old-tree``).
+OLD_TREE = "pgq-old-tree"
+
+
+def make_system(ctx: Context, name: str, old_tree: Path | None = None) -> System:
+    if name == OLD_TREE:
+        return Ours(ctx, old_tree)
     return Ours(ctx) if name == "pgq" else Peer(ctx, name)
 
 
@@ -360,9 +374,9 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / tick
 
 
-def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
+def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None) -> dict[str, Any]:
     """One system through capacity, then the offered load; returns its figures and series."""
-    system = make_system(ctx, name)
+    system = make_system(ctx, name, old_tree)
     shape = system.shape
     with raw.connect(ctx.dsn) as watch:
         system.start(watch)
@@ -393,9 +407,9 @@ def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
                 if plan.export_dir and name == "pgq":
                     export = Exporter(ctx, plan.export_dir)
                 snapshot_at = time.time() - sampler.t0
-                explain_calm = explain_claim(watch, name)
+                explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
-                explain_during = explain_claim(watch, name)
+                explain_during = explain_claim(watch, system)
                 if holder is not None:
                     holder.release()
                 if export is not None:
@@ -412,8 +426,8 @@ def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
             system.stop()
     pairs = [(t - sampler.t0, ms) for t, ms in _pairs(ctx, shape.tag)]
     out: dict[str, Any] = {
-        "system": shape.system,
-        "key": name,
+        "system": shape.system + (f" (worker: {old_tree.name})" if name == OLD_TREE else ""),
+        "key": "pgq" if name == OLD_TREE else name,
         "live_table": shape.live_table,
         "worker": system.worker_label,
         "capacity": capacity,
@@ -462,8 +476,8 @@ ORDER BY queue, priority DESC, available_at, id LIMIT 100
 BOUND = "AND available_at >= now() - interval '1 second'"
 
 
-def explain_claim(conn: psycopg.Connection[Any], name: str) -> dict[str, str]:
-    if name != "pgq":
+def explain_claim(conn: psycopg.Connection[Any], system: System) -> dict[str, str]:
+    if not isinstance(system, Ours):
         return {}
     out = {}
     for label, bound in (("head", ""), ("bounded", BOUND)):

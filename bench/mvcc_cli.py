@@ -6,7 +6,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--tenants 10000] [--fair-backlog N] [--workers 1,2,4,8,16]
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
-                         [--out bench/results/<stamp>-mvcc] [--no-plots]
+                         [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", default=",".join(DEFAULT), help=f"of {','.join(ALL)}")
     parser.add_argument("--peers", default="pgqueuer,procrastinate")
     parser.add_argument("--no-peers", action="store_const", const="", dest="peers")
+    parser.add_argument(
+        "--old-tree",
+        help="another checkout (e.g. git archive main | tar -x -C DIR): sustained and snapshot "
+        "run ours with the worker on its code too, first, in the same run",
+    )
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--capacity-n", type=int, default=10_000, help="per producer")
     parser.add_argument("--enqueue-batch", type=int, default=10, help="messages per call")
@@ -169,6 +174,9 @@ def run_scenarios(
         rate=args.rate,
     )
     systems = ["pgq", *ctx.peers]
+    old_tree = Path(args.old_tree) if args.old_tree else None
+    if old_tree:
+        systems.insert(0, mvcc.OLD_TREE)
     plans = {
         "sustained": base,
         "snapshot": replace(base, load=0.7, snapshot=True),
@@ -178,7 +186,7 @@ def run_scenarios(
             continue
         for system in systems:
             print(f"== {name}: {system} ({args.minutes:g} min)", flush=True)
-            run = mvcc.run_system(ctx, system, plans[name])
+            run = mvcc.run_system(ctx, system, plans[name], old_tree)
             results.setdefault(name, []).append(run)
             _save(results, out)
             print(f"   {json.dumps(_rounded(run['figures']))}", flush=True)

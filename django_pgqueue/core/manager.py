@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from django.db.models.functions import Now
 from ..conf import get_settings
 from ..exceptions import LeaseError
 from . import sql
+from .claim_bound import ClaimBounds
 from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
 from .flow_control import claim_with_flow_control, flow_config
 from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
@@ -58,6 +60,7 @@ class MessageManager(models.Manager["Message"]):
         hold: bool = False,
         using: str | None = None,
         decode_payloads: bool = True,
+        bounds: ClaimBounds | None = None,
     ) -> list[Message]:
         """Lease up to ``batch_size`` ready messages for ``worker_id``.
 
@@ -78,6 +81,11 @@ class MessageManager(models.Manager["Message"]):
 
         ``decode_payloads=False`` leaves each ``payload`` as its JSON text, for a caller that
         decodes it elsewhere (the worker does, in the handler's thread).
+
+        ``bounds``: the caller's :class:`~django_pgqueue.core.claim_bound.ClaimBounds`, kept
+        across its calls (a worker passes its own): plain claims (``hold=False``) then walk
+        the claim index from where the last one left nothing behind, not from its head,
+        which stays cheap while a long transaction keeps vacuum from removing dead entries.
         """
         queue_list = [queues] if isinstance(queues, str) else list(queues)
         for queue in queue_list:
@@ -92,7 +100,14 @@ class MessageManager(models.Manager["Message"]):
             if not connection.in_atomic_block:
                 raise LeaseError("lease(hold=True) must run inside transaction.atomic().")
             return self._lease_queues(
-                queue_list, worker_id, batch_size, vt, alias, hold=True, decode=decode_payloads
+                queue_list,
+                worker_id,
+                batch_size,
+                vt,
+                alias,
+                None,
+                hold=True,
+                decode=decode_payloads,
             )
         if connection.in_atomic_block:
             raise LeaseError(
@@ -101,7 +116,14 @@ class MessageManager(models.Manager["Message"]):
             )
         # Each queue's claim is one short transaction of its own.
         return self._lease_queues(
-            queue_list, worker_id, batch_size, vt, alias, hold=False, decode=decode_payloads
+            queue_list,
+            worker_id,
+            batch_size,
+            vt,
+            alias,
+            bounds,
+            hold=False,
+            decode=decode_payloads,
         )
 
     @staticmethod
@@ -120,6 +142,7 @@ class MessageManager(models.Manager["Message"]):
         batch_size: int,
         vt: float,
         alias: str,
+        bounds: ClaimBounds | None,
         hold: bool,
         decode: bool,
     ) -> list[Message]:
@@ -128,19 +151,43 @@ class MessageManager(models.Manager["Message"]):
             wanted = batch_size - len(leased)
             if wanted <= 0:
                 break
-            rows = self._claim_one_queue(queue, worker_id, wanted, vt, alias, hold)
+            rows = self._claim_one_queue(queue, worker_id, wanted, vt, alias, bounds, hold)
             leased.extend(self._messages_from_rows(rows, alias, decode))
         return leased
 
     def _claim_one_queue(
-        self, queue: str, worker_id: str, limit: int, vt: float, alias: str, hold: bool
+        self,
+        queue: str,
+        worker_id: str,
+        limit: int,
+        vt: float,
+        alias: str,
+        bounds: ClaimBounds | None,
+        hold: bool,
     ) -> list[Any]:
         flow = flow_config(queue)
         if flow is not None:
             # Opt-in per queue: fairness and limits take their own path (flow_control.py).
             return claim_with_flow_control(flow, queue, worker_id, limit, vt, alias, hold)
-        statement, candidate_params = self._lease_statement(alias, queue, limit)
-        params = [queue, *candidate_params, worker_id, vt]
+        bound = None if bounds is None else bounds.start(queue)
+        if bound is not None:
+            statement = self._bounded_lease_statement(limit)
+            params = [queue, queue, bound, queue, worker_id, vt]
+            rows = self._run_claim(alias, statement, params, hold)
+        else:
+            statement, candidate_params = self._lease_statement(alias, queue, limit)
+            params = [queue, *candidate_params, worker_id, vt]
+            began = time.monotonic()
+            rows = self._run_claim(alias, statement, params, hold)
+            if bounds is not None:
+                bounds.walked_from_head(queue, time.monotonic() - began)
+        if bounds is not None:
+            claimed = [row for row in rows if row[0] == "claimed"]
+            if claimed and len(claimed) < limit:
+                bounds.drained(queue, claimed[0][_CLAIM_TIME_AT] / 1e6)
+        return rows
+
+    def _run_claim(self, alias: str, statement: str, params: list[Any], hold: bool) -> list[Any]:
         connection = connections[alias]
         # driver_path first: its health check may replace the connection with a fresh one.
         if not hold and driver_path(connection) and is_claim_session(connection):
@@ -201,6 +248,17 @@ class MessageManager(models.Manager["Message"]):
             leased.append(message)
         return leased
 
+    def _bounded_lease_statement(self, limit: int) -> str:
+        """The claim walked from a bound (``sql.CANDIDATES_FROM``), one text per batch size."""
+        key = ("bounded", "", limit)
+        cached = self._statements.get(key)
+        if cached is None:
+            statement = _plain_claim(sql.CANDIDATES_FROM.format(limit=limit))
+            if len(self._statements) >= _STATEMENT_CACHE_SIZE:
+                self._statements.clear()
+            cached = self._statements[key] = (statement, ())
+        return cached[0]
+
     def _lease_statement(self, alias: str, queue: str, limit: int) -> tuple[str, tuple[Any, ...]]:
         """The claim statement around the ORM's SKIP LOCKED select, compiled once per shape."""
         key = (alias, queue, limit)
@@ -216,13 +274,7 @@ class MessageManager(models.Manager["Message"]):
             # compiled for: sql_with_params() would take the default's); nothing is sent here.
             with transaction.atomic(using=alias):
                 candidates_sql, candidates_params = candidates.query.get_compiler(alias).as_sql()
-            statement = sql.LEASE.format(
-                candidates=candidates_sql,
-                reap_limit=sql.REAP_LIMIT,
-                shared=sql.SHARED_COLUMNS,
-                leased_columns=sql.leased_returning(),
-                leased_order=sql.LEASED_ORDER,
-            )
+            statement = _plain_claim(candidates_sql)
             if len(self._statements) >= _STATEMENT_CACHE_SIZE:
                 self._statements.clear()
             cached = self._statements[key] = (statement, tuple(candidates_params))
@@ -248,7 +300,22 @@ class MessageManager(models.Manager["Message"]):
 
 
 _PAYLOAD_AT = sql.LEASED_COLUMNS.index("payload")
+# In a claim's row (its outcome first): when the lease was taken, the claim's now(), in
+# microseconds since the epoch.
+_CLAIM_TIME_AT = 1 + sql.LEASED_COLUMNS.index("leased_at")
+
 _TIMESTAMPS_AT = tuple(sql.LEASED_COLUMNS.index(name) for name in sql.LEASED_TIMESTAMPS)
+
+
+def _plain_claim(candidates: str) -> str:
+    """sql.LEASE for a queue without flow control, around its ``candidates`` search."""
+    return sql.LEASE.format(
+        candidates=candidates,
+        reap_limit=sql.REAP_LIMIT,
+        shared=sql.SHARED_COLUMNS,
+        leased_columns=sql.leased_returning(),
+        leased_order=sql.LEASED_ORDER,
+    )
 
 
 def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: bool) -> list[Any]:

@@ -270,6 +270,18 @@ FROM buried
 ORDER BY position
 """
 
+# LEASE's ``{candidates}`` in a plain claim walked from a lower bound on ``available_at``
+# (core/claim_bound.py): the claim order of ``MessageManager.claimable``, and the bound an
+# index condition of the claim index, so that the entries below it are passed over without a
+# visit to the heap. Parameters: the queue, the bound (seconds since the epoch), the queue.
+CANDIDATES_FROM = """SELECT id, lease_token FROM pgqueue_message
+    WHERE queue = %s AND attempts < max_attempts
+      AND available_at >= to_timestamp(%s::float8) AND available_at <= statement_timestamp()
+      AND NOT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %s AND q.paused)
+    ORDER BY priority DESC, available_at, id
+    LIMIT {limit}
+    FOR UPDATE SKIP LOCKED"""
+
 # A leased message's ``fair_order``: -1 in flow-controlled claims (out of any fair order, and
 # counted in flight: see FLOW_COMMON_CTES); in plain claims -1 only for a row that had a place
 # (its queue was fair), others stay NULL.

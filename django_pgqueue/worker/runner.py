@@ -43,6 +43,7 @@ from django.db.backends.signals import connection_created
 
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import execution, sql, transitions
+from ..core.claim_bound import ClaimBounds
 from ..core.registry import registry
 from ..core.validation import QueueNameError, validate_queue_name
 from ..metrics.instruments import Instruments
@@ -120,6 +121,8 @@ class Worker:
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE}]")
         self.poll_interval = options.poll_interval or conf.POLL_INTERVAL
+        # Where the main loop's and the listener's claims start their walk of the claim index.
+        self.claim_bounds = ClaimBounds()
         self.grace_period = (
             conf.GRACE_PERIOD if options.grace_period is None else options.grace_period
         )
@@ -723,6 +726,7 @@ class Worker:
             visibility_timeout=self.options.visibility_timeout,
             using=self.alias,
             decode_payloads=False,  # each handler's thread decodes its own
+            bounds=self.claim_bounds,
         )
         self.db_ok_at = time.monotonic()
         self.instruments.claimed(queue, len(batch))

@@ -93,6 +93,8 @@ def rendered() -> dict[str, str]:
     for limit in (1, 10):
         text, _ = Message.objects._lease_statement("default", "golden", limit)
         statements[f"plain_claim/batch_{limit}.sql.txt"] = text
+        text = Message.objects._bounded_lease_statement(limit)
+        statements[f"plain_claim/from_bound_batch_{limit}.sql.txt"] = text
     return {path: text.strip() + "\n" for path, text in statements.items()}
 
 

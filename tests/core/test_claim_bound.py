@@ -1,0 +1,121 @@
+"""A claimer's bound (core/claim_bound.py): its claims walk the claim index from a lower bound
+on ``available_at``, and a message that becomes due below that bound is still claimed, by the
+walk from the head that follows within HEAD_WALK_EVERY seconds."""
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+import django_pgqueue
+from django_pgqueue.core.claim_bound import HEAD_WALK_EVERY, SLACK, ClaimBounds
+from django_pgqueue.models import Message
+from tests.plans import explain_prepared, nodes, unbounded_reads
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claim(bounds: ClaimBounds) -> list[int]:
+    leased = Message.objects.lease("default", worker_id="w1", batch_size=10, bounds=bounds)
+    return [m.id for m in leased]
+
+
+def db_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def bounded(bounds: ClaimBounds) -> ClaimBounds:
+    """``bounds`` after a claim from the head that left nothing behind: its next claim of
+    the queue walks from a bound."""
+    first = django_pgqueue.enqueue("t", {"n": 0}).id
+    assert claim(bounds) == [first]
+    assert bounds.start("default") is not None
+    return bounds
+
+
+def test_a_message_run_after_a_time_before_the_bound_is_claimed_all_the_same():
+    bounds = bounded(ClaimBounds())
+    old = django_pgqueue.enqueue(
+        "t", {"n": 1}, priority=10, run_after=db_now() - dt.timedelta(hours=1)
+    ).id
+    assert claim(bounds) == []  # the walk from the bound passes it over...
+    time.sleep(HEAD_WALK_EVERY)
+    assert claim(bounds) == [old]  # ...the next walk from the head takes it
+
+
+def test_a_message_enqueued_before_the_bound_and_committed_after_it_is_claimed():
+    enqueued, committed, go = threading.Event(), threading.Event(), threading.Event()
+    late: list[int] = []
+
+    def enqueue_in_a_long_transaction() -> None:
+        try:
+            with transaction.atomic():
+                late.append(django_pgqueue.enqueue("t", {"n": "late"}).id)
+                enqueued.set()
+                go.wait(30)
+        finally:
+            connection.close()
+            committed.set()
+
+    writer = threading.Thread(target=enqueue_in_a_long_transaction)
+    writer.start()
+    assert enqueued.wait(30)
+    time.sleep(SLACK + 0.2)  # its available_at falls below the bound the next claim sets
+    bounds = bounded(ClaimBounds())
+    go.set()
+    assert committed.wait(30)
+    writer.join()
+    assert claim(bounds) == []
+    time.sleep(HEAD_WALK_EVERY)
+    assert claim(bounds) == late
+
+
+def test_a_bounded_claim_takes_what_is_due_above_the_bound_in_claim_order():
+    bounds = bounded(ClaimBounds())
+    low = django_pgqueue.enqueue("t", {"n": 1}).id
+    high = django_pgqueue.enqueue("t", {"n": 2}, priority=5).id
+    scheduled = django_pgqueue.enqueue("t", {"n": 3}, run_after=dt.timedelta(hours=1)).id
+    assert bounds.start("default") is not None
+    assert claim(bounds) == [high, low]
+    assert Message.objects.get(pk=scheduled).lease_token is None
+
+
+def test_without_bounds_every_claim_walks_from_the_head():
+    django_pgqueue.enqueue("t", {"n": 0})
+    Message.objects.lease("default", worker_id="w1", batch_size=10)
+    old = django_pgqueue.enqueue("t", {"n": 1}, run_after=db_now() - dt.timedelta(hours=1)).id
+    assert [m.id for m in Message.objects.lease("default", worker_id="w1")] == [old]
+
+
+def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
+    """The entries below the bound are passed over on the index alone: the bound is an
+    index condition of the claim index in the claim's own (generic, prepared) plan."""
+    from django_pgqueue.core import execution, prepared
+
+    execution.dedicate_to_claims(connection)
+    try:
+        bounds = bounded(ClaimBounds())
+        admin_conn.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload) "
+            "SELECT 'default', 't', '{}' FROM generate_series(1, 5000)"
+        )
+        admin_conn.execute("ANALYZE pgqueue_message")
+        assert len(claim(bounds)) == 10  # prepares the claim from the bound
+        statement = Message.objects._bounded_lease_statement(10)
+        params = ["default", "default", bounds.start("default"), "default", "w1", 30.0]
+        name, _ = prepared.prepared_form("claim", statement, tuple(map(_type, params)))
+        with connection.cursor() as cursor:
+            [plan] = explain_prepared(cursor, name, params, {}).values()
+        assert unbounded_reads(plan) == [], plan
+        [walk] = [n for n in nodes(plan) if n.get("Index Name") == "pgq_message_claim"]
+        assert "available_at >=" in walk["Index Cond"], walk
+    finally:
+        execution.end_claim_session(connection)
+
+
+def _type(value: object) -> str:
+    return "float8" if isinstance(value, float) else "text"
