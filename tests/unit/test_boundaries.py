@@ -15,14 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 import django_pgqueue
 from django_pgqueue.exceptions import PgQueueError
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Imported only with the extras that provide what they import.
-OPTIONAL = ("django_pgqueue.tasks", "django_pgqueue.pipeline")
+# Imported only with the extras that provide what they import (the metrics' exposition says
+# which extra it needs with ImproperlyConfigured).
+OPTIONAL = ("django_pgqueue.tasks", "django_pgqueue.pipeline", "django_pgqueue.metrics")
 
 
 def package_modules() -> list[str]:
@@ -38,7 +40,7 @@ def test_every_exception_the_package_defines_is_a_pgqueue_error():
     for name in package_modules():
         try:
             module = importlib.import_module(name)
-        except ImportError:
+        except (ImportError, ImproperlyConfigured):
             if name.startswith(OPTIONAL):
                 continue
             raise
