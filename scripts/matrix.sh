@@ -11,14 +11,16 @@ set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
 
-# name  python  django  extras   (dj52-py313 has no django-tasks backport: the queue, worker
-# and admin need nothing else on 5.2, and the tasks tests are not collected)
+# name  python  django  extras  tests   (dj52-py313 has no django-tasks backport: the queue,
+# worker and admin need nothing else on 5.2, and the tasks tests are not collected). "all"
+# runs the slow tests (worker processes, big tables) too; "fast" leaves them to the entries
+# that differ most from the default (the oldest Django with each Python) and to the suite.
 MATRIX=(
-    "dj52-py312 3.12 django~=5.2.19 test,tasks"
-    "dj52-py313 3.13 django~=5.2.19 test"
-    "dj60-py312 3.12 django~=6.0.10 test"
-    "dj60-py313 3.13 django~=6.0.10 test"
-    "dj61-py313 3.13 django~=6.1.3 test"
+    "dj52-py312 3.12 django~=5.2.19 test,tasks all"
+    "dj52-py313 3.13 django~=5.2.19 test all"
+    "dj60-py312 3.12 django~=6.0.10 test fast"
+    "dj60-py313 3.13 django~=6.0.10 test fast"
+    "dj61-py313 3.13 django~=6.1.3 test fast"
 )
 TESTS=(tests/unit tests/core tests/worker tests/tasks tests/admin)
 
@@ -40,8 +42,10 @@ find_python() {  # find_python 3.13 -> a python3.13 executable
     return 1
 }
 
-run_entry() {  # run_entry name python django extras
-    local name="$1" version="$2" django="$3" extras="$4"
+run_entry() {  # run_entry name python django extras tests
+    local name="$1" version="$2" django="$3" extras="$4" which="$5"
+    local markers="not spark and not browser"
+    [ "$which" = all ] || markers="$markers and not slow"
     local venv="$REPO_DIR/.venv-matrix/$name" python
     python="$(find_python "$version")" || {
         echo "==> $name: Python $version not found" >&2
@@ -66,7 +70,7 @@ run_entry() {  # run_entry name python django extras
     echo "==> $name: $("$venv/bin/python" --version), Django $django_version"
     # pytest's pythonpath puts the repository first: the tests run this checkout's code.
     PGQUEUE_TEST_DB="${PGQUEUE_TEST_DB:-test_pgqueue}_${name//-/_}" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not spark and not browser" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "$markers" \
         "${TESTS[@]}" >"$log" 2>&1 || status=$?
     tail -n 12 "$log"
     SUMMARY+=("$name (Django $django_version): $(tail -n 1 "$log" | tr -d '=') [$((SECONDS - started))s]")
@@ -76,11 +80,11 @@ run_entry() {  # run_entry name python django extras
 SUMMARY=()
 failed=()
 for entry in "${MATRIX[@]}"; do
-    read -r name version django extras <<<"$entry"
+    read -r name version django extras which <<<"$entry"
     if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
         continue
     fi
-    run_entry "$name" "$version" "$django" "$extras" || failed+=("$name")
+    run_entry "$name" "$version" "$django" "$extras" "$which" || failed+=("$name")
 done
 echo "==> matrix"
 printf '    %s\n' "${SUMMARY[@]}"
