@@ -135,7 +135,8 @@ def database_closed(admin_conn: psycopg.Connection[Any], worker_id: str) -> Iter
     server.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS false')
     try:
         admin_conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name LIKE %s AND datname = current_database()",
             [f"pgq_worker:{worker_id}:%"],
         )
         yield
@@ -145,9 +146,11 @@ def database_closed(admin_conn: psycopg.Connection[Any], worker_id: str) -> Iter
 
 
 def terminate_backends(admin_conn: object, worker_id: str, role: str) -> int:
-    """pg_terminate_backend every connection of ``worker_id`` whose label ends in ``role``."""
+    """pg_terminate_backend every connection of ``worker_id`` whose label ends in ``role``, in
+    this test database only (another checkout's tests may run workers of the same name)."""
     rows = admin_conn.execute(  # type: ignore[attr-defined]
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = %s AND datname = current_database()",
         [f"pgq_worker:{worker_id}:{role}"[:63]],
     ).fetchall()
     return len(rows)
