@@ -8,8 +8,8 @@ alone: never beside another benchmark or the tests)::
 One process leases and completes ``--claims`` messages per queue with ``lease()`` +
 ``complete()``, in chunks taken in turn from each queue (so that a shared machine's drift
 moves all of them alike): a plain queue, a fair one, the fully flow-controlled one of
-``flow_control_bench.py`` (fairness, a key limit, a queue limit and a rate, none binding), the
-same with claim credits switched off, and fairness with each limit alone. For each chunk it
+``flow_control_bench.py`` (fairness, a key limit, a queue limit and a rate, none binding), and
+fairness with each limit alone. For each chunk it
 reads its own CPU time (``time.process_time``) and the backend's (``/proc/<pid>/schedstat``, so the server must run
 on this host; otherwise only the client's is shown). The table shows medians over chunks, in
 microseconds per message, and the total against the plain queue's.
@@ -39,11 +39,7 @@ QUEUES = (
     ("flow_limit", "fairness + CONCURRENCY_LIMIT 10,000"),
     ("flow_key", "fairness + KEY_CONCURRENCY_LIMIT 1,000"),
     ("flow", "flow on (all of them)"),
-    ("flow_without_credits", "flow on, claim credits off"),
 )
-
-#: Queues claimed with claim credits switched off (``flow_control.CREDIT_CLAIMS`` = 0).
-WITHOUT_CREDITS = frozenset({"flow_without_credits"})
 
 
 def backend_cpu(pid: int) -> float | None:
@@ -56,13 +52,10 @@ def backend_cpu(pid: int) -> float | None:
 
 
 def measure(claims: int, chunks: int, batch: int) -> dict[str, list[tuple[float, float | None]]]:
-    from django_pgqueue.core import flow_control, transitions
+    from django_pgqueue.core import transitions
     from django_pgqueue.models import Message
 
-    credit_claims = flow_control.CREDIT_CLAIMS
-
     def claim(queue: str) -> list[Message]:
-        flow_control.CREDIT_CLAIMS = 0 if queue in WITHOUT_CREDITS else credit_claims
         return Message.objects.lease(queue, worker_id="cpu", batch_size=batch)
 
     per_chunk = max(1, claims // chunks)

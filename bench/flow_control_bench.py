@@ -18,11 +18,9 @@ on the server named by ``BENCH_SERVER_DSN`` (default
    the plain queue, then of the flow-controlled one. Here the claim overlaps with the handlers
    and the acknowledgements, as in production.
 3. Claim cost with leases in flight (``--only held``): one process holds 0 to 10,000 leases
-   while another claims and completes batches, on a plain queue and on a queue with fairness,
-   a concurrency limit and a rate, its claims either counting the leases in flight or reading
-   the count that claims and acks keep (``flow_control.KEPT_COUNT_BATCH``), side by side; and
-   on a queue with key limits (a default one and a tenant's own), and one with a key limit
-   and a key rate, as claims choose.
+   while another claims and completes batches, on a plain queue, on a queue with fairness, a
+   concurrency limit and a rate, on a queue with key limits (a default one and a tenant's
+   own), and on one with a key limit and a key rate.
 4. Light tenant latency: claimers that spend ``work`` ms per message serve a light tenant
    producing a steady trickle, alone and then beside a heavy tenant enqueueing 100x as much
    (fairness on; and, for contrast, off). Wait = lease time - enqueue time, database clock.
@@ -95,8 +93,6 @@ def setup_django() -> None:
             "NOTIFY": False,
             "QUEUES": {
                 "flow": FLOW_ON,
-                # The same, claimed with claim credits switched off (bench/claim_cpu.py).
-                "flow_without_credits": FLOW_ON,
                 "fair": {"FAIRNESS": True},
                 # Many leases in flight: no key limit (it would bind), a queue limit far off.
                 "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
@@ -131,8 +127,8 @@ def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
 
 def reset_tables() -> None:
     execute(
-        "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_flow_state, "
-        "pgqueue_flow_rate_shard, pgqueue_flow_key_bucket, pgqueue_flow_credit"
+        "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_flow_allowance, "
+        "pgqueue_flow_rate"
     )
 
 
@@ -441,9 +437,7 @@ def _cycle_times(queue: str, batch: int, cycles: int) -> list[float]:
 
 
 def report_held(reps: int, cycles: int) -> None:
-    """What a claim and its ack cost with many leases in flight: counted, or read from (and
-    kept in) the kept count."""
-    from django_pgqueue.core import flow_control
+    """What a claim and its ack cost with many leases in flight (exact claims count them)."""
     from django_pgqueue.models import Message
 
     print(
@@ -452,62 +446,41 @@ def report_held(reps: int, cycles: int) -> None:
     )
     print()
     print(
-        "| in flight | batch | plain | flow, counting | flow, kept count | key limits "
-        "| key limit + key rate | counting / plain | kept / plain | key limits / plain "
-        "| + key rate / plain |"
+        "| in flight | batch | plain | queue limit + rate | key limits | key limit + key rate "
+        "| limits / plain | key limits / plain | + key rate / plain |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    # (KEPT_COUNT_BATCH, KEPT_COUNT_HELD) that make every claim count, or read the kept count.
-    variants = {"counting": (10**9, 10**9), "kept": (1, 0)}
-    saved = (flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD)
-    try:
-        for held in HELD:
-            for batch in (1, 10, 100):
-                reset_tables()
-                backlog = held + (1 + 2 * reps) * cycles * batch
-                queues = ("plain", "limited", "keyed", "key_rate")
-                for queue in queues:
-                    prefill(queue, backlog)
-                for queue in queues:  # another process's leases, long ones
-                    taken = 0
-                    while taken < held:
-                        taken += len(
-                            Message.objects.lease(
-                                queue,
-                                worker_id="holder",
-                                batch_size=min(100, held - taken),
-                                visibility_timeout=3600,
-                            )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    queues = ("plain", "limited", "keyed", "key_rate")
+    for held in HELD:
+        for batch in (1, 10, 100):
+            reset_tables()
+            backlog = held + (1 + 2 * reps) * cycles * batch
+            for queue in queues:
+                prefill(queue, backlog)
+            for queue in queues:  # another process's leases, long ones
+                taken = 0
+                while taken < held:
+                    taken += len(
+                        Message.objects.lease(
+                            queue,
+                            worker_id="holder",
+                            batch_size=min(100, held - taken),
+                            visibility_timeout=3600,
                         )
-                times: dict[str, list[float]] = {
-                    "plain": [],
-                    "counting": [],
-                    "kept": [],
-                    "keyed": [],
-                    "key_rate": [],
-                }
-                for _ in range(reps):
-                    times["plain"] += _cycle_times("plain", batch, cycles)
-                    for name, knobs in variants.items():
-                        flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = knobs
-                        flow_control.LEASES_SEEN.reset()
-                        times[name] += _cycle_times("limited", batch, cycles)
-                    flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved
-                    flow_control.LEASES_SEEN.reset()
-                    for queue in ("keyed", "key_rate"):
-                        times[queue] += _cycle_times(queue, batch, cycles)
-                m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
-                flows = ("counting", "kept", "keyed", "key_rate")
-                print(
-                    f"| {held:,} | {batch} | {m['plain']:,.0f} | "
-                    + " | ".join(f"{m[k]:,.0f}" for k in flows)
-                    + " | "
-                    + " | ".join(f"{m[k] / m['plain']:.2f}" for k in flows)
-                    + " |"
-                )
-    finally:
-        flow_control.KEPT_COUNT_BATCH, flow_control.KEPT_COUNT_HELD = saved
-        flow_control.LEASES_SEEN.reset()
+                    )
+            times: dict[str, list[float]] = {queue: [] for queue in queues}
+            for _ in range(reps):
+                for queue in queues:
+                    times[queue] += _cycle_times(queue, batch, cycles)
+            m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+            flows = ("limited", "keyed", "key_rate")
+            print(
+                f"| {held:,} | {batch} | {m['plain']:,.0f} | "
+                + " | ".join(f"{m[k]:,.0f}" for k in flows)
+                + " | "
+                + " | ".join(f"{m[k] / m['plain']:.2f}" for k in flows)
+                + " |"
+            )
     print()
 
 

@@ -334,6 +334,6 @@ class WorkerHeartbeat(models.Model):
 
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the periodic
 # schedules belong to this app too. The pipeline's tables belong to django_pgqueue.pipeline.
-from .core.flow_models import FlowCredit, FlowKeyBucket, FlowRateShard, FlowState  # noqa: E402, F401
+from .core.flow_models import FlowAllowance, FlowRate  # noqa: E402, F401
 from .core.maintenance_models import MaintenanceState  # noqa: E402, F401
 from .core.periodic_models import PeriodicSchedule  # noqa: E402, F401

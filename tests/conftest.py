@@ -45,18 +45,3 @@ def listener(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
 def drain(conn: psycopg.Connection[Any], timeout: float = 0.5) -> list[tuple[str, str]]:
     """All notifications that arrive within ``timeout`` seconds: (channel, payload) pairs."""
     return [(n.channel, n.payload) for n in conn.notifies(timeout=timeout)]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_placing_schedule() -> Iterator[None]:
-    """Each test starts as a new process would: its first fair claim places, it has seen no
-    leases in flight yet and holds no claim credit."""
-    from django_pgqueue.core.flow_control import CREDITS, LEASES_SEEN, PLACING_SCHEDULE
-
-    PLACING_SCHEDULE.reset()
-    LEASES_SEEN.reset()
-    CREDITS.reset()
-    yield
-    PLACING_SCHEDULE.reset()
-    LEASES_SEEN.reset()
-    CREDITS.reset()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 LIVE_TABLE = "pgqueue_message"
@@ -57,3 +58,47 @@ def explain_prepared(
             cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({values})")
             plans[name] = cursor.fetchone()[0]
     return plans
+
+
+@contextmanager
+def nested_plans(connection: Any) -> Iterator[list[dict[str, Any]]]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of every statement run meanwhile on Django's
+    ``connection``, those inside SQL functions included (the flow-control claim's), as
+    ``auto_explain`` sends them to the client at NOTICE level: a list of ``{"Query Text",
+    "Plan"}`` entries, in the order they finished."""
+    raw = connection.connection
+    found: list[dict[str, Any]] = []
+
+    def on_notice(diagnostic: Any) -> None:
+        text = diagnostic.message_primary or ""
+        if text.startswith("duration:") and "plan:" in text:
+            found.append(json.loads(text.split("plan:", 1)[1]))
+
+    with connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        for setting, value in _AUTO_EXPLAIN.items():
+            cursor.execute(f"SET auto_explain.{setting} = {value}")
+    raw.add_notice_handler(on_notice)
+    try:
+        yield found
+    finally:
+        raw.remove_notice_handler(on_notice)
+        with connection.cursor() as cursor:
+            cursor.execute("SET auto_explain.log_min_duration = -1")
+
+
+_AUTO_EXPLAIN = {
+    "log_min_duration": "0",
+    "log_nested_statements": "on",
+    "log_analyze": "on",
+    "log_buffers": "on",
+    "log_timing": "off",
+    "log_format": "json",
+    "log_level": "notice",
+}
+
+
+def buffers(plan: Mapping[str, Any]) -> int:
+    """Shared buffers a plan's root node hit or read (its whole statement's)."""
+    root = plan["Plan"]
+    return int(root.get("Shared Hit Blocks", 0)) + int(root.get("Shared Read Blocks", 0))

@@ -15,10 +15,10 @@ from django.db.models.functions import Now
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
-from . import sql
+from . import flow_control, sql
 from .claim_bound import ClaimBounds
 from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
-from .flow_control import claim_with_flow_control, flow_config
+from .flow_control import flow_config
 from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
 from .registry import notify_dead
 from .timestamps import TimestampLoader
@@ -167,8 +167,11 @@ class MessageManager(models.Manager["Message"]):
     ) -> list[Any]:
         flow = flow_config(queue)
         if flow is not None:
-            # Opt-in per queue: fairness and limits take their own path (flow_control.py).
-            return claim_with_flow_control(flow, queue, worker_id, limit, vt, alias, hold)
+            # Opt-in per queue: the candidates come from the flow-control function
+            # (flow_control.py); inside a transaction every limit is counted exactly.
+            exact = hold or connections[alias].in_atomic_block
+            params = flow_control.claim_params(flow, queue, worker_id, limit, vt, exact)
+            return self._run_claim(alias, flow_control.CLAIM, params, hold)
         bound = None if bounds is None else bounds.start(queue)
         if bound is not None:
             statement = self._bounded_lease_statement(limit)

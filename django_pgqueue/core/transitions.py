@@ -7,7 +7,6 @@ the message, or an operator moved it) changes nothing and is reported in ``stale
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 import traceback as traceback_module
@@ -20,7 +19,7 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..models import DeadReason
-from . import flow_control, sql
+from . import sql
 from .execution import BY_ID_PLAN, ack_settings, execute, set_local
 from .prepared import can_prepare, execute_prepared
 
@@ -57,13 +56,10 @@ class Outcome:
     cancel_requested: list[int] = field(default_factory=list)
 
 
-def _pairs(
-    leases: Iterable[LeaseRef],
-) -> tuple[list[int], list[uuid.UUID | None], str | None]:
-    """Ids and tokens, and the queue of the first lease that tells it (a ``Message``)."""
+def _pairs(leases: Iterable[LeaseRef]) -> tuple[list[int], list[uuid.UUID | None]]:
+    """The leases' ids and tokens."""
     ids: list[int] = []
     tokens: list[uuid.UUID | None] = []
-    queue: str | None = None
     for lease in leases:
         if isinstance(lease, tuple):
             ids.append(lease[0])
@@ -71,9 +67,7 @@ def _pairs(
         else:
             ids.append(lease.id)
             tokens.append(lease.lease_token)
-            if queue is None:
-                queue = getattr(lease, "queue", None)
-    return ids, tokens, queue
+    return ids, tokens
 
 
 def _alias(using: str | None) -> str:
@@ -114,46 +108,6 @@ def _run(
         return list(cursor.fetchall())
 
 
-# Each ack with the CTE that takes the flow leases it ends away from their queue's lease count
-# (sql.LEASES_ENDED_CTE): the end of the ack's CTE of acked rows, and that CTE's name.
-_COUNTING_ACKS = {
-    "complete": (sql.COMPLETE, "RETURNING m.*, d.result\n)", "done"),
-    "fail": (sql.FAIL, "FOR UPDATE OF m\n)", "target"),
-    "release": (sql.RELEASE, "RETURNING m.id, m.queue, m.fair_order\n)", "released"),
-}
-
-
-@functools.cache
-def _counting_ack(kind: str, tickets: int) -> str:
-    statement, anchor, ended = _COUNTING_ACKS[kind]
-    return sql.counting_ack(statement, anchor, ended, tickets)
-
-
-def _ack(
-    connection: Any,
-    kind: str,
-    params: list[Any],
-    types: tuple[str, ...],
-    local_settings: dict[str, str],
-    queue: str | None,
-) -> list[Any]:
-    """Run an ack; one of a queue whose claims count its leases (``queue``, when given,
-    names it) may also take those it ends away from its kept count
-    (``flow_control.counted_queue``)."""
-    counted = flow_control.counted_queue(queue, connection)
-    if counted is None:
-        statement = _COUNTING_ACKS[kind][0]
-        return _run(connection, kind, statement, params, types, local_settings)
-    return _run(
-        connection,
-        f"{kind}_counting",
-        _counting_ack(kind, flow_control.OPTIMISTIC_CLAIMS),
-        [*params, counted, counted],
-        (*types, "text", "text"),
-        local_settings,
-    )
-
-
 def _stale(ids: Sequence[int], done: Iterable[int]) -> list[int]:
     finished = set(done)
     return [i for i in ids if i not in finished]
@@ -166,7 +120,7 @@ def complete(
     using: str | None = None,
 ) -> Outcome:
     """Archive finished messages with their JSON results (``None`` when not given)."""
-    ids, tokens, queue = _pairs(leases)
+    ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
     encoded: list[str | None] | None = None
@@ -174,7 +128,7 @@ def complete(
         if len(results) != len(ids):
             raise ValueError("complete(): one result per lease")
         encoded = [None if r is None else json.dumps(r, allow_nan=False) for r in results]
-    return complete_encoded(ids, tokens, encoded, using=using, queue=queue)
+    return complete_encoded(ids, tokens, encoded, using=using)
 
 
 def complete_encoded(
@@ -183,17 +137,17 @@ def complete_encoded(
     results_json: Sequence[str | None] | None,
     *,
     using: str | None = None,
-    queue: str | None = None,
 ) -> Outcome:
-    """:func:`complete` for results already encoded as JSON text (the worker's completer).
-    ``queue``: the leases' queue, if known (its lease count, if it keeps one, is kept)."""
+    """:func:`complete` for results already encoded as JSON text (the worker's completer)."""
     if not ids:
         return Outcome()
     if results_json is not None and all(r is None for r in results_json):
         results_json = None  # NULL: unnest() pads the results with NULLs
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), results_json]
-    rows = _ack(connection, "complete", params, _COMPLETE_TYPES, ack_settings(connection), queue)
+    rows = _run(
+        connection, "complete", sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
+    )
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
 
@@ -270,7 +224,7 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     """Retry failed messages after their delay, or move them to dead with their reason."""
     if not attempts:
         return Outcome()
-    ids, tokens, queue = _pairs(a.lease for a in attempts)
+    ids, tokens = _pairs(a.lease for a in attempts)
     for a in attempts:
         if a.final_reason not in DeadReason.values:
             raise ValueError(f"Unknown dead reason {a.final_reason!r}")
@@ -279,7 +233,7 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     delays = [a.retry_in for a in attempts]
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), errors, reasons, delays]
-    rows = _ack(connection, "fail", params, _FAIL_TYPES, ack_settings(connection), queue)
+    rows = _run(connection, "fail", sql.FAIL, params, _FAIL_TYPES, ack_settings(connection))
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
     return Outcome(
@@ -293,7 +247,7 @@ def extend(
     """Set the leases to expire ``visibility_timeout`` seconds from database now (``set_vt``)."""
     if visibility_timeout <= 0:
         raise ValueError("visibility_timeout must be > 0 seconds")
-    ids, tokens, _ = _pairs(leases)
+    ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
     connection = connections[_alias(using)]
@@ -312,11 +266,11 @@ def release(
     ``reset_attempt=True`` (default) takes back the attempt counted when it was leased: the
     message did not fail, its worker stopped (graceful shutdown past the grace period).
     """
-    ids, tokens, queue = _pairs(leases)
+    ids, tokens = _pairs(leases)
     if not ids:
         return Outcome()
     params = [reset_attempt, _array(ids), _array(tokens)]
-    rows = _ack(connections[_alias(using)], "release", params, _RELEASE_TYPES, {}, queue)
+    rows = _run(connections[_alias(using)], "release", sql.RELEASE, params, _RELEASE_TYPES, {})
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
 
@@ -326,7 +280,7 @@ def start_alone(lease: LeaseRef, *, using: str | None = None) -> bool:
     its worker: committed when this returns, so if the worker dies from now on, the lease
     spends its attempt when it expires (see "The attempt rule" in ``sql.py``). False when the
     lease is no longer held (it expired and another worker took it)."""
-    ids, tokens, _ = _pairs([lease])
+    ids, tokens = _pairs([lease])
     connection = connections[_alias(using)]
     with connection.cursor() as cursor:
         # Its own transaction, asynchronous commit allowed: it survives a crash of the worker

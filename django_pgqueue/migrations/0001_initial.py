@@ -5,6 +5,7 @@ import django.db.models.functions.text
 import django.db.models.lookups
 from django.db import migrations, models
 
+from django_pgqueue.core import flow_sql
 from django_pgqueue.core.partitions import create_archive_partitions
 from django_pgqueue.core.retention_sql import CREATE_ARCHIVE_TABLE
 
@@ -16,7 +17,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name="FlowCredit",
+            name="FlowAllowance",
             fields=[
                 (
                     "pk",
@@ -30,17 +31,17 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("queue", models.CharField(max_length=48)),
-                ("holder", models.CharField(max_length=64)),
-                ("allowance", models.IntegerField()),
+                ("holder", models.IntegerField()),
+                ("units", models.IntegerField()),
                 ("until", models.DateTimeField()),
             ],
             options={
-                "verbose_name": "flow-control claim credit",
-                "db_table": "pgqueue_flow_credit",
+                "verbose_name": "flow-control allowance",
+                "db_table": "pgqueue_flow_allowance",
             },
         ),
         migrations.CreateModel(
-            name="FlowKeyBucket",
+            name="FlowRate",
             fields=[
                 (
                     "pk",
@@ -55,48 +56,11 @@ class Migration(migrations.Migration):
                 ),
                 ("queue", models.CharField(max_length=48)),
                 ("key", models.CharField(max_length=255)),
-                ("tokens", models.FloatField()),
-                ("refilled_at", models.DateTimeField()),
+                ("tat", models.DateTimeField()),
             ],
             options={
-                "verbose_name": "flow-control key bucket",
-                "db_table": "pgqueue_flow_key_bucket",
-            },
-        ),
-        migrations.CreateModel(
-            name="FlowRateShard",
-            fields=[
-                (
-                    "pk",
-                    models.CompositePrimaryKey(
-                        "queue",
-                        "shard",
-                        blank=True,
-                        editable=False,
-                        primary_key=True,
-                        serialize=False,
-                    ),
-                ),
-                ("queue", models.CharField(max_length=48)),
-                ("shard", models.SmallIntegerField()),
-                ("tokens", models.FloatField()),
-                ("refilled_at", models.DateTimeField()),
-                ("held", models.BigIntegerField(db_default=0, default=0)),
-                ("counted_at", models.DateTimeField(null=True)),
-            ],
-            options={
-                "verbose_name": "flow-control rate shard",
-                "db_table": "pgqueue_flow_rate_shard",
-            },
-        ),
-        migrations.CreateModel(
-            name="FlowState",
-            fields=[
-                ("queue", models.CharField(max_length=48, primary_key=True, serialize=False)),
-            ],
-            options={
-                "verbose_name": "flow-control state",
-                "db_table": "pgqueue_flow_state",
+                "verbose_name": "flow-control rate",
+                "db_table": "pgqueue_flow_rate",
             },
         ),
         migrations.CreateModel(
@@ -597,21 +561,26 @@ class Migration(migrations.Migration):
             """,
             reverse_sql=migrations.RunSQL.noop,
         ),
-        # Claims rewrite the flow state and key bucket rows: leave room for HOT updates and
-        # vacuum these small tables early.
+        # Claims rewrite the allowance and rate rows: leave room for HOT updates and vacuum
+        # these small tables early.
         migrations.RunSQL(
             sql="""
-                ALTER TABLE pgqueue_flow_state SET (
+                ALTER TABLE pgqueue_flow_allowance SET (
                     fillfactor = 50,
                     autovacuum_vacuum_scale_factor = 0,
                     autovacuum_vacuum_threshold = 100
                 );
-                ALTER TABLE pgqueue_flow_key_bucket SET (
-                    fillfactor = 70,
+                ALTER TABLE pgqueue_flow_rate SET (
+                    fillfactor = 50,
                     autovacuum_vacuum_scale_factor = 0,
                     autovacuum_vacuum_threshold = 100
                 );
             """,
             reverse_sql=migrations.RunSQL.noop,
+        ),
+        # The flow-controlled claim's candidates (core/flow_sql.py).
+        migrations.RunSQL(
+            sql=list(flow_sql.DEFINITIONS.values()),
+            reverse_sql=list(flow_sql.DROP),
         ),
     ]

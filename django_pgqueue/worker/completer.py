@@ -62,9 +62,6 @@ class Completer:
         self._cond = threading.Condition()
         self._done: list[Message] = []
         self._done_results: list[str | None] = []
-        # The queue of the first completed message buffered: the ack keeps its lease count
-        # (a queue with a concurrency limit; transitions.complete_encoded).
-        self._done_queue: str | None = None
         self._failed: list[tuple[transitions.FailedAttempt, Message]] = []
         self._oldest = 0.0
         self._busy = False
@@ -77,8 +74,6 @@ class Completer:
             first = not self._done and not self._failed
             if first:
                 self._oldest = time.monotonic()
-            if not self._done:
-                self._done_queue = message.queue
             self._done.append(message)
             self._done_results.append(result_json)
             # Wake the loop to start the flush clock (first) or flush a full batch now.
@@ -137,13 +132,12 @@ class Completer:
         """Write everything buffered so far (retrying through outages unless aborted)."""
         with self._cond:
             done, results = self._done, self._done_results
-            queue = self._done_queue
             failed = self._failed
             self._done, self._done_results, self._failed = [], [], []
             self._busy = bool(done or failed)
         try:
             if done:
-                self._archive(done, results, queue)
+                self._archive(done, results)
             if failed:
                 self._record_failures(failed)
         except Stopped:
@@ -163,11 +157,11 @@ class Completer:
             with self._cond:
                 self._busy = False
 
-    def _archive(self, done: list[Message], results: list[str | None], queue: str | None) -> None:
+    def _archive(self, done: list[Message], results: list[str | None]) -> None:
         ids = [m.id for m in done]
         refused: list[Message] = []
         try:
-            archived = self._write_completions(ids, [m.lease_token for m in done], results, queue)
+            archived = self._write_completions(ids, [m.lease_token for m in done], results)
         except DataError as exc:
             # Not an outage (retrying() rides those out): the data of some row. Find it, so
             # that its batch-mates are archived all the same.
@@ -180,7 +174,7 @@ class Completer:
             for message, result in zip(done, results, strict=True):
                 try:
                     archived += self._write_completions(
-                        [message.id], [message.lease_token], [result], queue
+                        [message.id], [message.lease_token], [result]
                     )
                 except DataError as row_exc:
                     refused.append(message)
@@ -206,12 +200,9 @@ class Completer:
         ids: list[int],
         tokens: list[uuid.UUID | None],
         results: list[str | None],
-        queue: str | None,
     ) -> list[int]:
         def write() -> list[int]:
-            outcome = transitions.complete_encoded(
-                ids, tokens, results, using=self.alias, queue=queue
-            )
+            outcome = transitions.complete_encoded(ids, tokens, results, using=self.alias)
             return outcome.done
 
         return retrying("archiving completed messages", write, alias=self.alias, abort=self.abort)

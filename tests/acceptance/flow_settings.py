@@ -16,8 +16,8 @@ PGQUEUE = {
         "flow-fair": {"FAIRNESS": True},
         "flow-rate": {"RATE_LIMIT": 20},
         "flow-paused": {"CONCURRENCY_LIMIT": 10},
-        # With PGQ_FLOW_SMALL_MARGIN (flowapp.apps): claim credits far from these limits.
-        "flow-credits": {
+        # Exact claims far from these limits reserve allowances.
+        "flow-allowances": {
             "FAIRNESS": True,
             "CONCURRENCY_LIMIT": 40,
             "KEY_CONCURRENCY_LIMIT": 30,

@@ -57,7 +57,6 @@ class Workers:
         self,
         *queues: str,
         hang: bool = False,
-        small_margin: bool = False,
         extra: tuple[str, ...] = (),
     ) -> Any:
         env = {
@@ -69,8 +68,6 @@ class Workers:
         }
         if hang:
             env["PGQ_FLOW_HANG"] = "1"
-        if small_margin:
-            env["PGQ_FLOW_SMALL_MARGIN"] = "1"
         command = [sys.executable, "-m", "django", "pgq_worker", "--no-listen"]
         command += ["--poll-interval", "0.05", *extra]
         for queue in queues:
@@ -153,28 +150,28 @@ def test_a_queue_limit_is_never_exceeded_by_several_workers(workers: Workers, fl
     assert len({r["pid"] for r in runs}) >= 2
 
 
-def test_limits_hold_across_workers_claiming_under_claim_credits(workers: Workers, flow_log: Path):
+def test_limits_hold_across_workers_claiming_under_allowances(workers: Workers, flow_log: Path):
     """3 workers x 16 handlers want 48 at once, over the queue limit of 40; a heavy tenant
-    ("a") reaches its key limit of 30 once the light ones are done. With a margin of 2 x 4,
-    claims far from both limits grant credits, which the workers lease without counting:
-    what the database counts from inside every handler stays within both limits."""
+    ("a") reaches its key limit of 30 once the light ones are done. Exact claims far from both
+    limits reserve allowances, which the workers lease without counting: what the database
+    counts from inside every handler stays within both limits."""
     options = ("--concurrency", "16", "--batch-size", "2", "--max-messages", "80")
-    procs = [workers.start("flow-credits", small_margin=True, extra=options) for _ in range(3)]
+    procs = [workers.start("flow-allowances", extra=options) for _ in range(3)]
     # All three press at once only if they are up before the work arrives: their runs are
     # short, and a process start under load can take longer than a whole run.
     wait_for_workers(3)
     with transaction.atomic():
-        enqueue("flow-credits", "a", 150, sleep=0.2)
-        enqueue("flow-credits", "b", 45, sleep=0.2)
-        enqueue("flow-credits", "c", 45, sleep=0.2)
+        enqueue("flow-allowances", "a", 150, sleep=0.2)
+        enqueue("flow-allowances", "b", 45, sleep=0.2)
+        enqueue("flow-allowances", "c", 45, sleep=0.2)
     for proc in procs:
         workers.wait(proc)
     runs = records(flow_log)
-    assert len(runs) == 240 and not Message.objects.filter(queue="flow-credits").exists()
+    assert len(runs) == 240 and not Message.objects.filter(queue="flow-allowances").exists()
     assert max(r["in_flight"] for r in runs) <= 40
     assert max(r["key_in_flight"] for r in runs) <= 30
     assert max(r["in_flight"] for r in runs) >= 32  # the workers did press on the limits
-    assert any(r["credits_live"] for r in runs)  # and credits were in play
+    assert any(r["allowances_live"] for r in runs)  # and allowances were in play
 
 
 def test_a_key_limit_of_one_runs_each_keys_messages_one_at_a_time_in_order(
@@ -262,7 +259,7 @@ def test_a_rate_limit_holds_across_workers(workers: Workers):
         starts = [float(row[0]) for row in cursor.fetchall()]
     assert len(starts) == 60
     # Token bucket of 20/s with a burst of 20: any 1 s window holds at most 20 x (1 + 1.2)
-    # leases (a claim credit may lease its tokens up to 0.2 s after it spent them), and 60
+    # leases (an allowance may lease its tokens up to 0.2 s after they were spent), and 60
     # leases need at least (60 - 20) / 20 = 2 s of database time, less that 0.2 s.
     assert starts[-1] - starts[0] >= (2.0 - 0.2) * 0.95
     for n, t0 in enumerate(starts):

@@ -15,8 +15,8 @@ from django.test import override_settings
 import django_pgqueue
 from django_pgqueue.core import flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
-from django_pgqueue.models import FlowState, Message
-from tests.plans import explain_prepared, unbounded_reads
+from django_pgqueue.models import FlowAllowance, FlowRate, Message
+from tests.plans import buffers, explain_prepared, nested_plans, unbounded_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -260,29 +260,29 @@ def test_fair_claims_run_side_by_side_without_taking_a_message_twice():
     for thread in threads:
         thread.join(60)
     assert len(taken) == len(set(taken)) == 160
-    assert not FlowState.objects.exists()  # no lock row: these claims never serialize
+    assert not FlowAllowance.objects.exists()  # fairness alone counts nothing
 
 
 @override_settings(PGQUEUE=FAIR)
 def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
-    """On a worker's claim session a fair claim (no lock) is a bare Bind/Execute: the same
-    messages in the same fair order, with the same columns and types."""
-    from django_pgqueue.core import execution
+    """On a worker's claim session a fair claim is a bare Bind/Execute: the same messages in
+    the same fair order, with the same columns and types."""
+    from django_pgqueue.core import execution, manager
 
     for tenant in ("a", "b"):
         enqueue_many(tenant, 3)
     plain = lease(1)[0]
     execution.dedicate_to_claims(connection)
     sent: list[str] = []
-    real = flow_control.run_on_driver
+    real = manager.run_on_driver
 
     def spy(*args, **kwargs):
-        sent.append(kwargs["kind"])
+        sent.append(kwargs["statement"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(flow_control, "run_on_driver", spy)
+    monkeypatch.setattr(manager, "run_on_driver", spy)
     fast = lease(3)
-    assert sent == ["flow_fair"]
+    assert sent == [flow_control.CLAIM]
     assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b"]
     row = Message.objects.get(id=fast[0].id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by", "payload"):
@@ -303,15 +303,14 @@ def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
         PGQUEUE={"QUEUES": {"q": {"KEY_CONCURRENCY_LIMIT": 1, "RATE_LIMIT": 5}}}
     ):
         config = flow_control.flow_config("q")
-        assert config is not None and config.keyed and config.serialized
-        assert config.shape == "keyed"
-        assert config.rate_burst == 5.0
+        assert config is not None and config.keyed and config.key_limited
+        assert json.loads(config.settings_json)["rate"] == 5
     with override_settings(PGQUEUE=FAIR):
         config = flow_control.flow_config("fair")
-        assert config is not None and config.shape == "fair" and not config.serialized
-    with override_settings(PGQUEUE={"QUEUES": {"q": {"FAIRNESS": True, "RATE_LIMIT": 5}}}):
+        assert config is not None and config.keyed and not config.key_limited
+    with override_settings(PGQUEUE={"QUEUES": {"q": {"RATE_LIMIT": 5}}}):
         config = flow_control.flow_config("q")
-        assert config is not None and config.shape == "fair_limits"
+        assert config is not None and not config.keyed
 
 
 def test_plain_queue_claim_does_not_touch_flow_tables(django_assert_max_num_queries):
@@ -319,7 +318,7 @@ def test_plain_queue_claim_does_not_touch_flow_tables(django_assert_max_num_quer
     with django_assert_max_num_queries(4) as captured:
         assert len(lease(3, queue="default")) == 3
     assert not any("pgqueue_flow" in q["sql"] for q in captured.captured_queries)
-    assert not FlowState.objects.exists()
+    assert not FlowAllowance.objects.exists() and not FlowRate.objects.exists()
 
 
 # --- index use at scale -----------------------------------------------------------------------
@@ -367,28 +366,19 @@ def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000
             "FROM generate_series(0, 999999) g"
         )
         cursor.execute("ANALYZE pgqueue_message")
-    config = flow_control.flow_config("fair")
-    assert config is not None
-    statement = flow_control.claim_statement(config.shape, settings=config.settings_literals)
-    params = flow_control.claim_params(config, "fair", "explainer", 100, 30.0)
-    FlowState.objects.create(queue="fair")
-    with transaction.atomic():  # EXPLAIN ANALYZE runs the claim: roll it back
-        plan = _explain(statement, params)
-        transaction.set_rollback(True)
-    assert _message_scans(plan) <= {"Index Scan", "Index Only Scan"}, _message_scans(plan)
-    assert "pgq_message_fair" in plan
-    # The head of the fair order plus the 100 leased rows: a few thousand buffers at most,
-    # not the 1M-row table (~15,000 pages of heap, ~10,000 of index).
-    assert _total_buffers(plan) < 5_000, _total_buffers(plan)
-    # The head-only claim (nothing to place) the same, and cheaper.
-    head_only = flow_control.claim_statement(
-        config.shape, placing=False, settings=config.settings_literals
-    )
+    # Every statement of a claim, those inside the flow-control function too, reads by
+    # index: the head of the fair order plus the 100 leased rows, a few thousand buffers at
+    # most, not the 1M-row table (~15,000 pages of heap, ~10,000 of index).
     with transaction.atomic():
-        head_plan = _explain(head_only, params)
+        with nested_plans(connection) as plans:
+            leased = Message.objects.lease("fair", worker_id="w1", batch_size=100, hold=True)
+        assert len(leased) == 100
         transaction.set_rollback(True)
-    assert _message_scans(head_plan) <= {"Index Scan", "Index Only Scan"}
-    assert _total_buffers(head_plan) < 5_000, _total_buffers(head_plan)
+    assert len(plans) > 3
+    for plan in plans:
+        assert unbounded_reads([plan]) == [], plan["Query Text"]
+        assert buffers(plan) < 5_000, plan["Query Text"]
+    assert any("pgq_message_fair" in json.dumps(plan) for plan in plans)
     # And the real claims, through the public API, share the tenants.
     first = lease(100)
     assert len(first) == 100 and len({m.tenant for m in first}) == 100
@@ -429,12 +419,11 @@ FLOW_SHAPES = {
 @pytest.mark.parametrize("claim_session", [True, False], ids=["claim-session", "plain"])
 @pytest.mark.parametrize("shape", list(FLOW_SHAPES))
 def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
-    admin_conn, shape, claim_session, monkeypatch
+    admin_conn, shape, claim_session
 ):
-    """As the plain claim (test_leasing.py): each shape's prepared claim, planned while the
-    queue held 2,000 analyzed rows, still reaches every row of the live table through an
-    index condition once 20,000 more arrive (it hash-joined the batch against a walk of the
-    whole primary key, on a worker's claim session)."""
+    """As the plain claim (test_leasing.py): each configuration's claim, its statements
+    planned and cached while the queue held 2,000 analyzed rows, still reaches every row of
+    the live table through an index condition once 20,000 more arrive."""
     from django_pgqueue.core import execution
 
     with override_settings(PGQUEUE={"QUEUES": {"fq": FLOW_SHAPES[shape]}}):
@@ -443,83 +432,23 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
         try:
             load_rows(admin_conn, "fq", 2_000, placed=shape != "limits")
             admin_conn.execute("ANALYZE pgqueue_message")
-            # Every variant planned now: optimistic and serialized, placing and head-only.
-            for placing in (True, False):
-                schedule = flow_control.PLACING_SCHEDULE
-                monkeypatch.setattr(schedule, "placing_now", lambda *_, p=placing: p)
-                for batch in (10, flow_control.OPTIMISTIC_BATCH + 1):
-                    assert Message.objects.lease("fq", worker_id="w1", batch_size=batch)
+            # Past the five custom plans after which the server may cache a generic one.
+            # (Each batch completed: the key limits stay far.)
+            for batch in (10, 1, 101, 10, 1, 101, 10, 1):
+                leased = Message.objects.lease("fq", worker_id="w1", batch_size=batch)
+                assert leased, batch
+                transitions.complete(leased)
             load_rows(admin_conn, "fq", 20_000, placed=shape != "limits")  # plans stay
-            config = flow_control.flow_config("fq")
-            assert config is not None and config.shape == shape
-            params = flow_control.claim_params(config, "fq", "w1", 100, 30.0)
-            values = [params[name] for name, _ in flow_control._PARAM_TYPES]
-            plan_settings = {"plan_cache_mode": "force_generic_plan", **execution.NO_SEQSCAN}
-            with connection.cursor() as cursor:
-                plans = explain_prepared(cursor, "pgq_flow_(?!lock_).*", values, plan_settings)
+            with nested_plans(connection) as plans:
+                for batch in (10, 1, 101):
+                    leased = Message.objects.lease("fq", worker_id="w1", batch_size=batch)
+                    assert leased, batch
+                    transitions.complete(leased)
             assert plans
-            for name, plan in plans.items():
-                assert unbounded_reads(plan) == [], (name, plan)
+            for plan in plans:
+                assert unbounded_reads([plan]) == [], plan["Query Text"]
         finally:
             execution.end_claim_session(connection)
-
-
-def _relocked_rows(queue: str, n: int, optimistic: bool, lock: str) -> tuple[int, int]:
-    """``(claimed, locked again by id)`` of one claim of ``queue``, run under EXPLAIN ANALYZE
-    in a transaction rolled back afterwards."""
-    from tests.plans import nodes
-
-    config = flow_control.flow_config(queue)
-    assert config is not None
-    shape = config.optimistic_shape if optimistic else config.shape
-    params = flow_control.claim_params(config, queue, "w1", n, 30.0)
-    statement = flow_control.claim_statement(
-        shape, optimistic, settings=config.literals(optimistic)
-    )
-    with transaction.atomic(), connection.cursor() as cursor:
-        if lock:
-            cursor.execute(lock, params)
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
-        plan = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    by_name = {node.get("Subplan Name"): node for node in nodes(plan)}
-    claimed = by_name["CTE claimed"]["Actual Rows"]
-    return claimed, by_name["CTE relocked"]["Actual Rows"]
-
-
-@pytest.mark.parametrize(
-    "settings, optimistic",
-    [
-        ({"FAIRNESS": True}, False),
-        ({"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000}, True),
-        ({"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 1_000}, True),
-        ({"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000}, False),
-    ],
-    ids=["fair", "optimistic", "optimistic-key-limit", "serialized"],
-)
-def test_a_claim_locks_by_id_only_what_its_head_did_not_lock(settings, optimistic):
-    """Fairness alone and optimistic claims take the fair order's head FOR UPDATE SKIP
-    LOCKED: those rows are leased as locked, not looked up and locked a second time. A
-    serialized claim reads the head without locking: it locks what it chose by id. A message
-    placed by the claim (a retry falling due) is locked by id in every shape."""
-    from django_pgqueue.core import sql
-
-    with override_settings(PGQUEUE={"QUEUES": {"fq": settings}}):
-        bulk("a", 20, queue="fq")
-        bulk("b", 20, queue="fq")
-        assert len(Message.objects.lease("fq", worker_id="w0", batch_size=1)) == 1  # state row
-        lock = ""
-        if flow_control.flow_config("fq").serialized:  # type: ignore[union-attr]
-            lock = sql.FLOW_LOCK_SHARED if optimistic else sql.FLOW_LOCK
-        locked_by_head = optimistic or settings == {"FAIRNESS": True}
-        assert _relocked_rows("fq", 10, optimistic, lock) == (10, 0 if locked_by_head else 10)
-        # A message due again (its retry now due): placed by the claim, then locked by id.
-        (retried,) = Message.objects.lease("fq", worker_id="w0", batch_size=1)
-        error = {"type": "E", "message": "again"}
-        transitions.fail([transitions.FailedAttempt(retried, error, retry_in=0)])
-        claimed, relocked = _relocked_rows("fq", 40, optimistic, lock)
-        assert claimed == 39  # all that is left, the retried message with them
-        assert relocked == (1 if locked_by_head else 39)
 
 
 @override_settings(PGQUEUE=FAIR)
@@ -548,103 +477,3 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
     assert plans
     for name, plan in plans.items():
         assert unbounded_reads(plan) == [], (name, plan)
-
-
-# --- head-only claims -------------------------------------------------------------------------
-
-
-def _head_only_claim(n: int, queue: str = "fair") -> list[str]:
-    """The outcomes of one head-only claim of ``queue`` (committed)."""
-    config = flow_control.flow_config(queue)
-    assert config is not None
-    params = flow_control.claim_params(config, queue, "w1", n, 30.0)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            flow_control.claim_statement(
-                config.shape, placing=False, settings=config.settings_literals
-            ),
-            params,
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-
-@override_settings(PGQUEUE=FAIR)
-def test_a_head_only_claim_takes_the_head_and_asks_for_placing_when_messages_wait():
-    bulk("a", 5, max_attempts=3)
-    assert _head_only_claim(2) == ["claimed", "claimed"]
-    # A retry due: nothing taken, the placing claim asked for (it serves the retry in turn).
-    [m] = lease(1)
-    transitions.fail([transitions.FailedAttempt(m, {"type": "E", "message": "x"}, retry_in=0)])
-    assert _head_only_claim(2) == [flow_control.PLACING]
-    assert Message.objects.filter(leased_by__isnull=False).count() == 2
-    # Not due yet (scheduled later): not asked for.
-    Message.objects.filter(id=m.id).update(available_at=dt.datetime.now(dt.UTC) + HOUR)
-    assert _head_only_claim(1) == ["claimed"]
-    # An expired lease is due again.
-    Message.objects.filter(lease_token__isnull=False).update(
-        available_at=dt.datetime.now(dt.UTC) - HOUR
-    )
-    assert _head_only_claim(1) == [flow_control.PLACING]
-    Message.objects.all().delete()
-    # Rows without a place: looked for only when the head is empty.
-    raw_bulk("raw", 3)
-    enqueue_many("placed", 1)
-    assert _head_only_claim(2) == ["claimed"]
-    assert _head_only_claim(2) == [flow_control.PLACING]
-    # Paused: nothing to take, nothing asked for.
-    pause_queue("fair")
-    assert _head_only_claim(2) == []
-
-
-HOUR = dt.timedelta(hours=1)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@override_settings(PGQUEUE=FAIR)
-def test_claims_place_once_an_interval_and_every_time_while_messages_wait(monkeypatch):
-    """Rows written without a place behind a head to serve wait for the interval's placing
-    claim; a message due again is placed by the claim that finds it, and every claim places
-    for an interval after."""
-    clock = FakeClock()
-    monkeypatch.setattr(flow_control.PLACING_SCHEDULE, "clock", clock)
-    interval = flow_control.PLACING_SCHEDULE.interval
-    placing: list[bool] = []
-    real = flow_control._claim_within_limits
-
-    def spy(*args):
-        placing.append(args[-1])
-        return real(*args)
-
-    monkeypatch.setattr(flow_control, "_claim_within_limits", spy)
-    bulk("a", 10, max_attempts=3)
-    assert len(lease(1)) == 1 and placing == [True]  # the first claim places
-    raw_bulk("raw", 2)
-    assert {m.tenant for m in lease(2)} == {"a"} and placing[1:] == [False]
-    assert Message.objects.filter(fair_order__isnull=True).count() == 2  # waiting
-    clock.now += interval
-    assert len(lease(1)) == 1 and placing[2:] == [True]
-    assert not Message.objects.filter(fair_order__isnull=True).exists()  # placed
-    assert len(lease(1)) == 1 and placing[3:] == [False]
-    # A retry due: the head-only claim finds it, the placing claim gives it its place (behind
-    # its tenant's waiting messages) at once...
-    [m] = lease(1)
-    transitions.fail([transitions.FailedAttempt(m, {"type": "E", "message": "x"}, retry_in=0)])
-    placing.clear()
-    assert len(lease(3)) == 3
-    assert placing == [False, True]
-    assert Message.objects.get(id=m.id).fair_order >= 0
-    # ... and claims place for an interval.
-    lease(1)
-    clock.now += interval / 2
-    lease(1)
-    assert placing[2:] == [True, True]
-    clock.now += interval
-    lease(1)
-    assert placing[4:] == [False]

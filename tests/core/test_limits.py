@@ -7,7 +7,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.db.models.functions import Now
@@ -15,9 +14,9 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.conf import SettingsError, get_settings
-from django_pgqueue.core import flow_control, sql, transitions
+from django_pgqueue.core import flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, release_leases, resume_queue
-from django_pgqueue.models import FlowKeyBucket, FlowRateShard, Message
+from django_pgqueue.models import FlowRate, Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,7 +158,7 @@ def test_key_rate_limit_holds_per_key_and_leaves_other_keys_alone():
     first = lease(20)
     assert sorted(m.tenant for m in first) == ["other", "other", "slow", "slow"]
     assert lease(20) == []
-    assert FlowKeyBucket.objects.filter(queue="lim").count() == 2
+    assert FlowRate.objects.filter(queue="lim").exclude(key="").count() == 2
 
 
 @limits(KEY_RATE_LIMIT=50)
@@ -169,7 +168,7 @@ def test_full_key_buckets_are_dropped_and_the_claimed_keys_kept():
     for n in range(20):
         enqueue(f"t{n}", 2)
     assert len(lease(20)) == 20
-    buckets = FlowKeyBucket.objects.filter(queue="lim")
+    buckets = FlowRate.objects.filter(queue="lim").exclude(key="")
     assert buckets.count() == 20
     assert len(lease(1)) == 1  # within the second: nothing is idle yet
     assert buckets.count() == 20
@@ -316,265 +315,124 @@ def test_rate_limit_holds_across_concurrent_claimers():
     assert claimed >= 25 + 25 * 0.8 * 1.0 - 5  # and not throttled far below the rate
 
 
-# --- optimistic claims: side by side while far from every limit ------------------------------
+# --- allowances: claims that count nothing while far from every limit ------------------------
 
 
-def _optimistic_claim(n: int, worker: str = "w1") -> list[tuple[object, ...]]:
-    """One optimistic claim of queue 'lim', as flow_control runs it, in one transaction."""
-    config = flow_control.flow_config("lim")
-    assert config is not None
-    params = flow_control.claim_params(config, "lim", worker, n, 30.0)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.FLOW_LOCK_SHARED, params)
+def database_seconds() -> float:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+        return float(cursor.fetchone()[0])
+
+
+def allowance(queue: str = "lim") -> int:
+    """This session's allowance of ``queue`` (units left, 0 when none or expired)."""
+    with connection.cursor() as cursor:
         cursor.execute(
-            flow_control.claim_statement(
-                config.optimistic_shape, optimistic=True, settings=config.literals(True)
-            ),
-            params,
+            "SELECT COALESCE(sum(units) FILTER (WHERE until > clock_timestamp()), 0) "
+            "FROM pgqueue_flow_allowance WHERE queue = %s AND holder = pg_backend_pid()",
+            [queue],
         )
-        # Without the row telling the leases in flight seen (flow_control.keeps_count).
-        return [row for row in cursor.fetchall() if row[0] != flow_control.HELD]
-
-
-def _hold_tickets(count: int) -> psycopg.Connection:
-    """Another session holding ``count`` of queue 'lim''s ticket locks until closed."""
-    s = connection.settings_dict
-    other = psycopg.connect(
-        host=s["HOST"], port=s["PORT"], user=s["USER"], password=s["PASSWORD"], dbname=s["NAME"]
-    )
-    for t in range(1, count + 1):
-        other.execute(
-            "SELECT pg_advisory_xact_lock(%s + %s, hashtext('lim'))",
-            [flow_control.LOCK_CLASS, t],
-        )
-    return other
+        return int(cursor.fetchone()[0])
 
 
 @limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
-def test_an_optimistic_claim_needs_a_ticket_and_room_to_spare():
-    enqueue("a", 3)
-    # The queue has no state row yet: the first claim is serialized (and creates it).
-    assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
-    assert len(lease(1)) == 1
-    assert [o for o, *_ in _optimistic_claim(1)] == ["claimed"]
-    # Every ticket taken by other claims: no optimistic claim now.
-    other = _hold_tickets(flow_control.OPTIMISTIC_CLAIMS)
-    try:
-        assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
-        assert len(lease(1)) == 1  # served all the same, serialized
-    finally:
-        other.close()
-
-
-@limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=400)
-def test_an_optimistic_claim_needs_room_under_every_key():
-    """Key limit 400 = the margin (4 tickets x 100): a key with one in flight is too close."""
-    enqueue("a", 2)
-    assert len(lease(1)) == 1  # serialized (creates the state row)
-    assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]
-
-
-def test_an_optimistic_claim_skips_the_per_key_machinery_unless_a_key_has_a_rate():
-    """Key limits, default or per key: an optimistic claim runs only ``margin`` away from the
-    smallest, so it takes the fair choice as is. A key rate keeps the keyed statement."""
-    FlowConfig = flow_control.FlowConfig
-    for config in (
-        FlowConfig(fairness=True, key_concurrency_limit=1_000),
-        FlowConfig(fairness=True, key_concurrency_limit=1_000, key_concurrency_limits={"a": 500}),
-        FlowConfig(key_concurrency_limits={"a": 500, "b": 2_000}),
-    ):
-        assert (config.shape, config.optimistic_shape) == ("keyed", "fair_limits"), config
-        assert config.counted
-    keyed_rate = FlowConfig(fairness=True, key_concurrency_limit=1_000, key_rate_limit=1_000.0)
-    assert keyed_rate.optimistic_shape == "keyed"
-    assert keyed_rate.optimistic_settings_literals == keyed_rate.settings_literals
-    # Without fairness the claim order is the plain one: the shape stays "limits".
-    assert FlowConfig(concurrency_limit=5).optimistic_shape == "limits"
-    assert not FlowConfig(fairness=True, rate_limit=5.0).counted
-
-
-def test_the_smallest_key_limit_is_the_one_an_optimistic_claim_keeps_its_margin_from():
-    FlowConfig = flow_control.FlowConfig
-    assert FlowConfig(key_concurrency_limit=1_000).least_key_limit == 1_000
-    assert FlowConfig(key_concurrency_limits={"a": 500, "b": 2_000}).least_key_limit == 500
-    config = FlowConfig(key_concurrency_limit=300, key_concurrency_limits={"vip": 5_000})
-    assert config.least_key_limit == 300
-    assert FlowConfig(concurrency_limit=9).least_key_limit is None
-    optimistic = dict(config.optimistic_settings_literals)
-    assert optimistic["key_limit"] == "(300::int)" and optimistic["key_limits"] == "('{}'::jsonb)"
-    assert dict(config.settings_literals)["key_limits"] == """('{"vip": 5000}'::jsonb)"""
-
-
-@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMITS={"a": 401, "vip": 5_000})
-def test_an_optimistic_claim_keeps_its_margin_from_the_smallest_per_key_limit():
-    """Per-key limits alone (no default): "a" may have 401 in flight, one more than the
-    margin (4 tickets x 100). With one message in flight, whichever key's, an optimistic claim
-    still has room; with two the queue's whole in flight no longer leaves "a"'s limit the
-    margin away: it answers contended, and the claim runs serialized, counting key by key."""
-    enqueue("vip", 4)
-    assert len(lease(1)) == 1  # serialized: creates the state row and the shards
-    assert [o for o, *_ in _optimistic_claim(1)] == ["claimed"]  # 401 - 1 >= 400
-    assert [o for o, *_ in _optimistic_claim(1)] == [flow_control.CONTENDED]  # 401 - 2 < 400
-    assert len(lease(1)) == 1  # served all the same, serialized
-
-
-def _small_optimistic_claims(monkeypatch, claims: int, batch: int) -> list[tuple[bool, bool]]:
-    """Optimistic claims of up to ``batch`` messages, ``claims`` at once; returns the list of
-    (optimistic, went ahead) outcomes the claims append to."""
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_CLAIMS", claims)
-    monkeypatch.setattr(flow_control, "OPTIMISTIC_BATCH", batch)
-    outcomes: list[tuple[bool, bool]] = []
-    real_claim = flow_control._claim
-
-    def spy(connection, alias, config, shape, optimistic, lock, params, placing=True):
-        rows = real_claim(connection, alias, config, shape, optimistic, lock, params, placing)
-        outcomes.append((optimistic, not any(r[0] == flow_control.CONTENDED for r in rows)))
-        return rows
-
-    monkeypatch.setattr(flow_control, "_claim", spy)
-    return outcomes
-
-
-def _drain_six_tenants_within_limits(outcomes: list[tuple[bool, bool]]) -> None:
-    """Six tenants' 15 messages each drained by 6 claimers in batches of 3: each leased once,
-    the queue limit 10 and the key limit 8 held (and the queue's reached), and both
-    optimistic and serialized claims went ahead (``outcomes``: _small_optimistic_claims)."""
-    for tenant in "abcdef":
-        enqueue(tenant, 15)
-    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
-    assert len(done) == len(set(done)) == 90
-    assert queue_peak <= 10 and key_peak <= 8
-    assert queue_peak >= 7  # the limit was actually reached
-    assert (True, True) in outcomes and (False, True) in outcomes
-
-
-@pytest.mark.parametrize("kept_count", [False, True], ids=["counting", "kept-count"])
-@limits(CONCURRENCY_LIMIT=10, KEY_CONCURRENCY_LIMIT=8, FAIRNESS=True)
-def test_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch, kept_count):
-    """With a margin of 2 x 3 = 6, claims of 3 are optimistic while 4 or fewer are in flight
-    (and no key has more than 2) and serialized beyond: the limits hold across both, under
-    concurrent claimers; whether optimistic claims count what is in flight or read the count
-    that claims and acks keep (every ack keeping it here)."""
-    outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=3)
-    knobs = (1, 0) if kept_count else (10**9, 10**9)
-    monkeypatch.setattr(flow_control, "KEPT_COUNT_BATCH", knobs[0])
-    monkeypatch.setattr(flow_control, "KEPT_COUNT_HELD", knobs[1])
-    # Every ack keeps it (not only those after a claim that read it): exact to the end.
-    monkeypatch.setattr(flow_control.LEASES_SEEN, "keeps_count", lambda *_: kept_count)
-    _drain_six_tenants_within_limits(outcomes)
-    kept = sum(FlowRateShard.objects.filter(queue="lim").values_list("held", flat=True))
-    # Every lease given back: the kept count is exactly 0 when every ack kept it, whatever
-    # the interleaving of claims, acks and recounts; it errs high when none did.
-    assert (kept == 0) if kept_count else (kept >= 0), kept
-
-
-@limits(CONCURRENCY_LIMIT=10, FAIRNESS=True, KEY_CONCURRENCY_LIMITS=dict.fromkeys("abcdef", 8))
-def test_per_key_limits_hold_while_claims_go_from_optimistic_to_serialized(monkeypatch):
-    """Every tenant with a limit of its own (8) and no default: claims of 3 are optimistic
-    while the queue's whole in flight leaves 8 a margin of 2 x 3 away (2 or fewer in flight),
-    without counting key by key, and serialized beyond: the limits hold across both."""
-    outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=3)
-    _drain_six_tenants_within_limits(outcomes)
-
-
-@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=3)
-def test_a_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
-    """While the queue's whole in flight plus the batch stays within the key limit, no key
-    can reach it and the claim skips the per-key counts; past that point it counts again."""
-    enqueue("a", 6)
-    assert len(lease(2)) == 2  # 0 in flight + 2 <= 3: the fair choice as is
-    assert len(lease(2)) == 1  # 2 + 2 > 3: counted per key, "a" has room for one
-    assert lease(2) == []
-    enqueue("b", 2)
-    assert [m.tenant for m in lease(2)] == ["b", "b"]
-
-
-def _tenants_counted(n: int) -> int:
-    """How many times a serialized claim of ``n`` from queue 'lim' counted its tenants' leases
-    in flight (EXPLAIN ANALYZE, rolled back)."""
-    from tests.plans import nodes
-
-    config = flow_control.flow_config("lim")
-    assert config is not None
-    params = flow_control.claim_params(config, "lim", "w1", n, 30.0)
-    statement = flow_control.claim_statement(config.shape, settings=config.literals(False))
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.FLOW_LOCK, params)
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
-        plan = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    in_flight = next(node for node in nodes(plan) if node.get("Subplan Name") == "CTE in_flight")
-    # Planned away altogether when the settings decide (no key limit): no scan at all.
-    scans = [n for n in nodes([{"Plan": in_flight}]) if n.get("Relation Name") == "pgqueue_message"]
-    return sum(scan["Actual Loops"] for scan in scans)
-
-
-@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=20, KEY_RATE_LIMIT=1_000)
-def test_a_keyed_claim_counts_tenants_leases_only_near_the_smallest_key_limit(monkeypatch):
-    """With a margin of 2 x 3 = 6: while the queue's whole in flight leaves the key limit 20
-    at least max(6, the batch) away, no tenant can reach it, and the claim does not count
-    each tenant's leases (it does once closer); the limit holds across the switch."""
-    _small_optimistic_claims(monkeypatch, claims=2, batch=3)
+def test_an_exact_claim_far_from_every_limit_reserves_an_allowance_the_next_claims_spend():
     enqueue("a", 30)
-    assert _tenants_counted(2) == 0
-    assert len(lease(14)) == 14  # 20 - 14 = 6 >= max(6, 2): still far
-    assert _tenants_counted(2) == 0
-    assert _tenants_counted(7) == 1  # a batch of 7 might reach it
-    assert len(lease(1)) == 1  # 20 - 15 < 6: counted from here on
-    assert _tenants_counted(2) == 1
-    assert len(lease(10)) == 5  # "a" is at its limit of 20
-    assert lease(1) == []
+    assert len(lease(2)) == 2  # exact: counts, then reserves 32 batches' worth
+    assert allowance() == 2 * flow_control.ALLOWANCE_CLAIMS
+    assert len(lease(2)) == 2
+    assert allowance() == 2 * flow_control.ALLOWANCE_CLAIMS - 2
+
+
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=100)
+def test_an_allowance_is_a_quarter_of_the_room_left():
+    enqueue("a", 30)
+    assert len(lease(10)) == 10
+    assert allowance() == (100 - 10) // 4
+
+
+@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=1_000, KEY_CONCURRENCY_LIMITS={"vip": 3})
+def test_the_smallest_key_limit_bounds_an_allowance():
+    enqueue("a", 5)
+    assert len(lease(1)) == 1
+    assert allowance() == 0  # all of it could go to "vip": (3 - 1) // 4
 
 
 @limits(FAIRNESS=True, KEY_RATE_LIMIT=1_000)
-def test_a_key_rate_alone_never_counts_tenants_leases(monkeypatch):
-    _small_optimistic_claims(monkeypatch, claims=2, batch=3)
-    enqueue("a", 30)
-    assert len(lease(20)) == 20
-    assert _tenants_counted(5) == 0
+def test_no_allowance_with_a_key_rate_nor_inside_a_transaction():
+    enqueue("a", 5)
+    assert len(lease(1)) == 1 and allowance() == 0
+    with override_settings(
+        PGQUEUE={"QUEUES": {"lim": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 1_000}}}
+    ):
+        with transaction.atomic():
+            assert len(lease(1, hold=True)) == 1
+            assert allowance() == 0
 
 
-@limits(FAIRNESS=True, KEY_CONCURRENCY_LIMITS={"a": 3})
-def test_a_per_key_limit_holds_where_claims_stop_skipping_the_per_key_counts():
-    """The same with a tenant's own limit and no default: the smallest key limit decides."""
-    enqueue("a", 6)
-    assert len(lease(2)) == 2  # 0 in flight + 2 <= 3: the fair choice as is
-    assert len(lease(2)) == 1  # 2 + 2 > 3: counted per key, "a" has room for one
-    assert lease(2) == []
-    enqueue("b", 2)
-    assert [m.tenant for m in lease(2)] == ["b", "b"]  # "b" has no limit of its own
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=1_000)
+def test_an_expired_allowance_stops_counting_and_its_tokens_go_back(monkeypatch):
+    enqueue("a", 10)
+    assert len(lease(1)) == 1 and allowance() > 0
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_flow_allowance SET until = clock_timestamp()")
+    assert allowance() == 0
+    assert len(lease(1)) == 1  # exact again: settles the expired one, reserves anew
+    assert allowance() > 0
+
+
+@limits(FAIRNESS=True, RATE_LIMIT=40)
+def test_a_rate_gives_its_burst_once_across_exact_claims_and_allowances():
+    enqueue("a", 60)
+    started = database_seconds()
+    taken = [len(lease(10)) for _ in range(5)]
+    refill = 40 * (database_seconds() - started)  # what the rate adds meanwhile (database time)
+    assert 40 <= sum(taken) <= 40 + refill + 1  # the burst, once
+    time.sleep(0.3)
+    assert 8 <= len(lease(20)) <= 15  # ~12 tokens refilled
+
+
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=40, KEY_CONCURRENCY_LIMIT=30)
+def test_limits_hold_while_sessions_claim_under_allowances():
+    """Allowances of a few messages each, 6 claimers of 3: the limits hold and are reached
+    while claims go from exact to allowances and back."""
+    for tenant in "abcdef":
+        enqueue(tenant, 40)
+    done, queue_peak, key_peak = drain_recording_peaks(6, batch=3, hold=0.02)
+    assert len(done) == len(set(done)) == 240
+    assert queue_peak <= 40 and key_peak <= 30
+    assert queue_peak >= 15  # six claimers of 3 held at once: the room was used
+
+
+@limits(RATE_LIMIT=400)
+def test_rate_limit_holds_across_concurrent_claimers_under_allowances():
+    enqueue(None, 2000)
+    claimed, elapsed = claim_for_a_second(pause=0.0)
+    assert claimed <= 400 + 400 * elapsed + 1
+    assert claimed >= 0.7 * (400 + 400 * 1.0)
 
 
 @limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
 def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(monkeypatch, caplog):
-    """On a worker's claim session, a claim with limits sends its lock and its claim straight
-    to the driver, one pipeline: the same messages, columns and types as Django's cursor
-    path; a vanished statement falls back to that path."""
-    from django_pgqueue.core import execution
+    """On a worker's claim session, a claim with limits goes straight to the driver: the
+    same messages, columns and types as Django's cursor path; a vanished statement falls
+    back to that path."""
+    from django_pgqueue.core import execution, manager
 
     ids = enqueue("a", 3) + enqueue("b", 3)
-    plain = lease(1)[0]  # serialized, through Django's cursor
+    plain = lease(1)[0]  # through Django's cursor
     execution.dedicate_to_claims(connection)
-    sent: list[tuple[str, str]] = []
-    real = flow_control.run_on_driver
+    sent: list[str] = []
+    real = manager.run_on_driver
 
     def spy(*args, **kwargs):
-        sent.append((kwargs["first"][1], kwargs["statement"]))
+        sent.append(kwargs["statement"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(flow_control, "run_on_driver", spy)
+    monkeypatch.setattr(manager, "run_on_driver", spy)
     try:
-        fast = lease(10)  # optimistic: shared lock, then the claim
-        shared_lock = flow_control._lock_body(sql.FLOW_LOCK_SHARED)
-        config = flow_control.flow_config("lim")
-        assert config is not None
-        claims = {  # head-only or placing, by the placing schedule's clock
-            flow_control.numbered_claim(
-                "fair_limits", True, True, False, placing=p, settings=config.literals(True)
-            )
-            for p in (True, False)
-        }
-        assert len(sent) == 1 and sent[0][0] == shared_lock and sent[0][1] in claims
+        fast = lease(10)
+        assert sent == [flow_control.CLAIM]
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
@@ -591,99 +449,6 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         assert "prepared statement vanished" in caplog.text
     finally:
         execution.end_claim_session(connection)
-
-
-@limits(FAIRNESS=True, CONCURRENCY_LIMIT=2)
-def test_a_claim_session_without_pipelines_claims_with_limits_through_djangos_cursor(monkeypatch):
-    """With a libpq too old for pipeline mode, a claim session's claim with limits goes
-    through Django's cursor (lock and claim in one query string), limits and all."""
-    from django_pgqueue.core import execution
-
-    enqueue("a", 3)
-    execution.dedicate_to_claims(connection)
-    monkeypatch.setattr(flow_control, "can_pipeline", lambda: False)
-    on_driver: list[object] = []
-    monkeypatch.setattr(flow_control, "run_on_driver", lambda *a, **k: on_driver.append(k))
-    try:
-        assert [m.tenant for m in lease(5)] == ["a", "a"]  # the queue limit holds
-        assert lease(5) == [] and on_driver == []
-    finally:
-        execution.end_claim_session(connection)
-
-
-def database_seconds() -> float:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
-        return float(cursor.fetchone()[0])
-
-
-@limits(RATE_LIMIT=40, FAIRNESS=True)
-def test_a_sharded_rate_bucket_gives_the_burst_once_across_optimistic_and_serialized_claims(
-    monkeypatch,
-):
-    """The bucket is split in one shard per optimistic claim (2 here, 20 tokens each): an
-    optimistic claim spends its own shard, a serialized one takes from all; together they
-    never give more than the burst, and the refill follows the database clock."""
-    outcomes = _small_optimistic_claims(monkeypatch, claims=2, batch=10)
-    enqueue("a", 60)
-    started = database_seconds()
-    taken = [len(lease(10)) for _ in range(5)]
-    refill = 40 * (database_seconds() - started)  # what the rate adds meanwhile (database time)
-    assert 40 <= sum(taken) <= 40 + refill + 1  # the burst, once
-    assert taken[:4] == [10, 10, 10, 10]
-    # serialized (no state yet), optimistic (shard 1: 15 -> 5), then serialized from both
-    assert outcomes[:2] == [(True, False), (False, True)]
-    assert (True, True) in outcomes
-    # A shard per ticket, and as many more for acks to keep the count of leases in (unused
-    # here: no limit) with no tokens.
-    shards = FlowRateShard.objects.filter(queue="lim")
-    assert sorted(shards.values_list("shard", flat=True)) == [1, 2, 3, 4]
-    assert {s.tokens for s in shards if s.shard > 2} == {0.0}
-    time.sleep(0.3)
-    assert 8 <= len(lease(20)) <= 15  # ~12 tokens refilled
-
-
-@limits(RATE_LIMIT=400)
-def test_optimistic_claims_with_a_rate_do_not_wait_for_each_other(monkeypatch):
-    """Two optimistic claims at once spend different shards: the second does not wait for
-    the first one's transaction (a single bucket row would make it wait: lock_timeout)."""
-    _small_optimistic_claims(monkeypatch, claims=2, batch=10)
-    enqueue(None, 40)
-    assert len(lease(10)) == 10  # serialized: creates the state row and the shards
-    config = flow_control.flow_config("lim")
-    assert config is not None
-    statement = flow_control.claim_statement(
-        config.shape, optimistic=True, settings=config.literals(True)
-    )
-    s = connection.settings_dict
-    other = psycopg.connect(
-        host=s["HOST"], port=s["PORT"], user=s["USER"], password=s["PASSWORD"], dbname=s["NAME"]
-    )
-    try:
-        other.execute("SET lock_timeout = '2s'")
-        with transaction.atomic(), connection.cursor() as cursor:
-            params = flow_control.claim_params(config, "lim", "w1", 10, 30.0)
-            cursor.execute(sql.FLOW_LOCK_SHARED, params)
-            cursor.execute(statement, params)
-            assert [o for o, *_ in cursor.fetchall()] == ["claimed"] * 10
-            # Still in the first claim's transaction: its shard's row is locked.
-            params = flow_control.claim_params(config, "lim", "w2", 10, 30.0)
-            with other.transaction():
-                other.execute(sql.FLOW_LOCK_SHARED, params)
-                rows = other.execute(statement, params).fetchall()
-            assert [o for o, *_ in rows] == ["claimed"] * 10
-    finally:
-        other.close()
-
-
-@limits(RATE_LIMIT=400)
-def test_rate_limit_holds_across_concurrent_optimistic_claimers(monkeypatch):
-    outcomes = _small_optimistic_claims(monkeypatch, claims=4, batch=10)
-    enqueue(None, 2000)
-    claimed, elapsed = claim_for_a_second(pause=0.0)
-    assert claimed <= 400 + 400 * elapsed + 1
-    assert claimed >= 0.7 * (400 + 400 * 1.0)
-    assert (True, True) in outcomes
 
 
 # --- settings --------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ that no longer exists.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
-from django_pgqueue.core import flow_control, periodic_sql, retention_sql, transitions
+from django_pgqueue.core import flow_control, flow_sql, periodic_sql, retention_sql
 from django_pgqueue.core import sql as core_sql
 from django_pgqueue.metrics import queues as metrics_queues
 from django_pgqueue.models import Message
@@ -51,45 +50,14 @@ def named_statements(module: ModuleType) -> Iterator[tuple[str, str]]:
             yield name, value
 
 
-def claim_variants() -> Iterator[tuple[str, str]]:
-    """Each distinct flow-control claim text its builder makes, named by its first arguments."""
-    seen: set[str] = set()
-    for shape, *flags in itertools.product(
-        ("limits", "fair_limits", "keyed", "fair"), *[(False, True)] * 6
-    ):
-        optimistic, queue_shards, key_rate, placing, kept_count, credit = flags
-        try:
-            text = flow_control.claim_statement(
-                shape,
-                optimistic=optimistic,
-                queue_shards=queue_shards,
-                key_rate=key_rate,
-                placing=placing,
-                kept_count=kept_count,
-                credit=credit,
-            )
-        except ValueError:
-            continue  # a combination the builder refuses
-        if text in seen:
-            continue
-        seen.add(text)
-        on = [n for n, f in zip(_FLAG_NAMES, flags, strict=True) if f]
-        yield "-".join([shape, *on]), text
-
-
-_FLAG_NAMES = ("optimistic", "queue_shards", "key_rate", "placing", "kept_count", "credit")
-
-
 def rendered() -> dict[str, str]:
     statements = {}
     for folder, module in NAMED.items():
         for name, text in named_statements(module):
             statements[f"{folder}/{name}.sql.txt"] = text
-    for name, text in claim_variants():
+    statements["flow_claim/claim.sql.txt"] = flow_control.CLAIM
+    for name, text in flow_sql.DEFINITIONS.items():
         statements[f"flow_claim/{name}.sql.txt"] = text
-    for kind in transitions._COUNTING_ACKS:
-        text = transitions._counting_ack(kind, flow_control.OPTIMISTIC_CLAIMS)
-        statements[f"counting_ack/{kind}.sql.txt"] = text
     for limit in (1, 10):
         text, _ = Message.objects._lease_statement("default", "golden", limit)
         statements[f"plain_claim/batch_{limit}.sql.txt"] = text

@@ -44,28 +44,6 @@ def test_burst_runs_every_ready_message_and_stores_results(start_worker: StartWo
     assert not Message.objects.exists()
 
 
-@override_settings(PGQUEUE={"QUEUES": {"lim": {"CONCURRENCY_LIMIT": 10_000}}})
-def test_the_workers_acks_keep_a_limited_queues_count_of_leases(
-    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The completer names its batches' queue: its acks take what they end away from the
-    queue's kept count of leases (every ack here), which is exactly 0 once all is done;
-    without the queue they could not, and it would err high."""
-    from django_pgqueue.core import flow_control
-    from django_pgqueue.models import FlowRateShard
-
-    monkeypatch.setattr(flow_control, "KEPT_COUNT_BATCH", 1)
-    # No claim credits: a grant's allowance left unleased would make the count err high.
-    monkeypatch.setattr(flow_control, "CREDIT_CLAIMS", 0)
-    # Every ack keeps it, not only those after a claim that read it (the first one counts).
-    monkeypatch.setattr(flow_control.LEASES_SEEN, "keeps_count", lambda *_: True)
-    django_pgqueue.enqueue_many("tests.echo", [{"n": n} for n in range(60)], queue="lim")
-    assert start_worker(queues=["lim"], burst=True, concurrency=4, batch_size=20).join() == 0
-    assert ArchivedMessage.objects.filter(queue="lim").count() == 60
-    held = FlowRateShard.objects.filter(queue="lim").values_list("held", flat=True)
-    assert len(held) == 2 * flow_control.OPTIMISTIC_CLAIMS and sum(held) == 0
-
-
 @pytest.mark.parametrize("task", ["tests.echo", "tests.async-echo-any"])
 def test_handlers_get_every_kind_of_json_payload_decoded(
     start_worker: StartWorker, task: str

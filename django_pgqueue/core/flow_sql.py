@@ -1,0 +1,452 @@
+"""The SQL of flow control (``flow_control.py``): one function, created by the migration.
+
+A queue with fairness, limits or rates is claimed by ``sql.LEASE`` whose candidates come from
+``pgq_flow_candidates_v1(queue, wanted, exact, settings)``: the messages to lease, locked, in
+the order to lease them. The function is PL/pgSQL because its steps depend on each other:
+under READ COMMITTED every statement in it takes a fresh snapshot, so after it has waited for
+the queue's lock it sees everything committed before that, and each step reads as plain SQL.
+``settings`` is the queue's settings as JSON (``FlowConfig.settings_json``), so one prepared
+claim text serves every flow-controlled queue.
+
+The steps (see ``docs/explanation/design.md``, "Fair queues and limits"):
+
+1. a paused queue gives nothing;
+2. a fair queue gives its place in the fair order to what is due outside it (a retry, a
+   scheduled message, an expired lease): two index probes, and the placing only on a hit;
+3. a queue with limits or rates leases under the session's *allowance* when it has one (a
+   share of the room under every limit and of the rate's tokens, reserved for a fraction of
+   a second, ``pgqueue_flow_allowance``), reading the head as fairness alone does; otherwise
+   it claims *exactly*: it takes the queue's advisory lock, waits for the claims under
+   allowances in progress, counts what is in flight and takes what every limit leaves,
+   then reserves the session's next allowance;
+4. the head of the fair order (or of the plain claim order) ``FOR UPDATE SKIP LOCKED``.
+
+Why the limits hold: exact claims take turns (the queue's advisory lock, held until they
+commit), and the room one takes or reserves is the limit minus the leases in flight minus
+the units of the other sessions' allowances. It reads those units before it counts the
+leases, each in a snapshot of its own: a claim under an allowance takes its batch out of its
+units in the same transaction as its leases, so whether it commits before, between or after
+those two reads, its messages are counted once or twice, never missed. An allowance counts
+against the queue limit and against each key's limit (all of it may go to one tenant).
+Expired allowances are settled by the next exact claim: their unused units stop counting and
+their tokens go back to the rate.
+"""
+
+from __future__ import annotations
+
+from .sql import FAIR_ORDER_ENTRY
+
+#: The version in the function's name: a change of its text is a new name and a migration.
+CANDIDATES_FUNCTION_NAME = "pgq_flow_candidates_v1"
+
+#: The first key of the queues' advisory locks (the second is the queue name's hash).
+LOCK_CLASS = 0x70677100
+
+CANDIDATES_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION {CANDIDATES_FUNCTION_NAME}(
+    p_queue text, p_wanted int, p_exact boolean, p_settings jsonb)
+RETURNS TABLE (id bigint, lease_token uuid)
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    keyed constant boolean := coalesce((p_settings ->> 'keyed')::boolean, false);
+    weights constant jsonb := coalesce(p_settings -> 'weights', '{{}}');
+    queue_limit constant int := (p_settings ->> 'queue_limit')::int;
+    key_limit constant int := (p_settings ->> 'key_limit')::int;
+    key_limits constant jsonb := coalesce(p_settings -> 'key_limits', '{{}}');
+    rate constant float8 := (p_settings ->> 'rate')::float8;
+    key_rate constant float8 := (p_settings ->> 'key_rate')::float8;
+    allowance_claims constant int := coalesce((p_settings ->> 'allowance_claims')::int, 0);
+    allowance_window constant float8 := coalesce((p_settings ->> 'allowance_window')::float8, 0);
+    key_limited constant boolean := key_limit IS NOT NULL OR key_limits <> '{{}}'
+                                    OR key_rate IS NOT NULL;
+    limited constant boolean := queue_limit IS NOT NULL OR rate IS NOT NULL OR key_limited;
+    me constant int := pg_backend_pid();
+    budget int := p_wanted;
+    paused boolean;
+    due_waiting boolean;
+    under_allowance boolean := false;
+    allowance_left int;
+    exact boolean := false;
+    taken int := 0;
+    in_flight int := 0;
+    reserved int := 0;
+    returned int := 0;
+    key_room int;
+    tokens int;
+    granted int := 0;
+    due pgq_flow_candidate_v1[] := '{{}}';
+    chosen pgq_flow_candidate_v1[] := '{{}}';
+BEGIN
+    -- One look at the queue: paused, and (a fair queue) whether something fell due outside
+    -- the fair order (a retry, a scheduled message, an expired lease): two index probes.
+    SELECT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = p_queue AND q.paused),
+           keyed AND (
+               EXISTS (SELECT 1 FROM pgqueue_message m
+                       WHERE m.queue = p_queue AND m.fair_order < 0 AND m.lease_token IS NULL
+                         AND m.attempts < m.max_attempts AND m.available_at <= now())
+               OR EXISTS (SELECT 1 FROM pgqueue_message m
+                          WHERE m.queue = p_queue AND m.fair_order < 0
+                            AND m.lease_token IS NOT NULL AND m.available_at <= now()
+                            AND m.attempts < m.max_attempts))
+    INTO paused, due_waiting;
+    IF paused THEN
+        RETURN;
+    END IF;
+
+    -- Limits and rates: under the session's allowance (its batch taken out of it at once,
+    -- what is not leased given back below), or exactly.
+    IF limited AND NOT p_exact THEN
+        UPDATE pgqueue_flow_allowance a SET units = a.units - p_wanted
+        WHERE a.queue = p_queue AND a.holder = me AND a.units > 0
+          AND a.until > clock_timestamp()
+        RETURNING a.units INTO allowance_left;
+        IF FOUND THEN
+            under_allowance := true;
+            budget := p_wanted + least(allowance_left, 0);
+        END IF;
+    END IF;
+    IF limited AND NOT under_allowance THEN
+        exact := true;
+        PERFORM pg_advisory_xact_lock({LOCK_CLASS}, hashtext(p_queue));
+        -- Settle the allowances that ended (and this session's own, replaced below): their
+        -- unused units no longer count, their tokens go back to the rate. One a claim is
+        -- using right now is left for the next exact claim, and counted meanwhile.
+        WITH settled AS (
+            DELETE FROM pgqueue_flow_allowance a
+            WHERE (a.queue, a.holder) IN (
+                SELECT e.queue, e.holder FROM pgqueue_flow_allowance e
+                WHERE e.queue = p_queue AND (e.until <= clock_timestamp() OR e.holder = me)
+                FOR UPDATE SKIP LOCKED)
+            RETURNING greatest(a.units, 0) AS units
+        )
+        SELECT coalesce(sum(units), 0) INTO returned FROM settled;
+        -- The other allowances as last committed, read before the leases are counted: a
+        -- claim under one that commits in between is counted twice (its units and its
+        -- leases), never missed.
+        SELECT coalesce(sum(a.units), 0) INTO reserved FROM pgqueue_flow_allowance a
+        WHERE a.queue = p_queue AND a.units > 0;
+        IF rate IS NOT NULL THEN
+            IF returned > 0 THEN
+                UPDATE pgqueue_flow_rate r
+                SET tat = r.tat - make_interval(secs => returned / rate)
+                WHERE r.queue = p_queue AND r.key = '';
+            END IF;
+            tokens := pgq_flow_tokens_v1(p_queue, '', rate);
+            budget := least(budget, tokens);
+        END IF;
+        IF queue_limit IS NOT NULL OR key_limited THEN
+            SELECT count(*) INTO in_flight FROM pgqueue_message m
+            WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
+              AND m.available_at > now();
+        END IF;
+        IF queue_limit IS NOT NULL THEN
+            budget := least(budget, queue_limit - in_flight - reserved);
+        END IF;
+        budget := greatest(budget, 0);
+    END IF;
+
+    IF budget > 0 AND NOT keyed THEN
+        -- The plain claim order.
+        RETURN QUERY
+        SELECT m.id, m.lease_token FROM pgqueue_message m
+        WHERE m.queue = p_queue AND m.attempts < m.max_attempts AND m.available_at <= now()
+        ORDER BY m.priority DESC, m.available_at, m.id
+        LIMIT budget
+        FOR UPDATE SKIP LOCKED;
+        GET DIAGNOSTICS taken = ROW_COUNT;
+    ELSIF budget > 0 THEN
+        -- The fair order. Its head as is, unless messages from outside it compete for the
+        -- batch, or an exact claim must keep each tenant within its key limit and rate.
+        -- Rows written without a place (raw SQL, or from before fairness was switched on)
+        -- are looked for among the oldest ready ones by one claim in 20, and by any claim
+        -- that comes back short.
+        IF due_waiting OR random() < 0.05 THEN
+            due := ARRAY(SELECT d FROM pgq_flow_due_v1(
+                p_queue, weights, CASE WHEN due_waiting THEN budget + 32 ELSE 0 END, 32) d);
+        END IF;
+        IF cardinality(due) = 0 AND NOT (exact AND key_limited) THEN
+            RETURN QUERY
+            SELECT m.id, m.lease_token FROM pgqueue_message m
+            WHERE m.queue = p_queue AND m.fair_order >= 0
+            ORDER BY m.priority DESC, m.fair_order, m.id
+            LIMIT budget
+            FOR UPDATE SKIP LOCKED;
+            GET DIAGNOSTICS taken = ROW_COUNT;
+            IF taken < budget THEN
+                -- Short of the batch: rows written without a place (raw SQL, or from
+                -- before fairness was switched on) among the oldest ready ones.
+                due := ARRAY(SELECT d FROM pgq_flow_due_v1(p_queue, weights, 0, 32) d);
+                chosen := ARRAY(SELECT d FROM unnest(due) d
+                                ORDER BY d.priority DESC, d.place, d.id
+                                LIMIT budget - taken);
+            END IF;
+        ELSE
+            chosen := pgq_flow_choose_v1(p_queue, budget, due, exact AND key_limited,
+                                         key_limit, key_limits, key_rate, reserved);
+            IF cardinality(chosen) < budget THEN
+                due := due || ARRAY(SELECT d FROM pgq_flow_due_v1(p_queue, weights, 0, 32) d);
+                chosen := pgq_flow_choose_v1(p_queue, budget, due, exact AND key_limited,
+                                             key_limit, key_limits, key_rate, reserved);
+            END IF;
+        END IF;
+        IF cardinality(due) > 0 THEN
+            -- The candidates from outside the order not leased now keep their place.
+            UPDATE pgqueue_message m SET fair_order = d.place
+            FROM unnest(due) d
+            WHERE m.id = d.id AND m.id <> ALL(ARRAY(SELECT c.id FROM unnest(chosen) c));
+        END IF;
+        IF exact AND key_rate IS NOT NULL THEN
+            PERFORM pgq_flow_spend_keys_v1(
+                p_queue, ARRAY(SELECT c.tenant FROM unnest(chosen) c), key_rate);
+        END IF;
+        taken := taken + cardinality(chosen);
+        RETURN QUERY SELECT c.id, c.lease_token FROM unnest(chosen) c;
+    END IF;
+
+    IF NOT limited THEN
+        RETURN;
+    END IF;
+    IF under_allowance THEN
+        IF taken < budget OR allowance_left < 0 THEN
+            UPDATE pgqueue_flow_allowance a
+            SET units = greatest(a.units, 0) + budget - taken
+            WHERE a.queue = p_queue AND a.holder = me;
+        END IF;
+        RETURN;
+    END IF;
+
+    -- An exact claim that took its whole batch reserves the session's next allowance: a
+    -- quarter of what is left under every limit and of the rate's tokens, so that a few
+    -- sessions hold one at once; none with a key rate (its tokens are per tenant) or inside
+    -- the caller's transaction.
+    IF NOT p_exact AND allowance_claims > 0 AND key_rate IS NULL AND taken = p_wanted THEN
+        granted := allowance_claims * p_wanted;
+        IF queue_limit IS NOT NULL THEN
+            granted := least(granted, (queue_limit - in_flight - reserved - taken) / 4);
+        END IF;
+        IF key_limit IS NOT NULL OR key_limits <> '{{}}' THEN
+            SELECT least(
+                       min(coalesce((key_limits ->> b.tenant)::int, key_limit, 2147483647) - b.n),
+                       (SELECT min(value::int) FROM jsonb_each_text(key_limits)),
+                       key_limit)
+            INTO key_room
+            FROM (SELECT m.tenant, count(*) AS n FROM pgqueue_message m
+                  WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
+                    AND m.available_at > now() AND m.tenant IS NOT NULL
+                  GROUP BY m.tenant) b;
+            granted := least(granted, (key_room - reserved - taken) / 4);
+        END IF;
+        IF rate IS NOT NULL THEN
+            granted := least(granted, (tokens - taken) / 4);
+        END IF;
+        granted := greatest(granted, 0);
+    END IF;
+    IF granted > 0 THEN
+        INSERT INTO pgqueue_flow_allowance AS a (queue, holder, units, until)
+        VALUES (p_queue, me, granted,
+                clock_timestamp() + make_interval(secs => allowance_window))
+        ON CONFLICT (queue, holder) DO UPDATE SET units = excluded.units, until = excluded.until;
+    END IF;
+    IF rate IS NOT NULL AND taken + granted > 0 THEN
+        INSERT INTO pgqueue_flow_rate AS r (queue, key, tat)
+        VALUES (p_queue, '', clock_timestamp() + make_interval(secs => (taken + granted) / rate))
+        ON CONFLICT (queue, key) DO UPDATE
+        SET tat = greatest(r.tat, clock_timestamp())
+                  + make_interval(secs => (taken + granted) / rate);
+    END IF;
+END
+$fn$;
+"""
+
+# A candidate of a fair claim: a message with its place in the fair order.
+CANDIDATE_TYPE = """
+DO $$ BEGIN
+    CREATE TYPE pgq_flow_candidate_v1 AS (
+        id bigint, lease_token uuid, tenant text, priority smallint, place float8);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+"""
+
+# The fair choice: the head of the fair order (locked ``SKIP LOCKED``) and the candidates
+# from outside it (``p_due``, locked already), in fair order, at most ``p_budget``; with key
+# limits or a key rate each tenant at most what they leave it (the head read then reaches
+# twice as far, to pass over tenants at their limit). ``p_reserved``: the units of other
+# sessions' allowances, each of which may go to any one tenant.
+CHOOSE_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_flow_choose_v1(
+    p_queue text, p_budget int, p_due pgq_flow_candidate_v1[], p_key_limited boolean,
+    p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int)
+RETURNS pgq_flow_candidate_v1[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    RETURN (
+    WITH candidate AS (
+        SELECT * FROM (
+            SELECT m.id, m.lease_token, m.tenant, m.priority, m.fair_order AS place
+            FROM pgqueue_message m
+            WHERE m.queue = p_queue AND m.fair_order >= 0
+            ORDER BY m.priority DESC, m.fair_order, m.id
+            LIMIT CASE WHEN p_key_limited THEN 2 * p_budget + 8 ELSE p_budget END
+            FOR UPDATE SKIP LOCKED) head
+      UNION ALL
+        SELECT d.id, d.lease_token, d.tenant, d.priority, d.place FROM unnest(p_due) d
+    ), busy AS (
+        SELECT m.tenant, count(*) AS n FROM pgqueue_message m
+        WHERE p_key_limited AND m.queue = p_queue AND m.lease_token IS NOT NULL
+          AND m.fair_order < 0 AND m.available_at > now()
+          AND m.tenant = ANY(ARRAY(SELECT DISTINCT c.tenant FROM candidate c))
+        GROUP BY m.tenant
+    ), room AS (
+        SELECT t.tenant,
+               least(coalesce((p_key_limits ->> t.tenant)::int, p_key_limit, 2147483647)
+                       - coalesce(b.n, 0) - p_reserved,
+                     CASE WHEN p_key_rate IS NULL THEN 2147483647
+                          ELSE pgq_flow_tokens_v1(p_queue, t.tenant, p_key_rate) END) AS n
+        FROM (SELECT DISTINCT c.tenant FROM candidate c
+              WHERE p_key_limited AND c.tenant IS NOT NULL) t
+        LEFT JOIN busy b ON b.tenant = t.tenant
+    ), ranked AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.tenant
+                                       ORDER BY c.priority DESC, c.place, c.id) AS nth
+        FROM candidate c
+    )
+    SELECT coalesce(array_agg(ROW(r.id, r.lease_token, r.tenant, r.priority, r.place)
+                                  ::pgq_flow_candidate_v1
+                              ORDER BY r.priority DESC, r.place, r.id), '{}')
+    FROM (SELECT r.* FROM ranked r LEFT JOIN room k ON k.tenant = r.tenant
+          WHERE NOT p_key_limited OR r.tenant IS NULL OR r.nth <= k.n
+          ORDER BY r.priority DESC, r.place, r.id
+          LIMIT p_budget) r);
+END
+$fn$;
+"""
+
+# Whole tokens a rate (GCRA) has left at ``clock_timestamp()``: the burst (one second's
+# worth, at least one) less what the theoretical arrival time ``tat`` is ahead of now.
+TOKENS_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_flow_tokens_v1(p_queue text, p_key text, p_rate float8)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+    RETURN greatest(0, floor(greatest(1, p_rate) - p_rate * greatest(0, extract(epoch FROM
+               coalesce((SELECT r.tat FROM pgqueue_flow_rate r
+                         WHERE r.queue = p_queue AND r.key = p_key), clock_timestamp())
+               - clock_timestamp())) + 1e-9))::int;
+END
+$fn$;
+"""
+
+# The candidates of a fair claim from outside the fair order, locked, each with the place it
+# takes in the order, as an enqueue would have given it: up to ``p_due_limit`` retried,
+# released or scheduled messages that fell due and as many expired leases (oldest first), and
+# the rows without a place (``fair_order`` NULL: raw SQL, or from before fairness was
+# switched on) among the ``p_unplaced_window`` oldest ready ones. Rows another claim holds
+# are left to it.
+_DUE_ENTRY = FAIR_ORDER_ENTRY.format(
+    queue="p_queue", priority="g.priority", tenant="g.tenant", step="g.step"
+)
+DUE_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION pgq_flow_due_v1(
+    p_queue text, p_weights jsonb, p_due_limit int, p_unplaced_window int)
+RETURNS SETOF pgq_flow_candidate_v1
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH due_again AS (
+        SELECT * FROM (
+            SELECT m.id, m.lease_token, m.tenant, m.priority, m.available_at
+            FROM pgqueue_message m
+            WHERE m.queue = p_queue AND m.fair_order < 0 AND m.lease_token IS NULL
+              AND m.attempts < m.max_attempts AND m.available_at <= now()
+            ORDER BY m.available_at, m.id
+            LIMIT p_due_limit
+            FOR UPDATE SKIP LOCKED) waiting
+      UNION ALL
+        SELECT * FROM (
+            SELECT m.id, m.lease_token, m.tenant, m.priority, m.available_at
+            FROM pgqueue_message m
+            WHERE m.queue = p_queue AND m.fair_order < 0 AND m.lease_token IS NOT NULL
+              AND m.available_at <= now() AND m.attempts < m.max_attempts
+            ORDER BY m.available_at
+            LIMIT p_due_limit
+            FOR UPDATE SKIP LOCKED) expired
+      UNION ALL
+        SELECT * FROM (
+            SELECT m.id, m.lease_token, m.tenant, m.priority, m.available_at
+            FROM pgqueue_message m
+            WHERE m.id = ANY(ARRAY(
+                      SELECT o.id FROM (
+                          SELECT m2.id, m2.fair_order FROM pgqueue_message m2
+                          WHERE m2.queue = p_queue AND m2.attempts < m2.max_attempts
+                            AND m2.available_at <= now()
+                          ORDER BY m2.priority DESC, m2.available_at, m2.id
+                          LIMIT p_unplaced_window) o
+                      WHERE o.fair_order IS NULL))
+              AND m.fair_order IS NULL
+            FOR UPDATE SKIP LOCKED) unplaced
+    ), entry AS (
+        SELECT g.tenant, g.priority, g.step,
+               {_DUE_ENTRY} AS place
+        FROM (SELECT d.tenant, d.priority,
+                     1.0::float8 / coalesce((p_weights ->> d.tenant)::int, 1) AS step
+              FROM due_again d GROUP BY d.tenant, d.priority) g
+    )
+    SELECT d.id, d.lease_token, d.tenant::text, d.priority,
+           e.place + (row_number() OVER (PARTITION BY d.tenant, d.priority
+                                         ORDER BY d.available_at, d.id) - 1) * e.step
+    FROM due_again d
+    JOIN entry e ON e.tenant IS NOT DISTINCT FROM d.tenant AND e.priority = d.priority;
+END
+$fn$;
+"""
+
+# A key rate's tokens spent by the tenants of a claim (one entry per message), and the rows
+# of up to 16 idle tenants (their rate back to a full burst) dropped, never those just spent.
+SPEND_KEYS_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_flow_spend_keys_v1(
+    p_queue text, p_tenants text[], p_rate float8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t0 constant timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO pgqueue_flow_rate AS r (queue, key, tat)
+    SELECT p_queue, s.tenant, t0 + make_interval(secs => s.n / p_rate)
+    FROM (SELECT k.tenant, count(*) AS n FROM unnest(p_tenants) AS k(tenant)
+          WHERE k.tenant IS NOT NULL GROUP BY k.tenant ORDER BY k.tenant) s
+    ON CONFLICT (queue, key) DO UPDATE SET tat = greatest(r.tat, t0) + (excluded.tat - t0);
+    DELETE FROM pgqueue_flow_rate r
+    WHERE r.queue = p_queue AND r.key IN (
+        SELECT i.key FROM pgqueue_flow_rate i
+        WHERE i.queue = p_queue AND i.key <> '' AND i.tat <= t0
+          AND NOT i.key = ANY(array_remove(p_tenants, NULL))
+        LIMIT 16);
+END
+$fn$;
+"""
+
+
+#: What the migration creates, each after those it uses: name -> definition.
+DEFINITIONS = {
+    "pgq_flow_candidate_v1": CANDIDATE_TYPE,
+    "pgq_flow_tokens_v1": TOKENS_FUNCTION,
+    "pgq_flow_due_v1": DUE_FUNCTION,
+    "pgq_flow_choose_v1": CHOOSE_FUNCTION,
+    "pgq_flow_spend_keys_v1": SPEND_KEYS_FUNCTION,
+    CANDIDATES_FUNCTION_NAME: CANDIDATES_FUNCTION,
+}
+
+#: What the migration's reverse runs.
+DROP = (
+    *(f"DROP FUNCTION IF EXISTS {name}" for name in reversed(list(DEFINITIONS)[1:])),
+    "DROP TYPE IF EXISTS pgq_flow_candidate_v1",
+)
