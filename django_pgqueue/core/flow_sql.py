@@ -76,6 +76,7 @@ DECLARE
     key_room int;
     tokens int;
     granted int := 0;
+    busy jsonb := '{{}}';
     due pgq_flow_candidate_v1[] := '{{}}';
     chosen pgq_flow_candidate_v1[] := '{{}}';
 BEGIN
@@ -133,10 +134,22 @@ BEGIN
                 SET tat = r.tat - make_interval(secs => returned / rate)
                 WHERE r.queue = p_queue AND r.key = '';
             END IF;
-            tokens := pgq_flow_tokens_v1(p_queue, '', rate);
+            tokens := pgq_flow_tokens_v1(
+                (SELECT r.tat FROM pgqueue_flow_rate r WHERE r.queue = p_queue AND r.key = ''),
+                clock_timestamp(), rate);
             budget := least(budget, tokens);
         END IF;
-        IF queue_limit IS NOT NULL OR key_limited THEN
+        -- The leases in flight (and, with key limits, each tenant's): one pass over them.
+        IF key_limited THEN
+            SELECT coalesce(sum(b.n), 0),
+                   coalesce(jsonb_object_agg(b.tenant, b.n) FILTER (WHERE b.tenant IS NOT NULL),
+                            '{{}}')
+            INTO in_flight, busy
+            FROM (SELECT m.tenant, count(*) AS n FROM pgqueue_message m
+                  WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
+                    AND m.available_at > now()
+                  GROUP BY m.tenant) b;
+        ELSIF queue_limit IS NOT NULL THEN
             SELECT count(*) INTO in_flight FROM pgqueue_message m
             WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
               AND m.available_at > now();
@@ -184,11 +197,11 @@ BEGIN
             END IF;
         ELSE
             chosen := pgq_flow_choose_v1(p_queue, budget, due, exact AND key_limited,
-                                         key_limit, key_limits, key_rate, reserved);
+                                         key_limit, key_limits, key_rate, reserved, busy);
             IF cardinality(chosen) < budget THEN
                 due := due || ARRAY(SELECT d FROM pgq_flow_due_v1(p_queue, weights, 0, 32) d);
                 chosen := pgq_flow_choose_v1(p_queue, budget, due, exact AND key_limited,
-                                             key_limit, key_limits, key_rate, reserved);
+                                             key_limit, key_limits, key_rate, reserved, busy);
             END IF;
         END IF;
         IF cardinality(due) > 0 THEN
@@ -227,15 +240,14 @@ BEGIN
             granted := least(granted, (queue_limit - in_flight - reserved - taken) / 4);
         END IF;
         IF key_limit IS NOT NULL OR key_limits <> '{{}}' THEN
+            -- The room of the tenant closest to its limit, in flight or not.
             SELECT least(
-                       min(coalesce((key_limits ->> b.tenant)::int, key_limit, 2147483647) - b.n),
-                       (SELECT min(value::int) FROM jsonb_each_text(key_limits)),
+                       min(coalesce((key_limits ->> b.key)::int, key_limit, 2147483647)
+                           - b.value::int),
+                       (SELECT min(l.value::int) FROM jsonb_each_text(key_limits) l),
                        key_limit)
             INTO key_room
-            FROM (SELECT m.tenant, count(*) AS n FROM pgqueue_message m
-                  WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
-                    AND m.available_at > now() AND m.tenant IS NOT NULL
-                  GROUP BY m.tenant) b;
+            FROM jsonb_each_text(busy) b;
             granted := least(granted, (key_room - reserved - taken) / 4);
         END IF;
         IF rate IS NOT NULL THEN
@@ -270,83 +282,84 @@ END $$;
 """
 
 # The fair choice: the head of the fair order (locked ``SKIP LOCKED``) and the candidates
-# from outside it (``p_due``, locked already), in fair order, at most ``p_budget``; with key
-# limits or a key rate each tenant at most what they leave it (the head read then reaches
-# twice as far, to pass over tenants at their limit). ``p_reserved``: the units of other
-# sessions' allowances, each of which may go to any one tenant.
+# from outside it (``p_due``, locked already), in fair order, at most ``p_budget``. With key
+# limits or a key rate each tenant takes at most what they leave it: its limit less its leases
+# in flight (``p_busy``: tenant -> count) and the units of other sessions' allowances
+# (``p_reserved``, each of which may go to any one tenant), and its rate's whole tokens. When
+# that passes over some, the head is read again twice as far.
 CHOOSE_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_flow_choose_v1(
     p_queue text, p_budget int, p_due pgq_flow_candidate_v1[], p_key_limited boolean,
-    p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int)
+    p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int, p_busy jsonb)
 RETURNS pgq_flow_candidate_v1[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 #variable_conflict use_column
+DECLARE
+    reach int := p_budget;
+    head pgq_flow_candidate_v1[];
+    chosen pgq_flow_candidate_v1[];
 BEGIN
-    RETURN (
-    WITH candidate AS (
-        SELECT * FROM (
-            SELECT m.id, m.lease_token, m.tenant, m.priority, m.fair_order AS place
+    LOOP
+        head := ARRAY(
+            SELECT ROW(m.id, m.lease_token, m.tenant, m.priority, m.fair_order)
+                       ::pgq_flow_candidate_v1
             FROM pgqueue_message m
             WHERE m.queue = p_queue AND m.fair_order >= 0
             ORDER BY m.priority DESC, m.fair_order, m.id
-            LIMIT CASE WHEN p_key_limited THEN 2 * p_budget + 8 ELSE p_budget END
-            FOR UPDATE SKIP LOCKED) head
-      UNION ALL
-        SELECT d.id, d.lease_token, d.tenant, d.priority, d.place FROM unnest(p_due) d
-    ), busy AS (
-        SELECT m.tenant, count(*) AS n FROM pgqueue_message m
-        WHERE p_key_limited AND m.queue = p_queue AND m.lease_token IS NOT NULL
-          AND m.fair_order < 0 AND m.available_at > now()
-          AND m.tenant = ANY(ARRAY(SELECT DISTINCT c.tenant FROM candidate c))
-        GROUP BY m.tenant
-    ), room AS (
-        SELECT t.tenant,
-               least(coalesce((p_key_limits ->> t.tenant)::int, p_key_limit, 2147483647)
-                       - coalesce(b.n, 0) - p_reserved,
-                     CASE WHEN p_key_rate IS NULL THEN 2147483647
-                          ELSE pgq_flow_tokens_v1(p_queue, t.tenant, p_key_rate) END) AS n
-        FROM (SELECT DISTINCT c.tenant FROM candidate c
-              WHERE p_key_limited AND c.tenant IS NOT NULL) t
-        LEFT JOIN busy b ON b.tenant = t.tenant
-    ), ranked AS (
-        SELECT c.*, row_number() OVER (PARTITION BY c.tenant
-                                       ORDER BY c.priority DESC, c.place, c.id) AS nth
-        FROM candidate c
-    )
-    SELECT coalesce(array_agg(ROW(r.id, r.lease_token, r.tenant, r.priority, r.place)
-                                  ::pgq_flow_candidate_v1
-                              ORDER BY r.priority DESC, r.place, r.id), '{}')
-    FROM (SELECT r.* FROM ranked r LEFT JOIN room k ON k.tenant = r.tenant
-          WHERE NOT p_key_limited OR r.tenant IS NULL OR r.nth <= k.n
-          ORDER BY r.priority DESC, r.place, r.id
-          LIMIT p_budget) r);
+            LIMIT reach
+            FOR UPDATE SKIP LOCKED);
+        IF NOT p_key_limited THEN
+            RETURN ARRAY(SELECT c FROM unnest(head || p_due) c
+                         ORDER BY c.priority DESC, c.place, c.id
+                         LIMIT p_budget);
+        END IF;
+        chosen := ARRAY(
+            WITH candidate AS (
+                SELECT * FROM unnest(head || p_due)
+            ), room AS (
+                SELECT t.tenant,
+                       least(coalesce((p_key_limits ->> t.tenant)::int, p_key_limit, 2147483647)
+                               - coalesce((p_busy ->> t.tenant)::int, 0) - p_reserved,
+                             CASE WHEN p_key_rate IS NULL THEN 2147483647
+                                  ELSE pgq_flow_tokens_v1(r.tat, clock_timestamp(), p_key_rate)
+                             END) AS n
+                FROM (SELECT DISTINCT c.tenant FROM candidate c WHERE c.tenant IS NOT NULL) t
+                LEFT JOIN pgqueue_flow_rate r
+                       ON p_key_rate IS NOT NULL AND r.queue = p_queue AND r.key = t.tenant
+            ), ranked AS (
+                SELECT c.*, row_number() OVER (PARTITION BY c.tenant
+                                               ORDER BY c.priority DESC, c.place, c.id) AS nth
+                FROM candidate c
+            )
+            SELECT ROW(r.id, r.lease_token, r.tenant, r.priority, r.place)::pgq_flow_candidate_v1
+            FROM ranked r LEFT JOIN room k ON k.tenant = r.tenant
+            WHERE r.tenant IS NULL OR r.nth <= k.n
+            ORDER BY r.priority DESC, r.place, r.id
+            LIMIT p_budget);
+        -- Done when the batch is full, the head is read far enough, or it ran out.
+        IF cardinality(chosen) >= p_budget OR reach > p_budget OR cardinality(head) < reach THEN
+            RETURN chosen;
+        END IF;
+        reach := 2 * p_budget + 8;
+    END LOOP;
 END
 $fn$;
 """
 
-# Whole tokens a rate (GCRA) has left at ``clock_timestamp()``: the burst (one second's
-# worth, at least one) less what the theoretical arrival time ``tat`` is ahead of now.
+# Whole tokens a rate (GCRA) has left at ``p_now``: the burst (one second's worth, at least
+# one) less how far the theoretical arrival time ``p_tat`` (NULL: none yet) is ahead of now.
+# A plain expression, inlined where it is used.
 TOKENS_FUNCTION = """
-CREATE OR REPLACE FUNCTION pgq_flow_tokens_v1(p_queue text, p_key text, p_rate float8)
+CREATE OR REPLACE FUNCTION pgq_flow_tokens_v1(p_tat timestamptz, p_now timestamptz, p_rate float8)
 RETURNS int
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql IMMUTABLE
 AS $fn$
-BEGIN
-    RETURN greatest(0, floor(greatest(1, p_rate) - p_rate * greatest(0, extract(epoch FROM
-               coalesce((SELECT r.tat FROM pgqueue_flow_rate r
-                         WHERE r.queue = p_queue AND r.key = p_key), clock_timestamp())
-               - clock_timestamp())) + 1e-9))::int;
-END
+    SELECT greatest(0, floor(greatest(1, p_rate) - p_rate * greatest(0, extract(epoch FROM
+               coalesce(p_tat, p_now) - p_now)) + 1e-9))::int
 $fn$;
 """
 
-# The candidates of a fair claim from outside the fair order, locked, each with the place it
-# takes in the order, as an enqueue would have given it: up to ``p_due_limit`` retried,
-# released or scheduled messages that fell due and as many expired leases (oldest first), and
-# the rows without a place (``fair_order`` NULL: raw SQL, or from before fairness was
-# switched on) among the ``p_unplaced_window`` oldest ready ones. Rows another claim holds
-# are left to it.
 _DUE_ENTRY = FAIR_ORDER_ENTRY.format(
     queue="p_queue", priority="g.priority", tenant="g.tenant", step="g.step"
 )
