@@ -111,7 +111,7 @@ tables. The harness itself is checked by `tests/bench/` (a tiny run: `--mode smo
 ## Retention
 
 Expiring one day of 1,000,000 archived rows (about 200 bytes each) through
-`core.retention.run_retention()`: as a whole-day partition drop, and as batched deletes of the
+`core._retention.run_retention()`: as a whole-day partition drop, and as batched deletes of the
 same rows (what a per-queue retention shorter than another queue's takes); each once quiet and
 once while one process drains a queue (`lease()` + `complete()`, batches of 100). Same
 2-core machine, shared with other workloads during this run:

@@ -1,6 +1,6 @@
 """What expiring one day of the archive costs: a partition drop against a batched DELETE.
 
-Both through ``core.retention.run_retention()``, on the same shape of day (``--rows`` archived
+Both through ``core._retention.run_retention()``, on the same shape of day (``--rows`` archived
 rows, default 1,000,000, finished ten and nine days ago): the drop is what retention does when
 the day is older than every queue's retention; the batched DELETE is what it does for a queue
 whose retention is shorter than another's (``RETENTION_DELETE_BATCH`` rows per transaction).
@@ -104,9 +104,9 @@ class Drain:
 def fill_day(cursor: Any, partition: Any, rows: int) -> None:
     from django.db import connection
 
-    from django_pgqueue.core import partitions
+    from django_pgqueue.core import _partitions
 
-    partitions.ensure_days(connection, partition.day, partition.day)
+    _partitions.ensure_days(connection, partition.day, partition.day)
     # A payload and result of a few dozen bytes each, like a small task's.
     cursor.execute(
         """
@@ -140,7 +140,7 @@ def expire(
     n_dead_tup after, drain msg/s during, before)."""
     from django.test.utils import override_settings
 
-    from django_pgqueue.core.retention import run_retention
+    from django_pgqueue.core._retention import run_retention
 
     cursor.execute("CHECKPOINT")
     # What the rest of the server writes meanwhile (the LSN is cluster-wide): this process
@@ -168,10 +168,10 @@ def expire(
 
 
 def day(today: dt.date, days_ago: int) -> Any:
-    from django_pgqueue.core import partitions
+    from django_pgqueue.core import _partitions
 
     past = today - dt.timedelta(days=days_ago)
-    return partitions.Partition(partitions.partition_name(past), past)
+    return _partitions.Partition(_partitions.partition_name(past), past)
 
 
 def main() -> None:
@@ -185,11 +185,11 @@ def main() -> None:
         from django.db import connection
 
         import django_pgqueue
-        from django_pgqueue.core import partitions
+        from django_pgqueue.core import _partitions
 
         call_command("migrate", verbosity=0)
         with connection.cursor() as cursor:
-            today = partitions.today(cursor)
+            today = _partitions.today(cursor)
             # The drain's backlog.
             for _ in range(20):
                 django_pgqueue.enqueue_many("bench.noop", [{}] * 20_000, queue=QUEUE)
@@ -213,7 +213,7 @@ def main() -> None:
                         drain.running.set()
                     fill_day(cursor, day(today, ago), args.rows)
                     results.setdefault(label, []).append(expire(settings, drain, cursor))
-    print(f"Expire one day of {args.rows:,} archived rows (core.retention.run_retention)\n")
+    print(f"Expire one day of {args.rows:,} archived rows (core._retention.run_retention)\n")
     print(
         "| how | seconds | WAL bytes | other sessions' WAL bytes/s | archive n_dead_tup after "
         "| seconds while draining | drain msg/s during | drain msg/s just before |"

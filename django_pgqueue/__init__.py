@@ -23,9 +23,9 @@ from .exceptions import InvalidMessage, LeaseError, PayloadError, PgQueueError, 
 from .periodic import periodic
 
 if TYPE_CHECKING:
-    from .core.cancel import CancelResult, cancel, cancel_many
-    from .core.enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
-    from .core.registry import handler
+    from .core._cancel import CancelResult, cancel, cancel_many
+    from .core._enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
+    from .core._registry import handler
     from .core.transitions import FailedAttempt, Outcome, complete, extend, fail, release
     from .models import Message
 
@@ -33,14 +33,14 @@ if TYPE_CHECKING:
 
 #: Where each lazily imported name lives.
 _HOMES = {
-    "CancelResult": "core.cancel",
-    "cancel": "core.cancel",
-    "cancel_many": "core.cancel",
-    "EnqueuedMessage": "core.enqueue",
-    "enqueue": "core.enqueue",
-    "enqueue_many": "core.enqueue",
-    "enqueue_on_commit": "core.enqueue",
-    "handler": "core.registry",
+    "CancelResult": "core._cancel",
+    "cancel": "core._cancel",
+    "cancel_many": "core._cancel",
+    "EnqueuedMessage": "core._enqueue",
+    "enqueue": "core._enqueue",
+    "enqueue_many": "core._enqueue",
+    "enqueue_on_commit": "core._enqueue",
+    "handler": "core._registry",
     "FailedAttempt": "core.transitions",
     "Outcome": "core.transitions",
     "complete": "core.transitions",

@@ -36,7 +36,7 @@ PER_QUEUE_KEYS = frozenset(
         "DEAD_RETENTION",
     }
 )
-#: Flow-control keys (core/flow_control.py) that exist only per queue, not at the top level.
+#: Flow-control keys (core/_flow_control.py) that exist only per queue, not at the top level.
 PER_QUEUE_ONLY_KEYS = frozenset(
     {
         "FAIRNESS",
@@ -211,7 +211,7 @@ def settings_problems(raw: Any) -> list[SettingsError]:
         return []
     if not isinstance(raw, Mapping):
         return [SettingsError(f"{SETTINGS_NAME} must be a dict, not {type(raw).__name__}.", "E002")]
-    from .core.validation import QueueNameError, validate_queue_name
+    from .core._validation import QueueNameError, validate_queue_name
 
     problems: list[SettingsError] = []
     for key in sorted(set(raw) - KNOWN_KEYS):

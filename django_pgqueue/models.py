@@ -2,7 +2,7 @@
 
 A message id is at every instant in exactly one of :class:`Message`,
 :class:`ArchivedMessage` (``message_id``) or :class:`DeadMessage` (``message_id``): every
-move between them is one SQL statement (see ``core/sql.py``).
+move between them is one SQL statement (see ``core/_sql.py``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Left, Now
 from django.db.models.lookups import Exact, In
 
-from .core.manager import MessageManager
-from .core.validation import (
+from .core._manager import MessageManager
+from .core._validation import (
     DEDUP_KEY_MAX_LENGTH,
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -144,7 +144,7 @@ class Message(MessageFields):
         constraints = [
             *_message_constraints("pgq_message"),
             # Enforced where a message enters: the archive and the dead table receive rows
-            # only from this table, each move one statement (see core/sql.py).
+            # only from this table, each move one statement (see core/_sql.py).
             models.CheckConstraint(condition=_queue_name_is_valid(), name="pgq_message_queue_name"),
             models.UniqueConstraint(
                 fields=["queue", "dedup_key"],
@@ -162,7 +162,7 @@ class Message(MessageFields):
                 name="pgq_message_claim",
                 condition=Q(attempts__lt=F("max_attempts")),
             ),
-            # Fair queues (core/flow_control.py): the fair order itself, which a claim reads
+            # Fair queues (core/_flow_control.py): the fair order itself, which a claim reads
             # from its head; each tenant's newest place in it, where its next message goes;
             # and the messages outside it that are due again, to be given a place. Rows of
             # queues without fairness (fair_order NULL) are in none of the three.
@@ -223,7 +223,7 @@ class Message(MessageFields):
 class ArchivedMessage(MessageFields):
     """A message that finished successfully, with its result.
 
-    The table is partitioned by day of ``finished_at`` (``core/partitions.py``), so that
+    The table is partitioned by day of ``finished_at`` (``core/_partitions.py``), so that
     retention drops a whole day at once. Its primary key is ``(id, finished_at)`` in the
     database, ``id`` for Django: ids come from one sequence, so ``id`` alone names one row,
     and ``message_id`` is unique because a message enters the archive once (one statement
@@ -334,6 +334,6 @@ class WorkerHeartbeat(models.Model):
 
 # Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the periodic
 # schedules belong to this app too. The pipeline's tables belong to django_pgqueue.pipeline.
-from .core.flow_models import FlowAllowance, FlowRate  # noqa: E402, F401
-from .core.maintenance_models import MaintenanceState  # noqa: E402, F401
-from .core.periodic_models import PeriodicSchedule  # noqa: E402, F401
+from .core._flow_models import FlowAllowance, FlowRate  # noqa: E402, F401
+from .core._maintenance_models import MaintenanceState  # noqa: E402, F401
+from .core._periodic_models import PeriodicSchedule  # noqa: E402, F401

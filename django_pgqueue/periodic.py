@@ -29,9 +29,9 @@ from cronsim import CronSim, CronSimError
 from django.db import DatabaseError, connections, transaction
 
 from .conf import get_settings
-from .core import periodic_sql
-from .core.enqueue import enqueue
-from .core.validation import (
+from .core import _periodic_sql
+from .core._enqueue import enqueue
+from .core._validation import (
     encode_payload,
     validate_priority,
     validate_queue_name,
@@ -126,7 +126,7 @@ def _task_of(target: Any) -> tuple[str, str | None, Any]:
     module_path = getattr(target, "module_path", None)
     if isinstance(module_path, str) and hasattr(target, "queue_name"):
         return module_path, getattr(target, "queue_name", None), {"args": [], "kwargs": {}}
-    from .core.registry import registry
+    from .core._registry import registry
 
     for handler in registry.handlers():
         if handler.func is target:
@@ -214,7 +214,7 @@ def run_now(name: str, *, using: str | None = None) -> int:
         raise LookupError(f"no periodic schedule {name!r} is declared in the code")
     alias = using or get_settings().DATABASE_ALIAS
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(periodic_sql.NOW)
+        cursor.execute(_periodic_sql.NOW)
         now = cursor.fetchone()[0]
         sent = enqueue(
             schedule.task,
@@ -223,7 +223,7 @@ def run_now(name: str, *, using: str | None = None) -> int:
             priority=schedule.priority,
             using=alias,
         )
-        cursor.execute(periodic_sql.RAN_NOW, [sent.id, name])
+        cursor.execute(_periodic_sql.RAN_NOW, [sent.id, name])
     return sent.id
 
 
@@ -245,12 +245,13 @@ class Ticker:
     def sync(self) -> None:
         """Write the declared schedules' rows (once per worker start)."""
         with connections[self.alias].cursor() as cursor:
-            cursor.execute(periodic_sql.NOW)
+            cursor.execute(_periodic_sql.NOW)
             now = cursor.fetchone()[0]
             for s in self.schedules.values():
                 queue = s.queue or get_settings().DEFAULT_QUEUE
                 cursor.execute(
-                    periodic_sql.UPSERT_SCHEDULE, [s.name, s.task, queue, s.spec, s.next_after(now)]
+                    _periodic_sql.UPSERT_SCHEDULE,
+                    [s.name, s.task, queue, s.spec, s.next_after(now)],
                 )
         self._synced = True
 
@@ -271,7 +272,7 @@ class Ticker:
 
     def _run_due(self) -> float:
         with connections[self.alias].cursor() as cursor:
-            cursor.execute(periodic_sql.DUE_SCHEDULES, [list(self.schedules)])
+            cursor.execute(_periodic_sql.DUE_SCHEDULES, [list(self.schedules)])
             rows = cursor.fetchall()
         wait = self.check_interval
         for name, next_run_at, due, seconds_left, now in rows:
@@ -293,8 +294,8 @@ class Ticker:
         following = schedule.next_after(now)
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
             # The claim session commits asynchronously; a schedule's move must be durable.
-            cursor.execute(periodic_sql.SYNCHRONOUS_COMMIT)
-            cursor.execute(periodic_sql.ADVANCE, [following, slot, schedule.name, due])
+            cursor.execute(_periodic_sql.SYNCHRONOUS_COMMIT)
+            cursor.execute(_periodic_sql.ADVANCE, [following, slot, schedule.name, due])
             if cursor.fetchone() is None:
                 return following  # another worker took this slot
             if slot is None:
@@ -311,7 +312,7 @@ class Ticker:
                 priority=schedule.priority,
                 using=self.alias,
             )
-            cursor.execute(periodic_sql.RAN_SLOT, [sent.id, schedule.name])
+            cursor.execute(_periodic_sql.RAN_SLOT, [sent.id, schedule.name])
         logger.info(
             "Periodic %s: enqueued message %s for the slot %s.",
             schedule.name,

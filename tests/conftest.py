@@ -35,7 +35,7 @@ def admin_conn(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
 @pytest.fixture
 def listener(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
     """A second connection LISTENing on the queue channel; read with ``drain(listener)``."""
-    from django_pgqueue.core.notify import listen_statement
+    from django_pgqueue.core._notify import listen_statement
 
     with psycopg.connect(**connection_kwargs(), autocommit=True) as conn:
         conn.execute(listen_statement())

@@ -45,7 +45,7 @@ def explain_prepared(
     explained). Plans by statement name."""
     from django.db import transaction
 
-    from django_pgqueue.core.execution import set_local
+    from django_pgqueue.core._execution import set_local
 
     cursor.execute("SELECT name FROM pg_prepared_statements")
     names = [row[0] for row in cursor.fetchall() if re.fullmatch(name_pattern, row[0])]

@@ -1,7 +1,7 @@
 """The live messages' "Cancel" action, behind the ``cancel_message`` permission.
 
 A mixin for ``MessageAdmin``: messages no worker holds go to the dead letters with reason
-``cancelled``; the running ones are flagged for their handler (``core/cancel.py``).
+``cancelled``; the running ones are flagged for their handler (``core/_cancel.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from ..core.cancel import CancelResult, cancel_many
+from ..core._cancel import CancelResult, cancel_many
 from ..models import Message
 from .actions import ACTION_LIMIT, acting_user_id, bounded_selection, in_batches
 from .compat import ActionLocation, action

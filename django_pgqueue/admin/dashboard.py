@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 
 from ..core import operations
-from ..core.validation import validate_queue_name
+from ..core._validation import validate_queue_name
 from ..exceptions import QueueNameError
 from ..models import QueueState
 from .actions import acting_user_id

@@ -9,7 +9,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from ..core.registry import registry
+from ..core._registry import registry
 from .overview import known_queues
 
 __all__ = ["LiveStateFilter", "QueueFilter", "TaskFilter"]

@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from ..core.periodic_models import PeriodicSchedule
+from ..core._periodic_models import PeriodicSchedule
 from ..periodic import run_now, schedules
 from .actions import acting_user_id
 from .browsers import ViewOnlyAdmin

@@ -1,1 +1,1 @@
-"""The queue core: validation, enqueue, leasing and transitions, with the SQL in ``sql.py``."""
+"""The queue core: validation, enqueue, leasing and transitions, with the SQL in ``_sql.py``."""

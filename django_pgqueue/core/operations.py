@@ -8,10 +8,10 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from . import sql
-from .notify import notify_queues
+from . import _sql
+from ._notify import notify_queues
+from ._validation import validate_queue_name
 from .transitions import Outcome, _stale
-from .validation import validate_queue_name
 
 __all__ = [
     "discard",
@@ -39,27 +39,27 @@ def retry_dead(message_ids: Sequence[int], *, using: str | None = None) -> Outco
     """Dead -> live, attempts reset, same message id. Ids not moved are in ``stale``: already
     retried by someone else, or their dedup key is held by a live message."""
     ids = list(message_ids)
-    done = _run_and_notify(sql.RETRY_DEAD, [ids], using)
+    done = _run_and_notify(_sql.RETRY_DEAD, [ids], using)
     return Outcome(done=done, stale=_stale(ids, done))
 
 
 def retry_now(message_ids: Sequence[int], *, using: str | None = None) -> Outcome:
     """A scheduled or backing-off (not leased) message becomes available now."""
     ids = list(message_ids)
-    done = _run_and_notify(sql.RETRY_NOW, [ids], using)
+    done = _run_and_notify(_sql.RETRY_NOW, [ids], using)
     return Outcome(done=done, stale=_stale(ids, done))
 
 
 def release_leases(message_ids: Sequence[int], *, using: str | None = None) -> Outcome:
     """Release leases by id whoever holds them (a stuck worker); its late ack is fenced off."""
     ids = list(message_ids)
-    done = _run_and_notify(sql.RELEASE_BY_ID, [ids], using)
+    done = _run_and_notify(_sql.RELEASE_BY_ID, [ids], using)
     return Outcome(done=done, stale=_stale(ids, done))
 
 
 def requeue_archived(archive_ids: Sequence[int], *, using: str | None = None) -> list[int]:
     """Enqueue copies of archived messages (by archive row id); returns the new message ids."""
-    return _run_and_notify(sql.REQUEUE_ARCHIVED, [list(archive_ids)], using)
+    return _run_and_notify(_sql.REQUEUE_ARCHIVED, [list(archive_ids)], using)
 
 
 def discard(
@@ -69,7 +69,7 @@ def discard(
     ids = list(message_ids)
     alias = using or get_settings().DATABASE_ALIAS
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.DISCARD, [ids, note])
+        cursor.execute(_sql.DISCARD, [ids, note])
         done = [row[0] for row in cursor.fetchall()]
     return Outcome(done=done, stale=_stale(ids, done))
 
@@ -79,7 +79,7 @@ def purge_queue(queue: str, *, using: str | None = None) -> int:
     validate_queue_name(queue)
     alias = using or get_settings().DATABASE_ALIAS
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.PURGE_QUEUE, [queue])
+        cursor.execute(_sql.PURGE_QUEUE, [queue])
         return cursor.rowcount
 
 
@@ -87,7 +87,7 @@ def _set_paused(queue: str, paused: bool, using: str | None) -> None:
     validate_queue_name(queue)
     alias = using or get_settings().DATABASE_ALIAS
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(sql.SET_PAUSED, [queue, paused])
+        cursor.execute(_sql.SET_PAUSED, [queue, paused])
         if not paused:
             notify_queues([queue], using=alias)
 

@@ -19,9 +19,9 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..models import DeadReason
-from . import sql
-from .execution import BY_ID_PLAN, ack_settings, execute, set_local
-from .prepared import can_prepare, execute_prepared
+from . import _sql
+from ._execution import BY_ID_PLAN, ack_settings, execute, set_local
+from ._prepared import can_prepare, execute_prepared
 
 __all__ = [
     "FailedAttempt",
@@ -89,7 +89,7 @@ def _run(
     local_settings: dict[str, str],
 ) -> list[Any]:
     """Run a batch transition, as a session-prepared statement with a nested-loop plan when
-    it is a transaction of its own (``prepared.py``, ``execution.BY_ID_PLAN``)."""
+    it is a transaction of its own (``_prepared.py``, ``_execution.BY_ID_PLAN``)."""
     with connection.cursor() as cursor:
         if can_prepare(connection, cursor):
             plan = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN, **local_settings}
@@ -146,7 +146,7 @@ def complete_encoded(
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), results_json]
     rows = _run(
-        connection, "complete", sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
+        connection, "complete", _sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
     )
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
@@ -233,7 +233,7 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     delays = [a.retry_in for a in attempts]
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), errors, reasons, delays]
-    rows = _run(connection, "fail", sql.FAIL, params, _FAIL_TYPES, ack_settings(connection))
+    rows = _run(connection, "fail", _sql.FAIL, params, _FAIL_TYPES, ack_settings(connection))
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
     return Outcome(
@@ -252,7 +252,7 @@ def extend(
         return Outcome()
     connection = connections[_alias(using)]
     params = [float(visibility_timeout), _array(ids), _array(tokens)]
-    rows = _run(connection, "extend", sql.EXTEND, params, _EXTEND_TYPES, ack_settings(connection))
+    rows = _run(connection, "extend", _sql.EXTEND, params, _EXTEND_TYPES, ack_settings(connection))
     done = [row[0] for row in rows]
     flagged = [row[0] for row in rows if row[1]]
     return Outcome(done=done, stale=_stale(ids, done), cancel_requested=flagged)
@@ -270,7 +270,7 @@ def release(
     if not ids:
         return Outcome()
     params = [reset_attempt, _array(ids), _array(tokens)]
-    rows = _run(connections[_alias(using)], "release", sql.RELEASE, params, _RELEASE_TYPES, {})
+    rows = _run(connections[_alias(using)], "release", _sql.RELEASE, params, _RELEASE_TYPES, {})
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
 
@@ -278,7 +278,7 @@ def release(
 def start_alone(lease: LeaseRef, *, using: str | None = None) -> bool:
     """Record that ``lease``'s handler starts now, with no other handler running beside it in
     its worker: committed when this returns, so if the worker dies from now on, the lease
-    spends its attempt when it expires (see "The attempt rule" in ``sql.py``). False when the
+    spends its attempt when it expires (see "The attempt rule" in ``_sql.py``). False when the
     lease is no longer held (it expired and another worker took it)."""
     ids, tokens = _pairs([lease])
     connection = connections[_alias(using)]
@@ -286,5 +286,5 @@ def start_alone(lease: LeaseRef, *, using: str | None = None) -> bool:
         # Its own transaction, asynchronous commit allowed: it survives a crash of the worker
         # process (what it is for); a crash of the database may forget it, which gives one
         # attempt back.
-        execute(cursor, sql.START_ALONE, [ids[0], tokens[0]], ack_settings(connection))
+        execute(cursor, _sql.START_ALONE, [ids[0], tokens[0]], ack_settings(connection))
         return cursor.fetchone() is not None

@@ -5,9 +5,9 @@ import django.db.models.functions.text
 import django.db.models.lookups
 from django.db import migrations, models
 
-from django_pgqueue.core import flow_sql
-from django_pgqueue.core.partitions import create_archive_partitions
-from django_pgqueue.core.retention_sql import CREATE_ARCHIVE_TABLE
+from django_pgqueue.core import _flow_sql
+from django_pgqueue.core._partitions import create_archive_partitions
+from django_pgqueue.core._retention_sql import CREATE_ARCHIVE_TABLE
 
 
 class Migration(migrations.Migration):
@@ -152,7 +152,7 @@ class Migration(migrations.Migration):
                 "db_table": "pgqueue_worker",
             },
         ),
-        # The archive is partitioned by day of finished_at (core/retention.py drops expired
+        # The archive is partitioned by day of finished_at (core/_retention.py drops expired
         # days whole). PostgreSQL wants the partition key in every unique constraint, so the
         # table's primary key is (id, finished_at) while Django's state keeps ``id``: ids come
         # from one sequence, so ``id`` alone still names one row.
@@ -578,9 +578,9 @@ class Migration(migrations.Migration):
             """,
             reverse_sql=migrations.RunSQL.noop,
         ),
-        # The flow-controlled claim's candidates (core/flow_sql.py).
+        # The flow-controlled claim's candidates (core/_flow_sql.py).
         migrations.RunSQL(
-            sql=list(flow_sql.DEFINITIONS.values()),
-            reverse_sql=list(flow_sql.DROP),
+            sql=list(_flow_sql.DEFINITIONS.values()),
+            reverse_sql=list(_flow_sql.DROP),
         ),
     ]

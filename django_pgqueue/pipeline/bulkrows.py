@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.validation import DEDUP_KEY_MAX_LENGTH, MAX_PRIORITY, MIN_PRIORITY, TENANT_MAX_LENGTH
+from ..core._validation import DEDUP_KEY_MAX_LENGTH, MAX_PRIORITY, MIN_PRIORITY, TENANT_MAX_LENGTH
 from .rowcheck import check_row
 
 #: Rows whose payload is within this share of the cap are sized exactly, row by row.
@@ -53,7 +53,7 @@ class BulkJob:
     vote_table: str = ""
     run_id: str = ""
     # A fair queue: rows go in with fair_order -1, placed in the fair order by the first
-    # claims after (core/flow_control.py), as scheduled messages are.
+    # claims after (core/_flow_control.py), as scheduled messages are.
     out_of_fair_order: bool = False
 
 

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from django.db import connections
 
 from ..conf import get_settings
-from ..core.validation import (
+from ..core._validation import (
     validate_max_attempts,
     validate_priority,
     validate_queue_name,
@@ -413,7 +413,7 @@ def _prepare(
 
 def _is_fair(queue: str) -> bool:
     """Rows of a fair queue go in outside its fair order: the first claims place them."""
-    from ..core.flow_control import flow_config
+    from ..core._flow_control import flow_config
 
     flow = flow_config(queue)
     return flow is not None and flow.keyed

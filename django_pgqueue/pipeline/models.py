@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from ..core.validation import QUEUE_NAME_MAX_LENGTH, TASK_NAME_MAX_LENGTH
+from ..core._validation import QUEUE_NAME_MAX_LENGTH, TASK_NAME_MAX_LENGTH
 
 EXPORT_RUN_TABLE = "pgqueue_export_run"
 EXPORT_RANGE_TABLE = "pgqueue_export_range"

@@ -1,7 +1,7 @@
 """Retention never expires a row before the export it was promised to holds it.
 
 Set ``PGQUEUE_PIPELINE = {"RETENTION_REQUIRES_EXPORT_TO": ["/srv/exports/pgqueue"]}`` and the
-workers' retention (``core/retention.py``) keeps every archived or dead row until each listed
+workers' retention (``core/_retention.py``) keeps every archived or dead row until each listed
 destination has a verified (or pruned) export range holding it, however old it is. The guard
 answers with an id: rows below it may go. That is the start of the first range of the
 destination, in id order, that is not verified yet (the export's watermark when it is up to
@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Max, Min
 from django.utils import timezone
 
-from ..core.retention import register_expiry_listener, register_retention_guard
+from ..core._retention import register_expiry_listener, register_retention_guard
 from .columns import SOURCES
 from .export import RECHECK_RANGES, source_figures
 from .models import ExportRange, ExportRangeStatus
@@ -58,7 +58,7 @@ def exported_below(source: str, destination: str, alias: str) -> int:
 
 
 def guard(source: str, alias: str) -> int | None:
-    """core.retention's guard: the lowest bound over the listed destinations."""
+    """core._retention's guard: the lowest bound over the listed destinations."""
     listed = destinations()
     if not listed:
         return None
@@ -71,7 +71,7 @@ def install() -> None:
 
 
 def mark_expired(source: str, first: int, last: int, alias: str) -> None:
-    """core.retention's expiry listener: a verified range (of any destination) that held ids
+    """core._retention's expiry listener: a verified range (of any destination) that held ids
     retention just expired is marked pruned once the database no longer holds all its rows.
 
     Its files keep the rows. Left verified, the range would read as changed to the next export

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core.validation import (
+from ..core._validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
     encode_payload,

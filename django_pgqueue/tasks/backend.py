@@ -18,8 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from ..conf import get_settings
-from ..core.enqueue import PreparedMessage, prepare_message, write_message
-from ..core.validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
+from ..core._enqueue import PreparedMessage, prepare_message, write_message
+from ..core._validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
 from ..exceptions import InvalidMessage
 from .framework import (
     BaseTaskBackend,

@@ -21,7 +21,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from ..conf import get_settings
-from ..core.registry import Handler, registry
+from ..core._registry import Handler, registry
 from . import results
 from .framework import (
     Task,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DataError
 
 from ..core import transitions
-from ..core.registry import notify_dead
+from ..core._registry import notify_dead
 from ..exceptions import ResultNotSerializable
 from ..metrics.instruments import Instruments
 from ..models import DeadReason

@@ -12,7 +12,7 @@ from importlib import import_module
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
 
-from ..core.registry import registry
+from ..core._registry import registry
 
 #: Module names looked up in every installed app.
 HANDLER_MODULES = ("handlers", "tasks")

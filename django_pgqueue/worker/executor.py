@@ -13,7 +13,7 @@ ends, and its start is recorded in the database before its handler runs
 (``transitions.start_alone``); the others start again once its outcome is written. So when
 a handler kills the process, the only lease that spends an attempt is the one running
 alone, if any: the batch-mates leased beside it get theirs back (see "The attempt rule" in
-``core/sql.py``). Handlers abandoned after their timeout are not waited for (they may never
+``core/_sql.py``). Handlers abandoned after their timeout are not waited for (they may never
 return).
 """
 
@@ -34,7 +34,7 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..core import transitions
-from ..core.registry import Handler
+from ..core._registry import Handler
 from ..exceptions import PgQueueError, ResultNotSerializable
 from ..metrics.instruments import Instruments
 from ..models import DeadReason

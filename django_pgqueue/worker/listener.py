@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from django.db import DatabaseError, connections
 
-from ..core.notify import listen_statement
+from ..core._notify import listen_statement
 from . import sql
 from .db import backoff_schedule, close_connection
 

@@ -1,4 +1,4 @@
-"""The worker's maintenance thread: retention (``core/retention.py``) every interval.
+"""The worker's maintenance thread: retention (``core/_retention.py``) every interval.
 
 Its own thread and connection, so a long expiry never delays a claim or a completion; every
 worker runs one, and the job itself makes sure one of them does the work per interval. A
@@ -12,7 +12,7 @@ import threading
 
 from django.db import DatabaseError, connections
 
-from ..core import retention
+from ..core import _retention
 from .db import is_connection_error
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -37,7 +37,7 @@ class Maintainer(threading.Thread):
         while not self._stop_event.wait(delay):
             delay = self.interval
             try:
-                report = retention.maintain(worker_id=self.worker_id, using=self.alias)
+                report = _retention.maintain(worker_id=self.worker_id, using=self.alias)
                 if report is not None and not report.busy:
                     self.runs += 1
             except DatabaseError as exc:

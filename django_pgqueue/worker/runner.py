@@ -42,10 +42,10 @@ from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
 
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
-from ..core import execution, sql, transitions
-from ..core.claim_bound import ClaimBounds
-from ..core.registry import registry
-from ..core.validation import QueueNameError, validate_queue_name
+from ..core import _execution, _sql, transitions
+from ..core._claim_bound import ClaimBounds
+from ..core._registry import registry
+from ..core._validation import QueueNameError, validate_queue_name
 from ..metrics.instruments import Instruments
 from ..models import DeadReason, Message
 from ..periodic import Ticker
@@ -449,7 +449,7 @@ class Worker:
             for number, previous_handler in previous.items():
                 signal.signal(number, previous_handler)
             connection_created.disconnect(receiver)
-            execution.end_claim_session(connections[self.alias])
+            _execution.end_claim_session(connections[self.alias])
             if not own_process:
                 # That thread's connection would outlive it otherwise.
                 connections.close_all()
@@ -503,7 +503,7 @@ class Worker:
         self.executor.start()
         interval = self.conf.RETENTION_INTERVAL
         if interval is not None and not self.options.burst:
-            # Retention (core/retention.py): one worker per interval does it, in this thread.
+            # Retention (core/_retention.py): one worker per interval does it, in this thread.
             Maintainer(
                 alias=self.alias, worker_id=self.worker_id, interval=interval, stop=self._stop
             ).start()
@@ -717,8 +717,8 @@ class Worker:
         # Claims run on the main loop's and the listener's connections only, and nothing
         # else but the worker's own bookkeeping does: they may keep the claim's settings.
         # Its leases give their attempt back if they expire: the executor runs a redelivered
-        # message alone (see "The attempt rule" in core/sql.py).
-        execution.dedicate_to_claims(connections[self.alias], refund_on_expiry=True)
+        # message alone (see "The attempt rule" in core/_sql.py).
+        _execution.dedicate_to_claims(connections[self.alias], refund_on_expiry=True)
         batch = Message.objects.lease(
             queue,
             worker_id=self.worker_id,
@@ -798,7 +798,7 @@ class Worker:
         earliest: float | None = None
         with connections[self.alias].cursor() as cursor:
             for queue in queues:
-                cursor.execute(sql.NEXT_DUE_AT, {"queue": queue})
+                cursor.execute(_sql.NEXT_DUE_AT, {"queue": queue})
                 row = cursor.fetchone()
                 if row and row[0] is not None:
                     seconds = min(float(row[0]), LONGEST_DUE_WAIT)
@@ -841,7 +841,7 @@ class Worker:
     def _warn_stale_ready(self, threshold: float) -> None:
         def query() -> list[tuple[str, float]]:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute(sql.LIVE_QUEUES)
+                cursor.execute(_sql.LIVE_QUEUES)
                 queues = [row[0] for row in cursor.fetchall()]
                 if not queues:
                     return []

@@ -1,11 +1,11 @@
-"""Every statement the worker sends beyond the core's (claims and acks live in ``core/sql.py``).
+"""Every statement the worker sends beyond the core's (claims and acks live in ``core/_sql.py``).
 
 Named here so a change to one shows up as one diff, and in ``tests/sql/golden/``.
 """
 
 from __future__ import annotations
 
-from ..core import sql as core_sql
+from ..core import _sql as core_sql
 
 #: Ready messages older than a threshold, one per queue: a queue nobody serves (warned about).
 STALE_READY = """

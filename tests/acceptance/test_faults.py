@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import django_pgqueue
-from django_pgqueue.core.validation import MAX_PRIORITY
+from django_pgqueue.core._validation import MAX_PRIORITY
 from django_pgqueue.models import ArchivedMessage, Message
 from tests.conftest import connection_kwargs
 from tests.worker.conftest import wait_for

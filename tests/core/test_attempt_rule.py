@@ -1,11 +1,11 @@
-"""The attempt rule (core/sql.py): a worker's lease that expires gives its attempt back
+"""The attempt rule (core/_sql.py): a worker's lease that expires gives its attempt back
 unless its handler had started alone; other claims count every attempt."""
 
 import pytest
 from django.db import connection
 
 import django_pgqueue
-from django_pgqueue.core import execution, transitions
+from django_pgqueue.core import _execution, transitions
 from django_pgqueue.models import DeadMessage, Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def worker_session():
     """This thread's connection as a worker's claim session (its leases refund on expiry)."""
     connection.close()
-    execution.dedicate_to_claims(connection, refund_on_expiry=True)
+    _execution.dedicate_to_claims(connection, refund_on_expiry=True)
     yield
     connection.close()
 

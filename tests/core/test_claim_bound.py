@@ -1,4 +1,4 @@
-"""A claimer's bound (core/claim_bound.py): its claims walk the claim index from a lower bound
+"""A claimer's bound (core/_claim_bound.py): its claims walk the claim index from a lower bound
 on ``available_at``, and a message that becomes due below that bound is still claimed, by the
 walk from the head that follows within HEAD_WALK_EVERY seconds."""
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_pgqueue
-from django_pgqueue.core.claim_bound import HEAD_WALK_EVERY, SLACK, ClaimBounds
+from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, SLACK, ClaimBounds
 from django_pgqueue.models import Message
 from tests.plans import explain_prepared, nodes, unbounded_reads
 
@@ -94,9 +94,9 @@ def test_without_bounds_every_claim_walks_from_the_head():
 def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
     """The entries below the bound are passed over on the index alone: the bound is an
     index condition of the claim index in the claim's own (generic, prepared) plan."""
-    from django_pgqueue.core import execution, prepared
+    from django_pgqueue.core import _execution, _prepared
 
-    execution.dedicate_to_claims(connection)
+    _execution.dedicate_to_claims(connection)
     try:
         bounds = bounded(ClaimBounds())
         admin_conn.execute(
@@ -107,14 +107,14 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         assert len(claim(bounds)) == 10  # prepares the claim from the bound
         statement = Message.objects._bounded_lease_statement(10)
         params = ["default", "default", bounds.start("default"), "default", "w1", 30.0]
-        name, _ = prepared.prepared_form("claim", statement, tuple(map(_type, params)))
+        name, _ = _prepared.prepared_form("claim", statement, tuple(map(_type, params)))
         with connection.cursor() as cursor:
             [plan] = explain_prepared(cursor, name, params, {}).values()
         assert unbounded_reads(plan) == [], plan
         [walk] = [n for n in nodes(plan) if n.get("Index Name") == "pgq_message_claim"]
         assert "available_at >=" in walk["Index Cond"], walk
     finally:
-        execution.end_claim_session(connection)
+        _execution.end_claim_session(connection)
 
 
 def _type(value: object) -> str:

@@ -230,7 +230,7 @@ def test_the_databases_queue_name_rule_is_the_validators(admin_conn, table):
     # accept and refuse the same names.
     import psycopg
 
-    from django_pgqueue.core.validation import validate_queue_name
+    from django_pgqueue.core._validation import validate_queue_name
     from django_pgqueue.exceptions import QueueNameError
 
     insert = {
@@ -253,7 +253,7 @@ def test_the_databases_queue_name_rule_is_the_validators(admin_conn, table):
 
 
 def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
-    from django_pgqueue.core.registry import registry
+    from django_pgqueue.core._registry import registry
 
     @django_pgqueue.handler("tests.routed", queue="routed", max_attempts=7)
     def routed(payload):
@@ -274,7 +274,7 @@ def test_a_registered_handlers_queue_and_max_attempts_are_the_defaults():
 
 @pytest.mark.skipif(not apps.is_installed("demo"), reason="the demo app needs a Tasks framework")
 def test_handlers_modules_are_imported_at_startup():
-    from django_pgqueue.core.registry import registry
+    from django_pgqueue.core._registry import registry
 
     # example_project/demo/handlers.py, found without anything importing it explicitly.
     handler = registry.get("demo.send-welcome")
@@ -282,10 +282,10 @@ def test_handlers_modules_are_imported_at_startup():
 
 
 def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
-    from django_pgqueue.core import prepared
+    from django_pgqueue.core import _prepared
 
     django_pgqueue.enqueue("t", {"n": 1})
-    assert any(n.startswith("pgq_enqueue") for n in prepared._prepared[connection.connection])
+    assert any(n.startswith("pgq_enqueue") for n in _prepared._prepared[connection.connection])
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
     second = django_pgqueue.enqueue("t", {"n": 2})
@@ -301,10 +301,10 @@ def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
 @pytest.mark.parametrize("use_tz", [True, False])
 @pytest.mark.parametrize("run_after", [None, dt.timedelta(minutes=5), "absolute"])
 def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after, queue):
-    # In autocommit enqueue() skips Django's cursor (prepared.run_on_driver, or for a fair
+    # In autocommit enqueue() skips Django's cursor (_prepared.run_on_driver, or for a fair
     # queue run_script_on_driver) and loads the timestamps itself: they must come back
     # exactly as Django loads the row.
-    from django_pgqueue.core import prepared
+    from django_pgqueue.core import _prepared
 
     settings.TIME_ZONE = "America/New_York"
     settings.USE_TZ = use_tz
@@ -314,7 +314,7 @@ def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after, queue
     sent = django_pgqueue.enqueue(
         "t", {"k": "v"}, run_after=run_after, priority=-7, queue=queue, tenant="acme"
     )
-    assert any(n.startswith("pgq_enqueue") for n in prepared._prepared[connection.connection])
+    assert any(n.startswith("pgq_enqueue") for n in _prepared._prepared[connection.connection])
     stored = Message.objects.get(pk=sent.id)
     assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
     assert (sent.available_at.tzinfo is None) is (not use_tz)
@@ -339,15 +339,15 @@ def test_enqueue_goes_through_djangos_cursor_when_queries_are_observed():
 def test_driver_path_raises_djangos_exceptions():
     from django.db import DataError
 
-    from django_pgqueue.core import prepared
+    from django_pgqueue.core import _prepared
 
-    assert prepared.driver_path(connection)
+    assert _prepared.driver_path(connection)
     with pytest.raises(DataError):
-        prepared.run_on_driver(
+        _prepared.run_on_driver(
             connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[0]
         )
     # The session carries on: the error ended its implicit transaction.
-    rows = prepared.run_on_driver(
+    rows = _prepared.run_on_driver(
         connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[1]
     )
     assert rows == [((1).to_bytes(4, "big"),)]
@@ -377,7 +377,7 @@ def test_enqueue_and_enqueue_on_commit_take_the_same_arguments():
     # One validation (prepare_message) behind both: their parameters must not drift apart.
     import inspect
 
-    from django_pgqueue.core.enqueue import MessageOptions, prepare_message
+    from django_pgqueue.core._enqueue import MessageOptions, prepare_message
 
     now = inspect.signature(django_pgqueue.enqueue).parameters
     later = inspect.signature(django_pgqueue.enqueue_on_commit).parameters

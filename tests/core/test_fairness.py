@@ -13,7 +13,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 import django_pgqueue
-from django_pgqueue.core import flow_control, transitions
+from django_pgqueue.core import _flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowAllowance, FlowRate, Message
 from tests.plans import buffers, explain_prepared, nested_plans, unbounded_reads
@@ -108,16 +108,16 @@ def test_settings_naming_tenants_with_quotes_and_placeholders_reach_the_claim_in
 ):
     """Settings are written into the claim statement as literals: quoted, with ``%`` and
     what looks like a placeholder left alone, on Django's cursor and on the driver alike."""
-    from django_pgqueue.core import execution
+    from django_pgqueue.core import _execution
 
     enqueue_many(ODD_TENANT, 3)
     enqueue_many("iron", 3)
     if claim_session:
-        execution.dedicate_to_claims(connection)
+        _execution.dedicate_to_claims(connection)
     try:
         assert Counter(m.tenant for m in lease(4)) == {ODD_TENANT: 1, "iron": 3}
     finally:
-        execution.end_claim_session(connection)
+        _execution.end_claim_session(connection)
 
 
 @override_settings(PGQUEUE=FAIR)
@@ -267,22 +267,22 @@ def test_fair_claims_run_side_by_side_without_taking_a_message_twice():
 def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
     """On a worker's claim session a fair claim is a bare Bind/Execute: the same messages in
     the same fair order, with the same columns and types."""
-    from django_pgqueue.core import execution, manager
+    from django_pgqueue.core import _execution, _manager
 
     for tenant in ("a", "b"):
         enqueue_many(tenant, 3)
     plain = lease(1)[0]
-    execution.dedicate_to_claims(connection)
+    _execution.dedicate_to_claims(connection)
     sent: list[str] = []
-    real = manager.run_on_driver
+    real = _manager.run_on_driver
 
     def spy(*args, **kwargs):
         sent.append(kwargs["statement"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(manager, "run_on_driver", spy)
+    monkeypatch.setattr(_manager, "run_on_driver", spy)
     fast = lease(3)
-    assert sent == [flow_control.CLAIM]
+    assert sent == [_flow_control.CLAIM]
     assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b"]
     row = Message.objects.get(id=fast[0].id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by", "payload"):
@@ -290,26 +290,26 @@ def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
         assert type(getattr(fast[0], field)) is type(getattr(plain, field)), field
     assert fast[0].leased_at == row.leased_at and fast[0].available_at == row.available_at
     assert [m.tenant for m in lease(5)] == ["a", "b"]
-    execution.end_claim_session(connection)
+    _execution.end_claim_session(connection)
 
 
 def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
-    assert flow_control.flow_config("default") is None
+    assert _flow_control.flow_config("default") is None
     with override_settings(PGQUEUE={"QUEUES": {"q": {"MAX_ATTEMPTS": 2}}}):
-        assert flow_control.flow_config("q") is None
+        assert _flow_control.flow_config("q") is None
     with override_settings(PGQUEUE={"QUEUES": {"q": {"FAIRNESS": False}}}):
-        assert flow_control.flow_config("q") is None
+        assert _flow_control.flow_config("q") is None
     with override_settings(
         PGQUEUE={"QUEUES": {"q": {"KEY_CONCURRENCY_LIMIT": 1, "RATE_LIMIT": 5}}}
     ):
-        config = flow_control.flow_config("q")
+        config = _flow_control.flow_config("q")
         assert config is not None and config.keyed and config.key_limited
         assert json.loads(config.settings_json)["rate"] == 5
     with override_settings(PGQUEUE=FAIR):
-        config = flow_control.flow_config("fair")
+        config = _flow_control.flow_config("fair")
         assert config is not None and config.keyed and not config.key_limited
     with override_settings(PGQUEUE={"QUEUES": {"q": {"RATE_LIMIT": 5}}}):
-        config = flow_control.flow_config("q")
+        config = _flow_control.flow_config("q")
         assert config is not None and not config.keyed
 
 
@@ -424,11 +424,11 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
     """As the plain claim (test_leasing.py): each configuration's claim, its statements
     planned and cached while the queue held 2,000 analyzed rows, still reaches every row of
     the live table through an index condition once 20,000 more arrive."""
-    from django_pgqueue.core import execution
+    from django_pgqueue.core import _execution
 
     with override_settings(PGQUEUE={"QUEUES": {"fq": FLOW_SHAPES[shape]}}):
         if claim_session:
-            execution.dedicate_to_claims(connection)
+            _execution.dedicate_to_claims(connection)
         try:
             load_rows(admin_conn, "fq", 2_000, placed=shape != "limits")
             admin_conn.execute("ANALYZE pgqueue_message")
@@ -448,7 +448,7 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
             for plan in plans:
                 assert unbounded_reads([plan]) == [], plan["Query Text"]
         finally:
-            execution.end_claim_session(connection)
+            _execution.end_claim_session(connection)
 
 
 @override_settings(PGQUEUE=FAIR)
@@ -460,7 +460,7 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
     is a prepared statement; planned while the table was empty, its generic plan read the
     order by sequential scans (O(table) per enqueue for good) when it was a bare
     Bind/Execute under the caller's settings."""
-    from django_pgqueue.core import execution
+    from django_pgqueue.core import _execution
 
     load_rows(admin_conn, "fair", rows_when_planned)
     admin_conn.execute("ANALYZE pgqueue_message")
@@ -473,7 +473,7 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
     assert place is not None and place >= 0
     params = ["fair", "t", "{}", 0, "tenant-1", None, 3, None, 0.0, 1.0, "pgqueue", "fair"]
     with connection.cursor() as cursor:
-        plans = explain_prepared(cursor, "pgq_enqueue_fair_.*", params, execution.CLAIM_PLAN)
+        plans = explain_prepared(cursor, "pgq_enqueue_fair_.*", params, _execution.CLAIM_PLAN)
     assert plans
     for name, plan in plans.items():
         assert unbounded_reads(plan) == [], (name, plan)

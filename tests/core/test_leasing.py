@@ -48,7 +48,7 @@ def test_lease_sets_token_counts_attempt_and_hides_for_the_visibility_timeout():
 
 @pytest.mark.parametrize("use_tz", [True, False])
 def test_leased_fields_equal_the_stored_row_to_the_microsecond(settings, use_tz):
-    # Claims send timestamps as epoch microseconds (manager.py): they must come back exactly
+    # Claims send timestamps as epoch microseconds (_manager.py): they must come back exactly
     # as Django itself loads the row, aware in UTC or naive in TIME_ZONE.
     settings.TIME_ZONE = "America/New_York"
     settings.USE_TZ = use_tz
@@ -218,18 +218,18 @@ def test_claim_is_an_index_lookup_on_a_large_backlog(admin_conn):
 def test_claims_survive_a_session_that_drops_prepared_statements(caplog):
     """Behind a pooler in transaction mode the session's prepared claim may vanish: the claim
     then falls back to sending the statement itself, and nothing is claimed twice or lost."""
-    from django_pgqueue.core import prepared
+    from django_pgqueue.core import _prepared
 
     for n in range(4):
         django_pgqueue.enqueue("t", {"n": n})
     assert len(lease()) == 1  # prepares the claim on this connection
-    assert prepared._prepared.get(connection.connection), "the claim was prepared"
+    assert _prepared._prepared.get(connection.connection), "the claim was prepared"
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
     with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
         assert len(lease()) == 1
     assert "prepared statement vanished" in caplog.text
-    assert connection.connection in prepared._unpreparable
+    assert connection.connection in _prepared._unpreparable
     assert len(lease(batch_size=5)) == 2
     assert Message.objects.filter(lease_token__isnull=True).count() == 0
 
@@ -238,22 +238,22 @@ def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch,
     """A connection dedicated to claims (the worker's) keeps the claim's settings for the
     session and claims with a bare Bind/Execute: same messages, same columns, same types as
     the query-string path; a vanished statement falls back there."""
-    from django_pgqueue.core import execution, manager
+    from django_pgqueue.core import _execution, _manager
 
     ids = [django_pgqueue.enqueue("t", {"n": n}, tenant="ten").id for n in range(5)]
     plain = lease(batch_size=1, decode_payloads=False)[0]
-    execution.dedicate_to_claims(connection)
+    _execution.dedicate_to_claims(connection)
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
         assert cursor.fetchone() == ("off", "off")
     sent: list[str] = []
-    real = manager.run_on_driver
+    real = _manager.run_on_driver
 
     def spy(*args, **kwargs):
         sent.append(kwargs["kind"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(manager, "run_on_driver", spy)
+    monkeypatch.setattr(_manager, "run_on_driver", spy)
     fast = lease(batch_size=1, decode_payloads=False)[0]
     assert sent == ["claim"]
     assert [plain.id, fast.id] == ids[:2]
@@ -281,7 +281,7 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
     condition when a backlog arrives: a sequential scan, or a hash join against a walk of
     the whole primary key (what a table of 2,000 analyzed rows got), made every claim
     O(table) and the worker slower with every batch as dead rows grew."""
-    from django_pgqueue.core import execution
+    from django_pgqueue.core import _execution
 
     def load(n: int) -> None:
         admin_conn.execute(
@@ -290,7 +290,7 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
             [n],
         )
 
-    execution.dedicate_to_claims(connection)
+    _execution.dedicate_to_claims(connection)
     try:
         load(rows_when_planned)
         admin_conn.execute("ANALYZE pgqueue_message")
@@ -309,12 +309,12 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
             for node in nodes(plan)
         ), plan
     finally:
-        execution.end_claim_session(connection)
+        _execution.end_claim_session(connection)
 
 
 def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
     """complete / extend / release are session-prepared too, with the same fallback."""
-    from django_pgqueue.core import prepared
+    from django_pgqueue.core import _prepared
 
     for n in range(4):
         django_pgqueue.enqueue("t", {"n": n})
@@ -324,7 +324,7 @@ def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
         cursor.execute("DEALLOCATE ALL")
     with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
         assert transitions.complete([second], results=[{"ok": True}]).done == [second.id]
-    assert connection.connection in prepared._unpreparable
+    assert connection.connection in _prepared._unpreparable
     assert transitions.extend([third], 60).done == [third.id]
     assert transitions.release([fourth]).done == [fourth.id]
     archived = ArchivedMessage.objects.order_by("message_id")
@@ -336,16 +336,16 @@ def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
 
 
 def test_repeated_claims_reuse_their_bound_text_safely():
-    # A worker's claim text is bound once per connection and sent again (prepared.execute_all
+    # A worker's claim text is bound once per connection and sent again (_prepared.execute_all
     # reuse_text): quotes and semicolons in the worker id must stay data.
-    from django_pgqueue.core import prepared
+    from django_pgqueue.core import _prepared
 
     worker = "w;'x\"; DROP TABLE pgqueue_message; --"
     for n in range(3):
         django_pgqueue.enqueue("t", {"n": n})
         [message] = Message.objects.lease("default", worker_id=worker, batch_size=5)
         assert message.leased_by == worker and message.payload == {"n": n}
-    texts = prepared._bound[connection.connection]
+    texts = _prepared._bound[connection.connection]
     assert len([key for key in texts if worker in key[1]]) == 1
 
 

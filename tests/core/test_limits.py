@@ -14,7 +14,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.conf import SettingsError, get_settings
-from django_pgqueue.core import flow_control, transitions
+from django_pgqueue.core import _flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, release_leases, resume_queue
 from django_pgqueue.models import FlowRate, Message
 
@@ -339,9 +339,9 @@ def allowance(queue: str = "lim") -> int:
 def test_an_exact_claim_far_from_every_limit_reserves_an_allowance_the_next_claims_spend():
     enqueue("a", 30)
     assert len(lease(2)) == 2  # exact: counts, then reserves 32 batches' worth
-    assert allowance() == 2 * flow_control.ALLOWANCE_CLAIMS
+    assert allowance() == 2 * _flow_control.ALLOWANCE_CLAIMS
     assert len(lease(2)) == 2
-    assert allowance() == 2 * flow_control.ALLOWANCE_CLAIMS - 2
+    assert allowance() == 2 * _flow_control.ALLOWANCE_CLAIMS - 2
 
 
 @limits(FAIRNESS=True, CONCURRENCY_LIMIT=100)
@@ -417,22 +417,22 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
     """On a worker's claim session, a claim with limits goes straight to the driver: the
     same messages, columns and types as Django's cursor path; a vanished statement falls
     back to that path."""
-    from django_pgqueue.core import execution, manager
+    from django_pgqueue.core import _execution, _manager
 
     ids = enqueue("a", 3) + enqueue("b", 3)
     plain = lease(1)[0]  # through Django's cursor
-    execution.dedicate_to_claims(connection)
+    _execution.dedicate_to_claims(connection)
     sent: list[str] = []
-    real = manager.run_on_driver
+    real = _manager.run_on_driver
 
     def spy(*args, **kwargs):
         sent.append(kwargs["statement"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(manager, "run_on_driver", spy)
+    monkeypatch.setattr(_manager, "run_on_driver", spy)
     try:
         fast = lease(10)
-        assert sent == [flow_control.CLAIM]
+        assert sent == [_flow_control.CLAIM]
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
@@ -448,7 +448,7 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
             assert [m.tenant for m in lease(10)] == ["c", "c"]
         assert "prepared statement vanished" in caplog.text
     finally:
-        execution.end_claim_session(connection)
+        _execution.end_claim_session(connection)
 
 
 # --- settings --------------------------------------------------------------------------------

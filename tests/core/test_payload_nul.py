@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_pgqueue.core.validation import encode_payload
+from django_pgqueue.core._validation import encode_payload
 from django_pgqueue.exceptions import PayloadError
 
 

@@ -1,4 +1,4 @@
-"""The driver path's pipeline (prepared.run_on_driver with ``first``): two statements, one
+"""The driver path's pipeline (_prepared.run_on_driver with ``first``): two statements, one
 round trip, one transaction, each statement with the snapshot of its own start."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from django.db import DataError, connection
 
-from django_pgqueue.core import prepared
+from django_pgqueue.core import _prepared
 from tests.conftest import connection_kwargs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,9 +24,9 @@ OUR_LOCKS = (
 )
 
 
-def run(statement: str, first: prepared.DriverStatement | None = LOCK) -> list[tuple[Any, ...]]:
-    assert prepared.driver_path(connection)
-    rows = prepared.run_on_driver(
+def run(statement: str, first: _prepared.DriverStatement | None = LOCK) -> list[tuple[Any, ...]]:
+    assert _prepared.driver_path(connection)
+    rows = _prepared.run_on_driver(
         connection, kind="t", statement=statement, types=(), params=[], typed_rows=True, first=first
     )
     assert rows is not None
@@ -86,11 +86,11 @@ def test_a_vanished_statement_answers_none_and_the_session_goes_the_plain_way(ca
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
     with caplog.at_level("WARNING", logger="django_pgqueue"):
-        rows = prepared.run_on_driver(
+        rows = _prepared.run_on_driver(
             connection, kind="t", statement="SELECT 1", types=(), params=[], first=LOCK
         )
     try:
         assert rows is None and "prepared statement vanished" in caplog.text
-        assert not prepared.driver_path(connection)
+        assert not _prepared.driver_path(connection)
     finally:
         connection.close()  # the next test gets a session that keeps its statements

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test import override_settings
 
-from django_pgqueue.core import partitions, retention
+from django_pgqueue.core import _partitions, _retention
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from tests.factories import DeadMessageFactory, MessageFactory
 
@@ -32,7 +32,7 @@ def db_now() -> dt.datetime:
 
 def db_today() -> dt.date:
     with connection.cursor() as cursor:
-        return partitions.today(cursor)
+        return _partitions.today(cursor)
 
 
 def archive(rows: int, finished_at: dt.datetime, queue: str = "default") -> list[int]:
@@ -47,11 +47,11 @@ def archive(rows: int, finished_at: dt.datetime, queue: str = "default") -> list
         return [row[0] for row in cursor.fetchall()]
 
 
-def old_day(days_ago: int) -> partitions.Partition:
+def old_day(days_ago: int) -> _partitions.Partition:
     """The day partition of ``days_ago`` days before today, created if missing."""
     day = db_today() - dt.timedelta(days=days_ago)
-    partitions.ensure_days(connection, day, day)
-    return partitions.Partition(partitions.partition_name(day), day)
+    _partitions.ensure_days(connection, day, day)
+    return _partitions.Partition(_partitions.partition_name(day), day)
 
 
 def exists(table: str) -> bool:
@@ -60,15 +60,15 @@ def exists(table: str) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def noon(part: partitions.Partition) -> dt.datetime:
+def noon(part: _partitions.Partition) -> dt.datetime:
     return part.start + dt.timedelta(hours=12)
 
 
 def drop_old_days() -> None:
     """Partitions are DDL, which a transactional test's flush does not undo."""
-    first = db_today() - dt.timedelta(days=partitions.DAYS_BEHIND)
+    first = db_today() - dt.timedelta(days=_partitions.DAYS_BEHIND)
     with connection.cursor() as cursor:
-        old = [p for p in partitions.attached_days(cursor) if p.day < first]
+        old = [p for p in _partitions.attached_days(cursor) if p.day < first]
         for part in old:
             cursor.execute(f"DROP TABLE {part.name}")
 
@@ -88,9 +88,9 @@ def guard_ids() -> Iterator[dict[str, int | None]]:
     def guard(source: str, alias: str) -> int | None:
         return bounds[source]
 
-    retention.register_retention_guard(guard)
+    _retention.register_retention_guard(guard)
     yield bounds
-    retention.unregister_retention_guard(guard)
+    _retention.unregister_retention_guard(guard)
 
 
 def prune(*args: str) -> str:
@@ -102,22 +102,22 @@ def prune(*args: str) -> str:
 def test_the_migration_and_each_run_keep_days_created_ahead() -> None:
     today = db_today()
     with connection.cursor() as cursor:
-        attached = {p.day for p in partitions.attached_days(cursor)}
+        attached = {p.day for p in _partitions.attached_days(cursor)}
     assert {today + dt.timedelta(days=n) for n in range(8)} <= attached
-    assert exists(partitions.DEFAULT_PARTITION)
+    assert exists(_partitions.DEFAULT_PARTITION)
 
     with override_settings(PGQUEUE={"ARCHIVE_PARTITIONS_AHEAD": 12}):
-        report = retention.run_retention()
+        report = _retention.run_retention()
     created = [s.target for s in report.steps if s.action == "create"]
-    assert partitions.partition_name(today + dt.timedelta(days=12)) in created
+    assert _partitions.partition_name(today + dt.timedelta(days=12)) in created
     with connection.cursor() as cursor:
-        attached = {p.day for p in partitions.attached_days(cursor)}
+        attached = {p.day for p in _partitions.attached_days(cursor)}
     assert {today + dt.timedelta(days=n) for n in range(13)} <= attached
     # Rows of today and of a day without a partition both go in.
     archive(3, db_now())
     archive(2, db_now() + dt.timedelta(days=400))
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {partitions.DEFAULT_PARTITION}")
+        cursor.execute(f"SELECT count(*) FROM {_partitions.DEFAULT_PARTITION}")
         assert cursor.fetchone()[0] == 2
 
 
@@ -128,7 +128,7 @@ def test_an_expired_day_is_dropped_whole_and_the_rest_stays() -> None:
     live = MessageFactory.create_batch(5)
 
     with override_settings(PGQUEUE={"ARCHIVE_RETENTION": 7 * DAY}):
-        report = retention.run_retention()
+        report = _retention.run_retention()
 
     assert not exists(expired.name)  # dropped, not emptied
     assert exists(kept.name)
@@ -147,7 +147,7 @@ def test_a_day_is_not_dropped_while_a_queue_keeps_its_rows_longer() -> None:
     archive(10, noon(expired), queue="default")
     settings = {"ARCHIVE_RETENTION": 7 * DAY, "QUEUES": {"audit": {"ARCHIVE_RETENTION": None}}}
     with override_settings(PGQUEUE=settings):
-        report = retention.run_retention()
+        report = _retention.run_retention()
     assert exists(expired.name)
     # The default queue's rows went row by row instead.
     assert ArchivedMessage.objects.filter(queue="default").count() == 0
@@ -169,12 +169,12 @@ def test_a_shorter_per_queue_retention_deletes_in_bounded_batches() -> None:
         "QUEUES": {"short": {"ARCHIVE_RETENTION": 3600}},
     }
     with override_settings(PGQUEUE=settings):
-        first = retention.run_retention()
+        first = _retention.run_retention()
         assert ArchivedMessage.objects.filter(id__in=short).count() == 15  # 10 a run
         (step,) = [s for s in first.steps if s.action == "delete"]
         assert step.rows == 10 and "RETENTION_DELETE_LIMIT" in step.note
-        retention.run_retention()
-        retention.run_retention()
+        _retention.run_retention()
+        _retention.run_retention()
     assert not ArchivedMessage.objects.filter(id__in=short).exists()
     assert ArchivedMessage.objects.filter(id__in=other + fresh).count() == 30
 
@@ -186,7 +186,7 @@ def test_dead_retention_per_queue() -> None:
     recent = DeadMessageFactory.create_batch(2, queue="default")
     settings = {"DEAD_RETENTION": 30 * DAY, "QUEUES": {"keep": {"DEAD_RETENTION": None}}}
     with override_settings(PGQUEUE=settings):
-        report = retention.run_retention(sources=("dead",))
+        report = _retention.run_retention(sources=("dead",))
     remaining = set(DeadMessage.objects.values_list("id", flat=True))
     assert remaining == {m.id for m in kept_forever + recent}
     assert not remaining & {m.id for m in gone}
@@ -203,7 +203,7 @@ def test_a_guard_keeps_rows_it_does_not_release(guard_ids: dict[str, int | None]
     guard_ids["archive"] = second_ids[0]
     guard_ids["dead"] = sorted(m.id for m in dead)[2]
     with override_settings(PGQUEUE={"ARCHIVE_RETENTION": 7 * DAY}):
-        report = retention.run_retention()
+        report = _retention.run_retention()
     assert not exists(first.name) and exists(second.name)
     assert not ArchivedMessage.objects.filter(id__in=first_ids + default_ids).exists()
     assert ArchivedMessage.objects.filter(id__in=second_ids).count() == 10
@@ -233,12 +233,12 @@ def test_pgq_prune_dry_run_then_real() -> None:
 
 
 def test_pgq_prune_refuses_while_another_run_holds_the_lock(admin_conn: Any) -> None:
-    admin_conn.execute("SELECT pg_advisory_lock(%s)", [retention.LOCK_KEY])
+    admin_conn.execute("SELECT pg_advisory_lock(%s)", [_retention.LOCK_KEY])
     try:
         with pytest.raises(Exception, match="another retention run holds the lock"):
             prune()
     finally:
-        admin_conn.execute("SELECT pg_advisory_unlock(%s)", [retention.LOCK_KEY])
+        admin_conn.execute("SELECT pg_advisory_unlock(%s)", [_retention.LOCK_KEY])
 
 
 def test_two_maintainers_at_once_do_it_once() -> None:
@@ -250,7 +250,7 @@ def test_two_maintainers_at_once_do_it_once() -> None:
     def maintainer(n: int) -> None:
         try:
             barrier.wait()
-            results.append(retention.maintain(worker_id=f"w{n}"))
+            results.append(_retention.maintain(worker_id=f"w{n}"))
         finally:
             connections.close_all()
 
@@ -264,7 +264,7 @@ def test_two_maintainers_at_once_do_it_once() -> None:
         assert len(results) == 4 and len(ran) == 1
         assert [s.target for s in ran[0].steps if s.action == "drop"] == [expired.name]
         # Not due again before the interval has passed.
-        assert retention.maintain(worker_id="late") is None
+        assert _retention.maintain(worker_id="late") is None
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT next_run_at - last_started_at, last_finished_at IS NOT NULL, last_report "
@@ -280,12 +280,12 @@ def test_two_maintainers_at_once_do_it_once() -> None:
 def test_a_day_detached_by_a_run_that_died_is_dropped_by_the_next() -> None:
     expired = old_day(10)
     archive(3, noon(expired))
-    leftover = f"{partitions.EXPIRED_PREFIX}{expired.day:%Y%m%d}"
+    leftover = f"{_partitions.EXPIRED_PREFIX}{expired.day:%Y%m%d}"
     with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE pgqueue_archive DETACH PARTITION {expired.name}")
         cursor.execute(f"ALTER TABLE {expired.name} RENAME TO {leftover}")
     with override_settings(PGQUEUE={"ARCHIVE_RETENTION": 7 * DAY}):
-        report = retention.run_retention()
+        report = _retention.run_retention()
     assert not exists(leftover)
     assert ("drop", leftover) in [(s.action, s.target) for s in report.steps]
 
@@ -295,6 +295,6 @@ def test_without_retention_nothing_goes() -> None:
     archive(3, noon(expired))
     DeadMessageFactory.create_batch(2, died_at=db_now() - dt.timedelta(days=400))
     with override_settings(PGQUEUE={"ARCHIVE_RETENTION": None, "DEAD_RETENTION": None}):
-        report = retention.run_retention()
+        report = _retention.run_retention()
     assert exists(expired.name) and DeadMessage.objects.count() == 2
     assert [s for s in report.steps if s.action != "create"] == []

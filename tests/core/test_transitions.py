@@ -280,7 +280,7 @@ def test_acks_planned_on_a_small_queue_read_only_by_index_later(admin_conn):
     # As the claims (test_leasing.py): complete, fail, extend and release are prepared once
     # per session; their generic plans, made while the table held 2,000 analyzed rows, still
     # find each lease by primary key once 20,000 more rows arrive.
-    from django_pgqueue.core import execution
+    from django_pgqueue.core import _execution
 
     def load(n: int) -> None:
         admin_conn.execute(
@@ -304,7 +304,7 @@ def test_acks_planned_on_a_small_queue_read_only_by_index_later(admin_conn):
         "extend": [60.0, ids, tokens],
         "release": [True, ids, tokens],
     }
-    plan_settings = {"plan_cache_mode": "force_generic_plan", **execution.BY_ID_PLAN}
+    plan_settings = {"plan_cache_mode": "force_generic_plan", **_execution.BY_ID_PLAN}
     with connection.cursor() as cursor:
         for kind, params in arguments.items():
             [plan] = explain_prepared(cursor, f"pgq_{kind}_.*", params, plan_settings).values()

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_pgqueue
-from django_pgqueue.core.validation import RUN_AFTER_EARLIEST, RUN_AFTER_LATEST
+from django_pgqueue.core._validation import RUN_AFTER_EARLIEST, RUN_AFTER_LATEST
 from django_pgqueue.exceptions import InvalidMessage
 from django_pgqueue.models import Message
 

@@ -1,5 +1,5 @@
 """Bulk enqueue: text PostgreSQL cannot store is a bad row with its reason, never a COPY
-that fails half-way (the rules of ``enqueue()``, core/validation.py)."""
+that fails half-way (the rules of ``enqueue()``, core/_validation.py)."""
 
 from __future__ import annotations
 

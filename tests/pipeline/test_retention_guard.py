@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_pgqueue.core import retention
+from django_pgqueue.core import _retention
 from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline import retention_guard
 from django_pgqueue.pipeline.committed import read_committed_arrow
@@ -33,7 +33,7 @@ WEEK = {"ARCHIVE_RETENTION": 7 * 86400.0, "DEAD_RETENTION": 7 * 86400.0}
 
 
 def test_the_guard_is_registered_and_inert_without_a_destination() -> None:
-    assert retention_guard.guard in retention._GUARDS
+    assert retention_guard.guard in _retention._GUARDS
     assert retention_guard.guard("archive", "default") is None
 
 
@@ -50,7 +50,7 @@ def test_retention_keeps_what_the_destination_does_not_hold(spark: Any, tmp_path
 
     with override_settings(PGQUEUE=WEEK, PGQUEUE_PIPELINE=pipeline):
         bound = retention_guard.guard("archive", "default")
-        first = retention.run_retention()
+        first = _retention.run_retention()
 
     # The newest verified ranges stay: the next export re-checks them against the database.
     newest = ExportRange.objects.filter(status="verified").order_by("-lo")[:RECHECK_RANGES]
@@ -69,7 +69,7 @@ def test_retention_keeps_what_the_destination_does_not_hold(spark: Any, tmp_path
     result = export(spark, destination, sources=["archive"], range_size=50)
     assert result.mismatched == []
     with override_settings(PGQUEUE=WEEK, PGQUEUE_PIPELINE=pipeline):
-        retention.run_retention()
+        _retention.run_retention()
     assert not exists(older.name) and exists(old.name)
     assert set(ArchivedMessage.objects.values_list("id", flat=True)) == set(old_ids + today_ids)
 

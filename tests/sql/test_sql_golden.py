@@ -20,8 +20,8 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
-from django_pgqueue.core import flow_control, flow_sql, periodic_sql, retention_sql
-from django_pgqueue.core import sql as core_sql
+from django_pgqueue.core import _flow_control, _flow_sql, _periodic_sql, _retention_sql
+from django_pgqueue.core import _sql as core_sql
 from django_pgqueue.metrics import queues as metrics_queues
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import sql as tasks_sql
@@ -33,8 +33,8 @@ REGENERATE = os.environ.get("PGQUEUE_REGENERATE_SQL") == "1"
 #: The modules holding named SQL, by the folder their statements render to.
 NAMED = {
     "core": core_sql,
-    "periodic": periodic_sql,
-    "retention": retention_sql,
+    "periodic": _periodic_sql,
+    "retention": _retention_sql,
     "worker": worker_sql,
     "admin": admin_sql,
     "tasks": tasks_sql,
@@ -55,8 +55,8 @@ def rendered() -> dict[str, str]:
     for folder, module in NAMED.items():
         for name, text in named_statements(module):
             statements[f"{folder}/{name}.sql.txt"] = text
-    statements["flow_claim/claim.sql.txt"] = flow_control.CLAIM
-    for name, text in flow_sql.DEFINITIONS.items():
+    statements["flow_claim/claim.sql.txt"] = _flow_control.CLAIM
+    for name, text in _flow_sql.DEFINITIONS.items():
         statements[f"flow_claim/{name}.sql.txt"] = text
     for limit in (1, 10):
         text, _ = Message.objects._lease_statement("default", "golden", limit)

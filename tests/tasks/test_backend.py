@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_pgqueue.core.registry import registry
+from django_pgqueue.core._registry import registry
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import PgQueueBackend, PgQueueTask
 from django_pgqueue.tasks.framework import InvalidTask, TaskResultStatus, task_backends

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_pgqueue.core.registry import registry
+from django_pgqueue.core._registry import registry
 from django_pgqueue.models import DeadMessage, Message
 from django_pgqueue.tasks.framework import TaskResultStatus, task_finished
 from tests.taskapp import tasks as t

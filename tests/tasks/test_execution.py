@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from django_pgqueue.core import transitions
-from django_pgqueue.core.registry import registry
+from django_pgqueue.core._registry import registry
 from django_pgqueue.models import Message
 from django_pgqueue.tasks import PgQueueBackend
 from django_pgqueue.tasks.framework import TaskResultStatus, task_finished, task_started

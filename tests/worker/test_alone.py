@@ -1,5 +1,5 @@
 """A redelivered message runs alone in its worker, its start recorded first (the attempt
-rule: core/sql.py, worker/executor.py)."""
+rule: core/_sql.py, worker/executor.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 import django_pgqueue
-from django_pgqueue.core import execution
+from django_pgqueue.core import _execution
 from django_pgqueue.models import ArchivedMessage, Message
 from tests.testapp import handlers
 
@@ -23,7 +23,7 @@ def redelivered(task: str, payload: dict[str, float]) -> int:
     """A message whose previous lease (a worker's) expired: the next claim redelivers it."""
     message_id = django_pgqueue.enqueue(task, payload).id
     connection.close()
-    execution.dedicate_to_claims(connection, refund_on_expiry=True)
+    _execution.dedicate_to_claims(connection, refund_on_expiry=True)
     [leased] = Message.objects.lease("default", worker_id="dead-worker")
     assert leased.id == message_id
     with connection.cursor() as cursor:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from django_pgqueue.core.registry import registry
+from django_pgqueue.core._registry import registry
 from django_pgqueue.worker.db import backoff_schedule
 from django_pgqueue.worker.executor import ResultNotSerializable, encode_result
 from django_pgqueue.worker.runner import Worker, WorkerOptions

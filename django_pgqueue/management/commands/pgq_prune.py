@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...core.retention import run_retention
+from ...core._retention import run_retention
 
 
 class Command(BaseCommand):

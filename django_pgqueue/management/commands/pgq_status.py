@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...admin.display import short_duration
-from ...core.validation import validate_queue_name
+from ...core._validation import validate_queue_name
 from ...exceptions import QueueNameError
 from ...status import Status, Thresholds, read_status
 

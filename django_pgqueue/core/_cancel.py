@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from django.db import connections
 
 from ..conf import get_settings
-from . import sql
+from . import _sql
 
 __all__ = ["CancelResult", "cancel", "cancel_many"]
 
@@ -41,7 +41,7 @@ def cancel_many(
         return {}
     alias = using or get_settings().DATABASE_ALIAS
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.CANCEL, [ids, note])
+        cursor.execute(_sql.CANCEL, [ids, note])
         found = {message_id: CancelResult(what) for message_id, what in cursor.fetchall()}
     return {i: found.get(i, CancelResult.NOT_FOUND) for i in ids}
 

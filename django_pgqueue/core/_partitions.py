@@ -4,7 +4,7 @@
 ``pgqueue_archive_pYYYYMMDD``, and a DEFAULT partition that takes any row no day partition
 covers (a day not created yet, a row written with a far past or future time), so an insert
 never fails. Completions write ``finished_at = now()``, so each day's rows land in that day's
-partition, created ahead of time by the maintenance (``core/retention.py``).
+partition, created ahead of time by the maintenance (``core/_retention.py``).
 
 Expiring a day is ``DETACH PARTITION`` then ``DROP TABLE``: no row is deleted one by one, so
 it leaves no dead tuples and writes almost no WAL whatever the day holds. ``DETACH ...
@@ -23,7 +23,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from psycopg import sql as pgsql
 
-from . import retention_sql as sql
+from . import _retention_sql
 
 ARCHIVE_TABLE = "pgqueue_archive"
 DEFAULT_PARTITION = "pgqueue_archive_default"
@@ -76,7 +76,7 @@ def _bound(moment: datetime) -> pgsql.Literal:
 
 def attached_days(cursor: Any) -> list[Partition]:
     """The day partitions attached to the archive, oldest first."""
-    cursor.execute(sql.ATTACHED_PARTITIONS, [ARCHIVE_TABLE])
+    cursor.execute(_retention_sql.ATTACHED_PARTITIONS, [ARCHIVE_TABLE])
     days = []
     for (name,) in cursor.fetchall():
         day = _day_of(name, PARTITION_PREFIX)
@@ -87,13 +87,15 @@ def attached_days(cursor: Any) -> list[Partition]:
 
 def expired_leftovers(cursor: Any) -> list[str]:
     """Days detached by retention whose drop did not happen (the run died in between)."""
-    cursor.execute(sql.EXPIRED_TABLES, [EXPIRED_PREFIX.replace("_", r"\_") + "%", ARCHIVE_TABLE])
+    cursor.execute(
+        _retention_sql.EXPIRED_TABLES, [EXPIRED_PREFIX.replace("_", r"\_") + "%", ARCHIVE_TABLE]
+    )
     return sorted(name for (name,) in cursor.fetchall() if _day_of(name, EXPIRED_PREFIX))
 
 
 def today(cursor: Any) -> date:
     """The current UTC day, in database time."""
-    cursor.execute(sql.TODAY)
+    cursor.execute(_retention_sql.TODAY)
     return cursor.fetchone()[0]
 
 
@@ -104,7 +106,7 @@ def _with_lock_timeout(connection: Any, statements: list[str]) -> None:
     for attempt in range(LOCK_TRIES):
         try:
             with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-                cursor.execute(sql.SHORT_LOCK_TIMEOUT)
+                cursor.execute(_retention_sql.SHORT_LOCK_TIMEOUT)
                 for statement in statements:
                     cursor.execute(statement)
             return
@@ -120,18 +122,21 @@ def create_day(connection: Any, day: date) -> bool:
     name = partition_name(day)
     part = Partition(name, day)
     with connection.cursor() as cursor:
-        cursor.execute(sql.TABLE_EXISTS, [name])
+        cursor.execute(_retention_sql.TABLE_EXISTS, [name])
         if cursor.fetchone()[0]:
             return False
-        cursor.execute(sql.DEFAULT_HOLDS_DAY, [part.start, part.end])
+        cursor.execute(_retention_sql.DEFAULT_HOLDS_DAY, [part.start, part.end])
         if cursor.fetchone()[0]:
             return False
     _with_lock_timeout(
         connection,
         [
-            sql.fill(sql.CREATE_DAY, partition=name),
-            sql.fill(
-                sql.ATTACH_DAY, partition=name, start=_bound(part.start), end=_bound(part.end)
+            _retention_sql.fill(_retention_sql.CREATE_DAY, partition=name),
+            _retention_sql.fill(
+                _retention_sql.ATTACH_DAY,
+                partition=name,
+                start=_bound(part.start),
+                end=_bound(part.end),
             ),
         ],
     )
@@ -155,8 +160,10 @@ def expire_day(connection: Any, part: Partition) -> None:
     _with_lock_timeout(
         connection,
         [
-            sql.fill(sql.DETACH_DAY, partition=part.name),
-            sql.fill(sql.RENAME_EXPIRED, partition=part.name, expired=expired),
+            _retention_sql.fill(_retention_sql.DETACH_DAY, partition=part.name),
+            _retention_sql.fill(
+                _retention_sql.RENAME_EXPIRED, partition=part.name, expired=expired
+            ),
         ],
     )
     drop_expired(connection, expired)
@@ -164,7 +171,7 @@ def expire_day(connection: Any, part: Partition) -> None:
 
 def drop_expired(connection: Any, name: str) -> None:
     with connection.cursor() as cursor:
-        cursor.execute(sql.fill(sql.DROP_EXPIRED, table=name))
+        cursor.execute(_retention_sql.fill(_retention_sql.DROP_EXPIRED, table=name))
 
 
 def create_archive_partitions(apps: Any, schema_editor: Any) -> None:

@@ -15,14 +15,14 @@ from django.db.models.functions import Now
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
-from . import flow_control, sql
-from .claim_bound import ClaimBounds
-from .execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
-from .flow_control import flow_config
-from .prepared import can_prepare, driver_path, execute_prepared, run_on_driver
-from .registry import notify_dead
-from .timestamps import TimestampLoader
-from .validation import storable_text, validate_queue_name
+from . import _flow_control, _sql
+from ._claim_bound import ClaimBounds
+from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
+from ._flow_control import flow_config
+from ._prepared import can_prepare, driver_path, execute_prepared, run_on_driver
+from ._registry import notify_dead
+from ._timestamps import TimestampLoader
+from ._validation import storable_text, validate_queue_name
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -82,7 +82,7 @@ class MessageManager(models.Manager["Message"]):
         ``decode_payloads=False`` leaves each ``payload`` as its JSON text, for a caller that
         decodes it elsewhere (the worker does, in the handler's thread).
 
-        ``bounds``: the caller's :class:`~django_pgqueue.core.claim_bound.ClaimBounds`, kept
+        ``bounds``: the caller's :class:`~django_pgqueue.core._claim_bound.ClaimBounds`, kept
         across its calls (a worker passes its own): plain claims (``hold=False``) then walk
         the claim index from where the last one left nothing behind, not from its head,
         which stays cheap while a long transaction keeps vacuum from removing dead entries.
@@ -168,10 +168,10 @@ class MessageManager(models.Manager["Message"]):
         flow = flow_config(queue)
         if flow is not None:
             # Opt-in per queue: the candidates come from the flow-control function
-            # (flow_control.py); inside a transaction every limit is counted exactly.
+            # (_flow_control.py); inside a transaction every limit is counted exactly.
             exact = hold or connections[alias].in_atomic_block
-            params = flow_control.claim_params(flow, queue, worker_id, limit, vt, exact)
-            return self._run_claim(alias, flow_control.CLAIM, params, hold)
+            params = _flow_control.claim_params(flow, queue, worker_id, limit, vt, exact)
+            return self._run_claim(alias, _flow_control.CLAIM, params, hold)
         bound = None if bounds is None else bounds.start(queue)
         if bound is not None:
             statement = self._bounded_lease_statement(limit)
@@ -218,8 +218,8 @@ class MessageManager(models.Manager["Message"]):
         self, rows: Sequence[Sequence[Any]], alias: str, decode: bool
     ) -> list[Message]:
         """Messages from a claim's rows (``claimed`` / ``buried``), logging the warnings."""
-        attempts_at = sql.LEASED_COLUMNS.index("attempts")
-        worker_at = sql.LEASED_COLUMNS.index("leased_by")
+        attempts_at = _sql.LEASED_COLUMNS.index("attempts")
+        worker_at = _sql.LEASED_COLUMNS.index("leased_by")
         leased: list[Message] = []
         load_time = TimestampLoader(alias)
         for outcome, *values in rows:
@@ -256,7 +256,7 @@ class MessageManager(models.Manager["Message"]):
         key = ("bounded", "", limit)
         cached = self._statements.get(key)
         if cached is None:
-            statement = _plain_claim(sql.CANDIDATES_FROM.format(limit=limit))
+            statement = _plain_claim(_sql.CANDIDATES_FROM.format(limit=limit))
             if len(self._statements) >= _STATEMENT_CACHE_SIZE:
                 self._statements.clear()
             cached = self._statements[key] = (statement, ())
@@ -295,29 +295,29 @@ class MessageManager(models.Manager["Message"]):
         for position in _TIMESTAMPS_AT:
             columns[position] = load_time(columns[position])
         message = self.model.__new__(self.model)
-        message.__dict__.update(zip(sql.LEASED_COLUMNS, columns, strict=True))
+        message.__dict__.update(zip(_sql.LEASED_COLUMNS, columns, strict=True))
         state = message._state = ModelState()
         state.adding = False
         state.db = alias
         return message
 
 
-_PAYLOAD_AT = sql.LEASED_COLUMNS.index("payload")
+_PAYLOAD_AT = _sql.LEASED_COLUMNS.index("payload")
 # In a claim's row (its outcome first): when the lease was taken, the claim's now(), in
 # microseconds since the epoch.
-_CLAIM_TIME_AT = 1 + sql.LEASED_COLUMNS.index("leased_at")
+_CLAIM_TIME_AT = 1 + _sql.LEASED_COLUMNS.index("leased_at")
 
-_TIMESTAMPS_AT = tuple(sql.LEASED_COLUMNS.index(name) for name in sql.LEASED_TIMESTAMPS)
+_TIMESTAMPS_AT = tuple(_sql.LEASED_COLUMNS.index(name) for name in _sql.LEASED_TIMESTAMPS)
 
 
 def _plain_claim(candidates: str) -> str:
     """sql.LEASE for a queue without flow control, around its ``candidates`` search."""
-    return sql.LEASE.format(
+    return _sql.LEASE.format(
         candidates=candidates,
-        reap_limit=sql.REAP_LIMIT,
-        shared=sql.SHARED_COLUMNS,
-        leased_columns=sql.leased_returning(),
-        leased_order=sql.LEASED_ORDER,
+        reap_limit=_sql.REAP_LIMIT,
+        shared=_sql.SHARED_COLUMNS,
+        leased_columns=_sql.leased_returning(),
+        leased_order=_sql.LEASED_ORDER,
     )
 
 
@@ -360,7 +360,7 @@ def _run_prepared_claim(
 ) -> list[Any] | None:
     """The claim as a session-level prepared statement, outside any transaction block: the
     settings and the ``EXECUTE`` go as one query string, one implicit transaction (see
-    ``prepared.py``). ``None`` when this session cannot keep prepared statements."""
+    ``_prepared.py``). ``None`` when this session cannot keep prepared statements."""
     plan = {**CLAIM_PLAN, **async_commit()}
     return execute_prepared(
         cursor,

@@ -1,4 +1,4 @@
-"""The SQL of flow control (``flow_control.py``): one function, created by the migration.
+"""The SQL of flow control (``_flow_control.py``): one function, created by the migration.
 
 A queue with fairness, limits or rates is claimed by ``sql.LEASE`` whose candidates come from
 ``pgq_flow_candidates_v1(queue, wanted, exact, settings)``: the messages to lease, locked, in
@@ -34,7 +34,7 @@ their tokens go back to the rate.
 
 from __future__ import annotations
 
-from .sql import FAIR_ORDER_ENTRY
+from ._sql import FAIR_ORDER_ENTRY
 
 #: The version in the function's name: a change of its text is a new name and a migration.
 CANDIDATES_FUNCTION_NAME = "pgq_flow_candidates_v1"

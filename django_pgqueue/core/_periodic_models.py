@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
-from .validation import QUEUE_NAME_MAX_LENGTH, TASK_NAME_MAX_LENGTH
+from ._validation import QUEUE_NAME_MAX_LENGTH, TASK_NAME_MAX_LENGTH
 
 PERIODIC_TABLE = "pgqueue_periodic"
 

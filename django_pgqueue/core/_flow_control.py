@@ -2,11 +2,11 @@
 
 Opt-in per queue through ``PGQUEUE["QUEUES"][<queue>]`` (see
 ``docs/how-to/fairness-and-limits.md``). A queue with none of the keys below set is claimed
-by the plain claim in ``manager.py``, untouched, and its acks never look here.
+by the plain claim in ``_manager.py``, untouched, and its acks never look here.
 
 A flow-controlled queue is claimed by the same statement as a plain one (``sql.LEASE``: the
 reaper, then the lease of the candidates), its candidates chosen by the SQL function in
-``flow_sql.py`` from the queue's settings: everything is decided in the database, with
+``_flow_sql.py`` from the queue's settings: everything is decided in the database, with
 database time, in one round trip and one short transaction.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..conf import get_settings
-from . import flow_sql, sql
+from . import _flow_sql, _sql
 
 #: Per-queue settings keys that switch a queue to the flow-controlled claim.
 FLOW_KEYS = frozenset(
@@ -35,7 +35,7 @@ FLOW_KEYS = frozenset(
 )
 
 #: An exact claim of a queue with limits that took its whole batch reserves its session an
-#: allowance of up to this many batches (``flow_sql.py``), leased by the session's next
+#: allowance of up to this many batches (``_flow_sql.py``), leased by the session's next
 #: claims without counting, within ``ALLOWANCE_WINDOW`` seconds (database time). 0 switches
 #: allowances off: every claim counts.
 ALLOWANCE_CLAIMS = 32
@@ -44,15 +44,15 @@ ALLOWANCE_WINDOW = 0.2
 # The claim of a flow-controlled queue: LEASE around the candidates function. Parameters: the
 # queue (reaper), then the function's (queue, batch, exact, settings), then LEASE's (worker,
 # visibility timeout).
-CLAIM = sql.LEASE.format(
+CLAIM = _sql.LEASE.format(
     candidates=(
-        f"SELECT id, lease_token FROM {flow_sql.CANDIDATES_FUNCTION_NAME}"
+        f"SELECT id, lease_token FROM {_flow_sql.CANDIDATES_FUNCTION_NAME}"
         "(%s::text, %s::int, %s::boolean, %s::jsonb)"
     ),
-    reap_limit=sql.REAP_LIMIT,
-    shared=sql.SHARED_COLUMNS,
-    leased_columns=sql.leased_returning(),
-    leased_order=sql.LEASED_OUT_OF_ORDER,
+    reap_limit=_sql.REAP_LIMIT,
+    shared=_sql.SHARED_COLUMNS,
+    leased_columns=_sql.leased_returning(),
+    leased_order=_sql.LEASED_OUT_OF_ORDER,
 )
 
 
@@ -86,7 +86,7 @@ class FlowConfig:
 
     @functools.cached_property
     def settings_json(self) -> str:
-        """The settings as the candidates function reads them (``flow_sql.py``)."""
+        """The settings as the candidates function reads them (``_flow_sql.py``)."""
         return json.dumps(
             {
                 "keyed": self.keyed,

@@ -1,4 +1,4 @@
-"""Flow-control state (see ``core/flow_sql.py``): the sessions' allowances of queues with
+"""Flow-control state (see ``core/_flow_sql.py``): the sessions' allowances of queues with
 limits, and the rates' theoretical arrival times. Small tables, touched only by claims of
 queues with limits or rates; never by a plain queue's claim or by any ack.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .validation import QUEUE_NAME_MAX_LENGTH, TENANT_MAX_LENGTH
+from ._validation import QUEUE_NAME_MAX_LENGTH, TENANT_MAX_LENGTH
 
 FLOW_ALLOWANCE_TABLE = "pgqueue_flow_allowance"
 FLOW_RATE_TABLE = "pgqueue_flow_rate"

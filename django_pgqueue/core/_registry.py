@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .validation import validate_max_attempts, validate_queue_name, validate_task_name
+from ._validation import validate_max_attempts, validate_queue_name, validate_task_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -17,7 +17,7 @@ SHARED_COLUMNS = (
     "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors"
 )
 
-# Columns ``lease()`` returns, in this order (core/manager.py builds Message objects from them).
+# Columns ``lease()`` returns, in this order (core/_manager.py builds Message objects from them).
 LEASED_COLUMNS = (
     "id",
     "queue",
@@ -38,7 +38,7 @@ LEASED_COLUMNS = (
 # handler does not need; reading them on a leased Message loads them lazily.
 
 # Leased timestamps travel as integer microseconds since the epoch: parsing three timestamptz
-# texts per row costs a worker more than the rest of the row (manager.py rebuilds them).
+# texts per row costs a worker more than the rest of the row (_manager.py rebuilds them).
 LEASED_TIMESTAMPS = ("enqueued_at", "available_at", "leased_at")
 
 
@@ -271,7 +271,7 @@ ORDER BY position
 """
 
 # LEASE's ``{candidates}`` in a plain claim walked from a lower bound on ``available_at``
-# (core/claim_bound.py): the claim order of ``MessageManager.claimable``, and the bound an
+# (core/_claim_bound.py): the claim order of ``MessageManager.claimable``, and the bound an
 # index condition of the claim index, so that the entries below it are passed over without a
 # visit to the heap. Parameters: the queue, the bound (seconds since the epoch), the queue.
 CANDIDATES_FROM = """SELECT id, lease_token FROM pgqueue_message

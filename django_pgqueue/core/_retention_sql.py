@@ -1,5 +1,5 @@
-"""Every statement of retention (``core/retention.py``) and of the archive's day partitions
-(``core/partitions.py``): the archive's table, creating and expiring days, deleting expired
+"""Every statement of retention (``core/_retention.py``) and of the archive's day partitions
+(``core/_partitions.py``): the archive's table, creating and expiring days, deleting expired
 rows in batches, and the job's schedule and lock.
 
 Named here so a change to one shows up as one diff, and in ``tests/sql/golden/``. A table

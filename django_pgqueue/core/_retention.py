@@ -33,9 +33,8 @@ from django.db import connections
 from psycopg import sql as pgsql
 
 from ..conf import PgQueueSettings, get_settings
-from . import partitions
-from . import retention_sql as sql
-from .partitions import ARCHIVE_TABLE, DEFAULT_PARTITION
+from . import _partitions, _retention_sql
+from ._partitions import ARCHIVE_TABLE, DEFAULT_PARTITION
 
 logger = logging.getLogger("django_pgqueue.retention")
 
@@ -178,7 +177,7 @@ class _Run:
         self.report = RetentionReport(dry_run=dry_run)
         self.budget = conf.RETENTION_DELETE_LIMIT
         with self.connection.cursor() as cursor:
-            cursor.execute(sql.NOW)
+            cursor.execute(_retention_sql.NOW)
             self.now: datetime = cursor.fetchone()[0]
 
     def step(self, *args: Any, **kwargs: Any) -> None:
@@ -186,31 +185,31 @@ class _Run:
 
     def queues(self, table: str) -> list[str]:
         with self.connection.cursor() as cursor:
-            cursor.execute(sql.fill(sql.QUEUES_OF, table=table))
+            cursor.execute(_retention_sql.fill(_retention_sql.QUEUES_OF, table=table))
             return [row[0] for row in cursor.fetchall()]
 
     # -- the archive ---------------------------------------------------------------------------
 
     def create_ahead(self) -> None:
         with self.connection.cursor() as cursor:
-            first = partitions.today(cursor)
+            first = _partitions.today(cursor)
         last = first + timedelta(days=self.conf.ARCHIVE_PARTITIONS_AHEAD)
         if self.dry_run:
             return
-        for name in partitions.ensure_days(self.connection, first, last):
+        for name in _partitions.ensure_days(self.connection, first, last):
             self.step("archive", "create", name)
 
     def expire_archive(self) -> None:
         bound = guard_bound("archive", self.alias)
         whole = drop_after(self.conf)
         with self.connection.cursor() as cursor:
-            leftovers = partitions.expired_leftovers(cursor)
+            leftovers = _partitions.expired_leftovers(cursor)
         for name in leftovers:
             self.drop_leftover(name)
         if whole is not None:
             cutoff = self.now - timedelta(seconds=whole)
             with self.connection.cursor() as cursor:
-                days = partitions.attached_days(cursor)
+                days = _partitions.attached_days(cursor)
             for part in days:
                 if part.end > cutoff:
                     break
@@ -219,7 +218,7 @@ class _Run:
                 "archive",
                 DEFAULT_PARTITION,
                 f"rows of {DEFAULT_PARTITION}",
-                sql.FINISHED_BEFORE,
+                _retention_sql.FINISHED_BEFORE,
                 [cutoff],
                 bound,
             )
@@ -230,13 +229,13 @@ class _Run:
             cutoff = self.now - timedelta(seconds=seconds)
             # Partition by partition: a TID-list delete stays inside one table.
             with self.connection.cursor() as cursor:
-                days = partitions.attached_days(cursor)
+                days = _partitions.attached_days(cursor)
             tables = [p.name for p in days if p.start < cutoff] + [DEFAULT_PARTITION]
             self.delete(
                 "archive",
                 tables,
                 f'queue "{queue}"',
-                sql.QUEUE_FINISHED_BEFORE,
+                _retention_sql.QUEUE_FINISHED_BEFORE,
                 [queue, cutoff],
                 bound,
             )
@@ -244,17 +243,17 @@ class _Run:
     def drop_leftover(self, name: str) -> None:
         """A day an earlier run detached but did not drop (it died in between)."""
         with self.connection.cursor() as cursor:
-            cursor.execute(sql.fill(sql.ID_RANGE, table=name))
+            cursor.execute(_retention_sql.fill(_retention_sql.ID_RANGE, table=name))
             first, last = cursor.fetchone()
         if not self.dry_run:
-            partitions.drop_expired(self.connection, name)
+            _partitions.drop_expired(self.connection, name)
             _expired("archive", first, last, self.alias)
         self.step("archive", "drop", name, note="detached by an earlier run")
 
-    def expire_day(self, part: partitions.Partition, bound: int | None) -> None:
+    def expire_day(self, part: _partitions.Partition, bound: int | None) -> None:
         with self.connection.cursor() as cursor:
             if bound is not None:
-                cursor.execute(sql.fill(sql.NEWEST_ID, table=part.name))
+                cursor.execute(_retention_sql.fill(_retention_sql.NEWEST_ID, table=part.name))
                 newest = cursor.fetchone()[0]
                 if newest is not None and newest >= bound:
                     self.step(
@@ -264,16 +263,16 @@ class _Run:
                         note=f"a retention guard keeps ids from {bound:,} (not exported yet)",
                     )
                     return
-            cursor.execute(sql.fill(sql.ID_RANGE, table=part.name))
+            cursor.execute(_retention_sql.fill(_retention_sql.ID_RANGE, table=part.name))
             first, last = cursor.fetchone()
             if self.dry_run:
-                cursor.execute(sql.fill(sql.COUNT_ROWS, table=part.name))
+                cursor.execute(_retention_sql.fill(_retention_sql.COUNT_ROWS, table=part.name))
             else:
-                cursor.execute(sql.ESTIMATED_ROWS, [part.name])
+                cursor.execute(_retention_sql.ESTIMATED_ROWS, [part.name])
             counted = int(cursor.fetchone()[0])
         rows = counted if counted >= 0 else None
         if not self.dry_run:
-            partitions.expire_day(self.connection, part)
+            _partitions.expire_day(self.connection, part)
             _expired("archive", first, last, self.alias)
         estimated = "" if self.dry_run or rows is None else "rows estimated by the planner"
         self.step("archive", "drop", part.name, rows, note=estimated)
@@ -290,7 +289,7 @@ class _Run:
         bound: int | None,
     ) -> None:
         if bound is not None:
-            condition += sql.BELOW_GUARD
+            condition += _retention_sql.BELOW_GUARD
             params = [*params, bound]
         total = 0
         for table in [tables] if isinstance(tables, str) else tables:
@@ -309,7 +308,9 @@ class _Run:
         with self.connection.cursor() as cursor:
             if self.dry_run:
                 cursor.execute(
-                    sql.fill(sql.COUNT_EXPIRED, table=table, condition=pgsql.SQL(condition)),
+                    _retention_sql.fill(
+                        _retention_sql.COUNT_EXPIRED, table=table, condition=pgsql.SQL(condition)
+                    ),
                     [*params, max(self.budget, 0)],
                 )
                 total = int(cursor.fetchone()[0])
@@ -318,7 +319,9 @@ class _Run:
             while self.budget > 0:
                 want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
                 cursor.execute(
-                    sql.fill(sql.DELETE_EXPIRED, table=table, condition=pgsql.SQL(condition)),
+                    _retention_sql.fill(
+                        _retention_sql.DELETE_EXPIRED, table=table, condition=pgsql.SQL(condition)
+                    ),
                     [*params, want],
                 )
                 done, first, last = cursor.fetchone()
@@ -342,7 +345,7 @@ class _Run:
                 "dead",
                 DEAD_TABLE,
                 f'queue "{queue}"',
-                sql.QUEUE_DIED_BEFORE,
+                _retention_sql.QUEUE_DIED_BEFORE,
                 [queue, self.now - timedelta(seconds=seconds)],
                 bound,
             )
@@ -366,7 +369,7 @@ def run_retention(
         raise RuntimeError("run_retention() commits batch by batch: call it outside atomic()")
     started = time.monotonic()
     with connection.cursor() as cursor:
-        cursor.execute(sql.TRY_LOCK, [LOCK_KEY])
+        cursor.execute(_retention_sql.TRY_LOCK, [LOCK_KEY])
         if not cursor.fetchone()[0]:
             return RetentionReport(dry_run=dry_run, busy=True)
     try:
@@ -380,7 +383,7 @@ def run_retention(
         return run.report
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(sql.UNLOCK, [LOCK_KEY])
+            cursor.execute(_retention_sql.UNLOCK, [LOCK_KEY])
 
 
 def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | None:
@@ -396,7 +399,8 @@ def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | N
     connection = connections[alias]
     with connection.cursor() as cursor:
         cursor.execute(
-            sql.CLAIM_RUN, {"name": JOB, "interval": conf.RETENTION_INTERVAL, "worker": worker_id}
+            _retention_sql.CLAIM_RUN,
+            {"name": JOB, "interval": conf.RETENTION_INTERVAL, "worker": worker_id},
         )
         if cursor.fetchone() is None:
             return None
@@ -404,7 +408,7 @@ def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | N
     if report.busy:
         return report
     with connection.cursor() as cursor:
-        cursor.execute(sql.FINISH_RUN, [json.dumps(report.as_json()), JOB])
+        cursor.execute(_retention_sql.FINISH_RUN, [json.dumps(report.as_json()), JOB])
     for line in report.lines():
         if report.steps:
             logger.info("Retention: %s", line)

@@ -13,7 +13,7 @@ from django.db import connections
 from psycopg import sql as pgsql
 
 from ..conf import get_settings
-from . import sql
+from . import _sql
 
 
 def notify_queues(queues: Iterable[str], *, using: str | None = None) -> None:
@@ -23,7 +23,7 @@ def notify_queues(queues: Iterable[str], *, using: str | None = None) -> None:
     if not conf.NOTIFY or not distinct:
         return
     with connections[using or conf.DATABASE_ALIAS].cursor() as cursor:
-        cursor.execute(sql.NOTIFY_QUEUES, [conf.NOTIFY_CHANNEL, distinct])
+        cursor.execute(_sql.NOTIFY_QUEUES, [conf.NOTIFY_CHANNEL, distinct])
 
 
 def listen_statement(channel: str | None = None) -> pgsql.Composed:

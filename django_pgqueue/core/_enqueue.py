@@ -11,14 +11,14 @@ from typing import Any, TypedDict, Unpack
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from . import sql
-from .execution import CLAIM_PLAN, set_local
-from .flow_control import flow_config
-from .notify import notify_queues
-from .prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
-from .registry import registry
-from .timestamps import TimestampLoader
-from .validation import (
+from . import _sql
+from ._execution import CLAIM_PLAN, set_local
+from ._flow_control import flow_config
+from ._notify import notify_queues
+from ._prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
+from ._registry import registry
+from ._timestamps import TimestampLoader
+from ._validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
     encode_payload,
@@ -236,14 +236,14 @@ _ENQUEUE_TYPES: tuple[str, ...] = (
 _NOTIFY_TYPES = ("text", "text")
 # The INSERT by (fair queue, dedup key, NOTIFY on).
 _ENQUEUE_STATEMENTS = {
-    (False, False, False): sql.ENQUEUE,
-    (False, True, False): sql.ENQUEUE_DEDUP,
-    (False, False, True): sql.ENQUEUE_AND_NOTIFY,
-    (False, True, True): sql.ENQUEUE_DEDUP_AND_NOTIFY,
-    (True, False, False): sql.ENQUEUE_FAIR,
-    (True, True, False): sql.ENQUEUE_FAIR_DEDUP,
-    (True, False, True): sql.ENQUEUE_FAIR_AND_NOTIFY,
-    (True, True, True): sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY,
+    (False, False, False): _sql.ENQUEUE,
+    (False, True, False): _sql.ENQUEUE_DEDUP,
+    (False, False, True): _sql.ENQUEUE_AND_NOTIFY,
+    (False, True, True): _sql.ENQUEUE_DEDUP_AND_NOTIFY,
+    (True, False, False): _sql.ENQUEUE_FAIR,
+    (True, True, False): _sql.ENQUEUE_FAIR_DEDUP,
+    (True, False, True): _sql.ENQUEUE_FAIR_AND_NOTIFY,
+    (True, True, True): _sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY,
 }
 _INT8 = struct.Struct("!q")
 # Binary timestamptz: microseconds since 2000-01-01 UTC.
@@ -262,7 +262,7 @@ def _insert(
             return (*rows[0][:3], False)
         if not dedup:
             raise RuntimeError("enqueue: the INSERT returned no row")  # cannot happen
-        cursor.execute(sql.FIND_BY_DEDUP_KEY, [params[0], params[5]])
+        cursor.execute(_sql.FIND_BY_DEDUP_KEY, [params[0], params[5]])
         found = cursor.fetchone()
     return None if found is None else (*found, True)
 
@@ -357,7 +357,7 @@ def _write_many(
             # behind each other (-1 for all when they are scheduled).
             step = flow.fair_step(template.tenant)
             cursor.execute(
-                sql.FAIR_ORDER_OF_BULK,
+                _sql.FAIR_ORDER_OF_BULK,
                 {
                     "queue": template.queue,
                     "priority": template.priority,
@@ -371,7 +371,7 @@ def _write_many(
             places = [-1.0] * count if first < 0 else [first + n * step for n in range(count)]
         if dedup_keys is not None and any(k is not None for k in dedup_keys):
             cursor.execute(
-                sql.ENQUEUE_MANY_UNNEST,
+                _sql.ENQUEUE_MANY_UNNEST,
                 [
                     [template.queue] * count,
                     [template.task] * count,
@@ -425,12 +425,12 @@ def _copy(
         )
     )
     if places is not None:  # one place per row: written row by row
-        with raw_cursor.copy(sql.ENQUEUE_MANY_COPY_FAIR) as copy:
+        with raw_cursor.copy(_sql.ENQUEUE_MANY_COPY_FAIR) as copy:
             for payload, place in zip(payloads_json, places, strict=True):
                 copy.write(f"{head}{payload.replace('\\', '\\\\')}{tail}\t{place!r}\n")
         return len(payloads_json)
     separator = f"{tail}\n{head}"
-    with raw_cursor.copy(sql.ENQUEUE_MANY_COPY) as copy:
+    with raw_cursor.copy(_sql.ENQUEUE_MANY_COPY) as copy:
         for start in range(0, len(payloads_json), _COPY_ROWS_PER_WRITE):
             # Newlines cannot occur in the payloads: join on them, escape the chunk's
             # backslashes in one pass, then put the shared columns in their place.

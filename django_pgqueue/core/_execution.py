@@ -49,11 +49,11 @@ def ack_settings(connection: BaseDatabaseWrapper) -> dict[str, str]:
     return {} if connection.in_atomic_block else async_commit()
 
 
-# What every claim runs under (see _run_prepared_claim in manager.py).
+# What every claim runs under (see _run_prepared_claim in _manager.py).
 CLAIM_PLAN = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
 
 # A worker's claims: each lease gives its attempt back if it expires before a handler started
-# alone (see "The attempt rule" in sql.py). Only a worker, which runs redelivered messages
+# alone (see "The attempt rule" in _sql.py). Only a worker, which runs redelivered messages
 # alone (worker/executor.py), may promise that; other claims count every attempt.
 REFUND_ON_EXPIRY = {"pgqueue.refund_on_expiry": "on"}
 
