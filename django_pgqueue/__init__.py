@@ -4,7 +4,9 @@ The public API, in one place: enqueue in the caller's transaction (:func:`enqueu
 commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`); register handlers
 (:func:`handler`) and schedule them (:func:`periodic`); as a consumer of your own, take
 messages (:func:`lease`) and :func:`complete`, :func:`fail`, :func:`extend` or :func:`release`
-them; :func:`cancel` a message. Every error the package raises is a :class:`PgQueueError`.
+them (walked from a :class:`ClaimBounds` of your own, if you like); :func:`cancel` a
+message; let other apps veto or hear of retention (:func:`register_retention_guard`,
+:func:`register_expiry_listener`). Every error the package raises is a :class:`PgQueueError`.
 
 Names resolve on first use: settings modules and ``INSTALLED_APPS`` import this package before
 Django's apps are loaded, when the models cannot be imported yet.
@@ -24,8 +26,16 @@ from .periodic import periodic
 
 if TYPE_CHECKING:
     from .core._cancel import CancelResult, cancel, cancel_many
-    from .core._enqueue import EnqueuedMessage, enqueue, enqueue_many, enqueue_on_commit
+    from .core._claim_bound import ClaimBounds
+    from .core._enqueue import (
+        EnqueuedMessage,
+        MessageOptions,
+        enqueue,
+        enqueue_many,
+        enqueue_on_commit,
+    )
     from .core._registry import handler
+    from .core._retention import register_expiry_listener, register_retention_guard
     from .core.transitions import FailedAttempt, Outcome, complete, extend, fail, release
     from .models import Message
 
@@ -36,11 +46,15 @@ _HOMES = {
     "CancelResult": "core._cancel",
     "cancel": "core._cancel",
     "cancel_many": "core._cancel",
+    "ClaimBounds": "core._claim_bound",
     "EnqueuedMessage": "core._enqueue",
+    "MessageOptions": "core._enqueue",
     "enqueue": "core._enqueue",
     "enqueue_many": "core._enqueue",
     "enqueue_on_commit": "core._enqueue",
     "handler": "core._registry",
+    "register_expiry_listener": "core._retention",
+    "register_retention_guard": "core._retention",
     "FailedAttempt": "core.transitions",
     "Outcome": "core.transitions",
     "complete": "core.transitions",
@@ -68,10 +82,12 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CancelResult",
+    "ClaimBounds",
     "EnqueuedMessage",
     "FailedAttempt",
     "InvalidMessage",
     "LeaseError",
+    "MessageOptions",
     "Outcome",
     "PayloadError",
     "PgQueueError",
@@ -88,5 +104,7 @@ __all__ = [
     "handler",
     "lease",
     "periodic",
+    "register_expiry_listener",
+    "register_retention_guard",
     "release",
 ]
