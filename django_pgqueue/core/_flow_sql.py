@@ -69,6 +69,7 @@ DECLARE
     under_allowance boolean := false;
     allowance_left int;
     exact boolean := false;
+    per_key boolean := false;
     taken int := 0;
     in_flight int := 0;
     reserved int := 0;
@@ -154,6 +155,19 @@ BEGIN
             WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
               AND m.available_at > now();
         END IF;
+        IF key_limit IS NOT NULL OR key_limits <> '{{}}' THEN
+            -- The room of the tenant closest to its limit, in flight or not.
+            SELECT least(
+                       min(coalesce((key_limits ->> b.key)::int, key_limit, 2147483647)
+                           - b.value::int),
+                       (SELECT min(l.value::int) FROM jsonb_each_text(key_limits) l),
+                       key_limit)
+            INTO key_room
+            FROM jsonb_each_text(busy) b;
+        END IF;
+        -- Each tenant's room is looked at only when some tenant could reach its limit with
+        -- this batch (or has a rate): else the fair head is the choice as it is.
+        per_key := key_rate IS NOT NULL OR coalesce(key_room - reserved < budget, false);
         IF queue_limit IS NOT NULL THEN
             budget := least(budget, queue_limit - in_flight - reserved);
         END IF;
@@ -179,7 +193,7 @@ BEGIN
             due := ARRAY(SELECT d FROM pgq_flow_due_v1(
                 p_queue, weights, CASE WHEN due_waiting THEN budget + 32 ELSE 0 END, 32) d);
         END IF;
-        IF cardinality(due) = 0 AND NOT (exact AND key_limited) THEN
+        IF cardinality(due) = 0 AND NOT per_key THEN
             RETURN QUERY
             SELECT m.id, m.lease_token FROM pgqueue_message m
             WHERE m.queue = p_queue AND m.fair_order >= 0
@@ -196,11 +210,11 @@ BEGIN
                                 LIMIT budget - taken);
             END IF;
         ELSE
-            chosen := pgq_flow_choose_v1(p_queue, budget, due, exact AND key_limited,
+            chosen := pgq_flow_choose_v1(p_queue, budget, due, per_key,
                                          key_limit, key_limits, key_rate, reserved, busy);
             IF cardinality(chosen) < budget THEN
                 due := due || ARRAY(SELECT d FROM pgq_flow_due_v1(p_queue, weights, 0, 32) d);
-                chosen := pgq_flow_choose_v1(p_queue, budget, due, exact AND key_limited,
+                chosen := pgq_flow_choose_v1(p_queue, budget, due, per_key,
                                              key_limit, key_limits, key_rate, reserved, busy);
             END IF;
         END IF;
@@ -239,15 +253,7 @@ BEGIN
         IF queue_limit IS NOT NULL THEN
             granted := least(granted, (queue_limit - in_flight - reserved - taken) / 4);
         END IF;
-        IF key_limit IS NOT NULL OR key_limits <> '{{}}' THEN
-            -- The room of the tenant closest to its limit, in flight or not.
-            SELECT least(
-                       min(coalesce((key_limits ->> b.key)::int, key_limit, 2147483647)
-                           - b.value::int),
-                       (SELECT min(l.value::int) FROM jsonb_each_text(key_limits) l),
-                       key_limit)
-            INTO key_room
-            FROM jsonb_each_text(busy) b;
+        IF key_room IS NOT NULL THEN
             granted := least(granted, (key_room - reserved - taken) / 4);
         END IF;
         IF rate IS NOT NULL THEN
