@@ -10,16 +10,17 @@ claim text serves every flow-controlled queue.
 
 The steps (see ``docs/explanation/design.md``, "Fair queues and limits"):
 
-1. a paused queue gives nothing;
-2. a fair queue gives its place in the fair order to what is due outside it (a retry, a
-   scheduled message, an expired lease): two index probes, and the placing only on a hit;
-3. a queue with limits or rates leases under the session's *allowance* when it has one (a
+1. a paused queue gives nothing; the same query probes (two index probes) whether a message
+   outside the fair order has fallen due (a retry, a scheduled message, an expired lease);
+2. a queue with limits or rates leases under the session's *allowance* when it has one (a
    share of the room under every limit and of the rate's tokens, reserved for a fraction of
-   a second, ``pgqueue_flow_allowance``), reading the head as fairness alone does; otherwise
-   it claims *exactly*: it takes the queue's advisory lock, waits for the claims under
-   allowances in progress, counts what is in flight and takes what every limit leaves,
-   then reserves the session's next allowance;
-4. the head of the fair order (or of the plain claim order) ``FOR UPDATE SKIP LOCKED``.
+   a second, ``pgqueue_flow_allowance``), counting nothing; otherwise it claims *exactly*: it
+   takes the queue's advisory lock, counts what is in flight and takes what every limit
+   leaves, then reserves the session's next allowance;
+3. the head of the fair order (or of the plain claim order) ``FOR UPDATE SKIP LOCKED``; what
+   fell due outside the order competes with it at the place it takes there, and only what
+   is not leased now has that place written;
+4. bookkeeping: the allowance's units, the rate's tokens.
 
 Why the limits hold: exact claims take turns (the queue's advisory lock, held until they
 commit), and the room one takes or reserves is the limit minus the leases in flight minus
