@@ -428,7 +428,8 @@ $fn$;
 """
 
 # A key rate's tokens spent by the tenants of a claim (one entry per message), and the rows
-# of up to 16 idle tenants (their rate back to a full burst) dropped, never those just spent.
+# of up to 16 idle tenants (back to a full burst for a second or more) dropped, never those just
+# spent: a tenant that claims now and then keeps its row.
 SPEND_KEYS_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_flow_spend_keys_v1(
     p_queue text, p_tenants text[], p_rate float8)
@@ -447,7 +448,7 @@ BEGIN
     DELETE FROM pgqueue_flow_rate r
     WHERE r.queue = p_queue AND r.key IN (
         SELECT i.key FROM pgqueue_flow_rate i
-        WHERE i.queue = p_queue AND i.key <> '' AND i.tat <= t0
+        WHERE i.queue = p_queue AND i.key <> '' AND i.tat <= t0 - interval '1 second'
           AND NOT i.key = ANY(array_remove(p_tenants, NULL))
         LIMIT 16);
 END

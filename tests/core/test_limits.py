@@ -163,8 +163,8 @@ def test_key_rate_limit_holds_per_key_and_leaves_other_keys_alone():
 
 @limits(KEY_RATE_LIMIT=50)
 def test_full_key_buckets_are_dropped_and_the_claimed_keys_kept():
-    """A key's bucket is full again burst / rate = 1 s after its last claim: claims then drop
-    it (up to 16 a claim statement), never the bucket of a key they claim from."""
+    """A key's rate row is dropped once its bucket has been full again for a second (up to 16
+    a claim), never the row of a key the claim takes from."""
     for n in range(20):
         enqueue(f"t{n}", 2)
     assert len(lease(20)) == 20
