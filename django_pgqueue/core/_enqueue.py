@@ -14,7 +14,7 @@ from ..conf import get_settings
 from . import _sql
 from ._execution import CLAIM_PLAN, set_local
 from ._flow_control import flow_config
-from ._notify import notify_queues
+from ._notify import notify_queues, wake_payload
 from ._prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
 from ._registry import registry
 from ._timestamps import TimestampLoader
@@ -67,6 +67,12 @@ class PreparedMessage:
     max_attempts: int
     run_at: datetime | None
     delay: float | None
+
+    @property
+    def later(self) -> bool:
+        """Scheduled (``run_after``): its wake-up says so (``_notify.py``). A time in the past
+        counts too: the worker's lookup finds it due at once."""
+        return self.run_at is not None or bool(self.delay and self.delay > 0)
 
 
 class MessageOptions(TypedDict, total=False):
@@ -143,7 +149,7 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
         params.append(flow.fair_step(message.tenant))
         types += ("float8",)
     if conf.NOTIFY:
-        params += [conf.NOTIFY_CHANNEL, message.queue]
+        params += [conf.NOTIFY_CHANNEL, wake_payload(message.queue, later=message.later)]
         types += _NOTIFY_TYPES
     statement = _ENQUEUE_STATEMENTS[fair, dedup, bool(conf.NOTIFY)]
     connection = connections[using or conf.DATABASE_ALIAS]
@@ -388,7 +394,7 @@ def _write_many(
             written = cursor.rowcount
         else:
             written = _copy(cursor.cursor, template, payloads_json, available_at, places)
-        notify_queues([template.queue], using=alias)
+        notify_queues([template.queue], later=template.later, using=alias)
     return written
 
 

@@ -1,8 +1,12 @@
 """Wake-ups: NOTIFY is only a hint ("go look at queue X"); polling is the safety net.
 
-One channel (``PGQUEUE['NOTIFY_CHANNEL']``), payload = the queue name, never a message body.
-Postgres merges identical notifications of one transaction, so a transaction that enqueues
-10,000 messages on one queue sends one.
+One channel (``PGQUEUE['NOTIFY_CHANNEL']``). The payload is the queue name when messages are
+ready now, and the queue name with :data:`LATER` when they fall due later (``run_after``): a
+worker then looks up when, instead of claiming, and no worker has to look after every claim
+(that lookup walks the index entries of recently leased messages, which a long-running
+transaction elsewhere keeps from being cleaned up). Never a message body. Postgres merges
+identical notifications of one transaction, so a transaction that enqueues 10,000 messages
+on one queue sends one (two when some are ready and some later).
 """
 
 from __future__ import annotations
@@ -15,11 +19,27 @@ from psycopg import sql as pgsql
 from ..conf import get_settings
 from . import _sql
 
+#: What follows the queue name in the payload of messages that fall due later.
+LATER = ":later"
 
-def notify_queues(queues: Iterable[str], *, using: str | None = None) -> None:
-    """Send one wake-up per distinct queue (delivered when the current transaction commits)."""
+
+def wake_payload(queue: str, *, later: bool = False) -> str:
+    """The notification payload for messages of ``queue``, ready now or falling due later."""
+    return f"{queue}{LATER}" if later else queue
+
+
+def read_wake_payload(payload: str) -> tuple[str, bool]:
+    """``(queue, later)`` from a payload (the queue is still to be validated)."""
+    if payload.endswith(LATER):
+        return payload[: -len(LATER)], True
+    return payload, False
+
+
+def notify_queues(queues: Iterable[str], *, later: bool = False, using: str | None = None) -> None:
+    """Send one wake-up per distinct queue (delivered when the current transaction commits);
+    ``later``: the messages fall due later, not now."""
     conf = get_settings()
-    distinct = sorted(set(queues))
+    distinct = sorted({wake_payload(queue, later=later) for queue in queues})
     if not conf.NOTIFY or not distinct:
         return
     with connections[using or conf.DATABASE_ALIAS].cursor() as cursor:

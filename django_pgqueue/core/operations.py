@@ -89,7 +89,9 @@ def _set_paused(queue: str, paused: bool, using: str | None) -> None:
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(_sql.SET_PAUSED, [queue, paused])
         if not paused:
+            # What is ready now, and when the next of what is scheduled falls due.
             notify_queues([queue], using=alias)
+            notify_queues([queue], later=True, using=alias)
 
 
 def pause_queue(queue: str, *, using: str | None = None) -> None:

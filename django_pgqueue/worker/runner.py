@@ -44,6 +44,7 @@ from django.db.backends.signals import connection_created
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import _execution, _sql, transitions
 from ..core._claim_bound import ClaimBounds
+from ..core._notify import read_wake_payload
 from ..core._registry import registry
 from ..core._validation import QueueNameError, validate_queue_name
 from ..metrics.instruments import Instruments
@@ -297,14 +298,21 @@ class Worker:
             elif self.executor.in_flight() == 0:
                 self._wake.set()
 
-    def _on_notify(self, queue: str) -> None:
+    def _on_notify(self, payload: str) -> None:
+        queue, later = read_wake_payload(payload)
         if queue in self.excluded or (self.fixed_queues and queue not in self.fixed_queues):
             return
         try:
             validate_queue_name(queue)
         except QueueNameError:
             # Any role that may connect can NOTIFY this channel: a hint, never an order.
-            self._ignore_notification(queue)
+            self._ignore_notification(payload)
+            return
+        if later:
+            # Scheduled messages: find when the next one falls due, once the connection is
+            # quiet; the main loop wakes then.
+            assert self.listener is not None
+            self.listener.defer(("due", queue), lambda: self._hint_next_due(queue))
             return
         if self._claims_on_notify and self._claim_on_notify(queue):
             return
@@ -347,12 +355,7 @@ class Worker:
                 return False  # more may be ready: the main loop goes on fetching
         finally:
             self._fetch_lock.release()
-        # Drained. A delayed message may have come with the ready ones: find when it falls
-        # due, here too, once the handler runs (a query now would delay its start), and wake
-        # the main loop only if one will.
-        assert self.listener is not None
-        self.listener.defer(("due", queue), lambda: self._hint_next_due(queue))
-        return True
+        return True  # drained (scheduled messages come with a wake-up of their own)
 
     def _hint_next_due(self, queue: str) -> None:
         """In the listener thread: tell the main loop when ``queue``'s next message is due."""
@@ -605,7 +608,6 @@ class Worker:
             with self._notify_lock:
                 due_check.update(self._retried_queues)
                 self._retried_queues.clear()
-            due_check.update(notified)
             for queue in notified:
                 if queue not in self._hot:
                     self._hot.insert(0, queue)

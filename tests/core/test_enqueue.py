@@ -12,6 +12,7 @@ from django.utils import timezone
 
 import django_pgqueue
 from django_pgqueue.conf import SettingsError
+from django_pgqueue.core import operations
 from django_pgqueue.exceptions import InvalidMessage, PayloadError, QueueNameError
 from django_pgqueue.models import Message
 from tests.conftest import drain
@@ -55,6 +56,32 @@ def test_commit_sends_exactly_one_notification_per_queue(listener):
 def test_notification_payload_is_the_queue_name_only(listener):
     django_pgqueue.enqueue("a", {"secret": "x" * 1000}, queue="alpha")
     assert drain(listener) == [("django_pgqueue", "alpha")]
+
+
+def test_scheduled_messages_say_so_in_their_notification(listener):
+    # Ready now: the queue name; scheduled: the queue name and ":later", so that workers look
+    # up the next due time only when something scheduled came. One of each per transaction.
+    with transaction.atomic():
+        django_pgqueue.enqueue("a", {}, queue="alpha")
+        django_pgqueue.enqueue("a", {}, queue="alpha", run_after=dt.timedelta(seconds=30))
+        django_pgqueue.enqueue("a", {}, queue="alpha", run_after=dt.timedelta(seconds=60))
+        django_pgqueue.enqueue("b", {}, queue="beta", run_after=timezone.now())
+        django_pgqueue.enqueue_many("c", [{}, {}], queue="gamma", run_after=dt.timedelta(hours=1))
+    assert sorted(drain(listener)) == [
+        ("django_pgqueue", "alpha"),
+        ("django_pgqueue", "alpha:later"),
+        ("django_pgqueue", "beta:later"),
+        ("django_pgqueue", "gamma:later"),
+    ]
+
+
+def test_resuming_a_queue_wakes_workers_for_what_is_ready_and_what_is_scheduled(listener):
+    operations.pause_queue("alpha")
+    operations.resume_queue("alpha")
+    assert sorted(drain(listener)) == [
+        ("django_pgqueue", "alpha"),
+        ("django_pgqueue", "alpha:later"),
+    ]
 
 
 def test_notify_can_be_turned_off(listener):

@@ -223,7 +223,7 @@ def test_a_malformed_notification_is_logged_once_and_ignored(
     caplog.set_level(logging.INFO, logger="django_pgqueue")
     runner = start_worker(poll_interval=30)
     with connection.cursor() as cursor:
-        for payload in ("Bad Name!", "Bad Name!", "x" * 300):
+        for payload in ("Bad Name!", "Bad Name!", "x" * 300, "Bad Name!:later", ":later"):
             cursor.execute("SELECT pg_notify('django_pgqueue', %s)", [payload])
     msg = django_pgqueue.enqueue("tests.echo", "still here")
     wait_for(lambda: ArchivedMessage.objects.filter(message_id=msg.id).exists(), timeout=5)

@@ -203,6 +203,35 @@ def test_a_delayed_message_notified_with_a_ready_one_runs_when_due(
     assert runner.stop() == 0
 
 
+def test_ready_messages_cost_no_lookup_of_the_next_due_time(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under a long-running transaction elsewhere that lookup walks every recently leased
+    # message's index entry: it runs when something scheduled came, not after every claim.
+    looked_up: list[list[str]] = []
+    original = Worker._seconds_to_next_due
+
+    def spy(self: Worker, queues: list[str]) -> float | None:
+        looked_up.append(list(queues))
+        return original(self, queues)
+
+    monkeypatch.setattr(Worker, "_seconds_to_next_due", spy)
+    runner = start_worker(poll_interval=30, queues=["ready-only"])
+    time.sleep(0.3)
+    looked_up.clear()  # the start-up lookup
+    for n in range(5):
+        msg = django_pgqueue.enqueue("tests.echo", {"n": n}, queue="ready-only")
+        wait_for(lambda: archived(msg.id), timeout=2)  # noqa: B023
+    assert looked_up == []
+    later = django_pgqueue.enqueue(
+        "tests.echo", {"later": True}, queue="ready-only", run_after=dt.timedelta(seconds=0.5)
+    )
+    row = wait_for(lambda: archived(later.id), timeout=3)
+    assert row.finished_at >= row.enqueued_at + dt.timedelta(seconds=0.5)
+    assert ["ready-only"] in looked_up
+    assert runner.stop() == 0
+
+
 def test_poll_only_mode_finds_messages_without_notify(start_worker: StartWorker) -> None:
     runner = start_worker(listen=False, poll_interval=0.2)
     assert runner.worker.listener is None
