@@ -29,8 +29,8 @@ def db_now() -> dt.datetime:
 
 
 def bounded(bounds: ClaimBounds) -> ClaimBounds:
-    """``bounds`` after a claim from the head that left nothing behind: its next claim of
-    the queue walks from a bound."""
+    """``bounds`` (which takes any walk from the head as slow) after a claim from the head
+    that left nothing behind: its next claim of the queue walks from a bound."""
     first = django_pgqueue.enqueue("t", {"n": 0}).id
     assert claim(bounds) == [first]
     assert bounds.start("default") is not None
@@ -38,7 +38,7 @@ def bounded(bounds: ClaimBounds) -> ClaimBounds:
 
 
 def test_a_message_run_after_a_time_before_the_bound_is_claimed_all_the_same():
-    bounds = bounded(ClaimBounds())
+    bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     old = django_pgqueue.enqueue(
         "t", {"n": 1}, priority=10, run_after=db_now() - dt.timedelta(hours=1)
     ).id
@@ -65,7 +65,7 @@ def test_a_message_enqueued_before_the_bound_and_committed_after_it_is_claimed()
     writer.start()
     assert enqueued.wait(30)
     time.sleep(SLACK + 0.2)  # its available_at falls below the bound the next claim sets
-    bounds = bounded(ClaimBounds())
+    bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     go.set()
     assert committed.wait(30)
     writer.join()
@@ -75,13 +75,26 @@ def test_a_message_enqueued_before_the_bound_and_committed_after_it_is_claimed()
 
 
 def test_a_bounded_claim_takes_what_is_due_above_the_bound_in_claim_order():
-    bounds = bounded(ClaimBounds())
+    bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     low = django_pgqueue.enqueue("t", {"n": 1}).id
     high = django_pgqueue.enqueue("t", {"n": 2}, priority=5).id
     scheduled = django_pgqueue.enqueue("t", {"n": 3}, run_after=dt.timedelta(hours=1)).id
     assert bounds.start("default") is not None
     assert claim(bounds) == [high, low]
     assert Message.objects.get(pk=scheduled).lease_token is None
+
+
+def test_the_bound_is_used_only_while_walks_from_the_head_are_slow():
+    # Without a long transaction the walk from the head marks the dead entries it passes,
+    # and stays cheap: a walk from a bound, which does not, would let them pile up.
+    bounds = ClaimBounds(slow_head_walk=0.5)
+    first = django_pgqueue.enqueue("t", {"n": 0}).id
+    assert claim(bounds) == [first]  # fast: well under half a second
+    assert bounds.start("default") is None
+    bounds.walked_from_head("default", 0.6)  # as a walk over many dead entries would
+    assert bounds.start("default") is not None
+    bounds.walked_from_head("default", 0.1)  # clean again
+    assert bounds.start("default") is None
 
 
 def test_without_bounds_every_claim_walks_from_the_head():
@@ -98,7 +111,7 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
 
     _execution.dedicate_to_claims(connection)
     try:
-        bounds = bounded(ClaimBounds())
+        bounds = bounded(ClaimBounds(slow_head_walk=0.0))
         admin_conn.execute(
             "INSERT INTO pgqueue_message (queue, task, payload) "
             "SELECT 'default', 't', '{}' FROM generate_series(1, 5000)"
