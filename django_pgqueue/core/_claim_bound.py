@@ -40,7 +40,9 @@ SLACK = 0.5
 class ClaimBounds:
     """One claimer's bounds, by queue: pass it to ``Message.objects.lease(bounds=...)``.
 
-    Thread-safe: a worker's claimers (main loop and listener) share one.
+    ``slow_head_walk``: seconds over which a walk from the head counts as slow, so that the
+    next claims walk from the bound (:data:`SLOW_HEAD_WALK`). Thread-safe: a worker's
+    claimers (main loop and listener) share one.
     """
 
     def __init__(self, *, slow_head_walk: float = SLOW_HEAD_WALK) -> None:
