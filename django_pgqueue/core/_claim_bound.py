@@ -1,22 +1,29 @@
-"""Where a claimer's plain claim starts its walk of the claim index.
+"""Where a claimer's plain claim starts its walks of the claim index.
 
 Every message processed leaves dead claim-index entries at the head of its queue's index
 order. Vacuum removes them, unless a long transaction holds the xmin horizon back: then a
 claim that walks from the head visits the heap for every message processed since that
-transaction began. A claimer that remembers a lower bound on ``available_at`` under which it
-found nothing left to claim walks from that bound instead (``sql.CANDIDATES_FROM``): the
-entries below it are passed over on the index alone.
+transaction began. A claimer that remembers, for each priority level of a queue, a lower
+bound on ``available_at`` under which it found nothing left to claim walks each level from
+its bound instead (``sql.CANDIDATES_FROM``): the entries below it are never read.
+
+A level's bound moves up after each claim: to the claim's time for a level the claim walked
+to its end (less :data:`SLACK`), to the last message the claim took from it (less the same
+slack) when the batch filled up there. So the walks stay short while a backlog is worked
+off, not only when the queue is drained.
 
 The bound is used only while walks from the head are slow (over :data:`SLOW_HEAD_WALK`):
 without a long transaction, a walk from the head marks the dead entries it passes as dead in
 the index, so the head stays clean and that walk stays cheap, whereas a walk from a bound
 passes over the entries below it without marking them and they pile up until vacuum.
 
-What the bound may miss: a message that becomes claimable with an ``available_at`` below it
-(enqueued in a transaction that committed late, or with a ``run_at`` in the past; a lease
-released or reset in a transaction older than the bound). The claimer still walks from the
-head at least every :data:`HEAD_WALK_EVERY` seconds (longer only when that walk itself is
-slow), so such a message waits for that walk, never longer.
+What the walks from the bounds may miss: a message that becomes claimable with an
+``available_at`` below its level's bound (enqueued in a transaction that committed late, or
+with a ``run_at`` in the past; a lease released or reset in a transaction older than the
+bound), or at a priority level no claim of this claimer has taken a message from yet. The
+claimer still walks from the head at least every :data:`HEAD_WALK_EVERY` seconds (longer
+only when that walk itself is slow), so such a message waits for that walk, never longer. A
+queue with more than :data:`MAX_LEVELS` levels is always walked from the head.
 """
 
 from __future__ import annotations
@@ -35,13 +42,16 @@ SLOW_HEAD_WALK = 0.02
 #: Seconds the bound stays behind the database time of the claim that set it: an enqueue
 #: whose transaction began that much before the claim and committed after it is still found.
 SLACK = 0.5
+#: Priority levels of one queue walked from their bounds at most, one index seek each.
+MAX_LEVELS = 16
 
 
 class ClaimBounds:
-    """One claimer's bounds, by queue: pass it to ``Message.objects.lease(bounds=...)``.
+    """One claimer's bounds, by queue and priority level: pass it to
+    ``Message.objects.lease(bounds=...)``.
 
     ``slow_head_walk``: seconds over which a walk from the head counts as slow, so that the
-    next claims walk from the bound (:data:`SLOW_HEAD_WALK`). Thread-safe: a worker's
+    next claims walk from the bounds (:data:`SLOW_HEAD_WALK`). Thread-safe: a worker's
     claimers (main loop and listener) share one.
     """
 
@@ -50,21 +60,22 @@ class ClaimBounds:
         self._slow_head_walk = slow_head_walk
         # Queues whose last walk from the head was slow.
         self._slow: set[str] = set()
-        # Seconds since the epoch, database time: no due message of the queue was left
-        # unclaimed below this when it was set.
-        self._bound: dict[str, float] = {}
+        # By queue, by priority level: seconds since the epoch, database time, under which
+        # no due message of that level was left unclaimed.
+        self._bounds: dict[str, dict[int, float]] = {}
         # Monotonic time at which the next claim of the queue walks from the head.
         self._head_due: dict[str, float] = {}
 
-    def start(self, queue: str) -> float | None:
-        """The bound the next claim of ``queue`` walks from, or None: from the head."""
+    def start(self, queue: str) -> list[tuple[int, float]] | None:
+        """The levels the next claim of ``queue`` walks, highest priority first, each with
+        its bound; or None: that claim walks from the head."""
         with self._lock:
-            bound = self._bound.get(queue)
-            if bound is None or queue not in self._slow:
+            levels = self._bounds.get(queue)
+            if not levels or len(levels) > MAX_LEVELS or queue not in self._slow:
                 return None
             if time.monotonic() >= self._head_due.get(queue, 0.0):
                 return None
-            return bound
+            return sorted(levels.items(), reverse=True)
 
     def walked_from_head(self, queue: str, seconds: float) -> None:
         """A walk from the head took ``seconds``: when the next one is due."""
@@ -76,11 +87,28 @@ class ClaimBounds:
             else:
                 self._slow.discard(queue)
 
-    def drained(self, queue: str, claim_time: float) -> None:
-        """A claim whose transaction began at ``claim_time`` (database time, seconds since
-        the epoch) took every due message it found: none is left below it, but for the
-        slack."""
+    def claimed(
+        self, queue: str, taken: list[tuple[int, float]], claim_time: float, *, full: bool
+    ) -> None:
+        """A claim whose transaction began at ``claim_time`` took ``taken``: each message's
+        (priority, ``available_at`` when taken), in claim order, times in seconds since the
+        epoch (database time). ``full``: the batch filled up, so the walk stopped in the
+        level of the last message taken."""
+        if not taken:
+            return
         with self._lock:
-            bound = claim_time - SLACK
-            if bound > self._bound.get(queue, float("-inf")):
-                self._bound[queue] = bound
+            levels = self._bounds.setdefault(queue, {})
+            for priority, _ in taken:
+                levels.setdefault(priority, float("-inf"))
+            last_level = taken[-1][0] if full else None
+            for priority in levels:
+                if last_level is None or priority > last_level:
+                    # Walked to its end: nothing due was left in it, but for the slack.
+                    bound = claim_time - SLACK
+                elif priority == last_level:
+                    # Nothing due was left before the last message taken from it.
+                    bound = max(due for p, due in taken if p == priority) - SLACK
+                else:
+                    continue
+                if bound > levels[priority]:
+                    levels[priority] = bound

@@ -46,7 +46,8 @@ ALLOWANCE_WINDOW = 0.2
 # visibility timeout).
 CLAIM = _sql.LEASE.format(
     candidates=(
-        f"SELECT id, lease_token FROM {_flow_sql.CANDIDATES_FUNCTION_NAME}"
+        "SELECT id, lease_token, NULL::timestamptz AS available_at"
+        f" FROM {_flow_sql.CANDIDATES_FUNCTION_NAME}"
         "(%s::text, %s::int, %s::boolean, %s::jsonb)"
     ),
     reap_limit=_sql.REAP_LIMIT,

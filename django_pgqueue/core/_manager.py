@@ -172,10 +172,10 @@ class MessageManager(models.Manager["Message"]):
             exact = hold or connections[alias].in_atomic_block
             params = _flow_control.claim_params(flow, queue, worker_id, limit, vt, exact)
             return self._run_claim(alias, _flow_control.CLAIM, params, hold)
-        bound = None if bounds is None else bounds.start(queue)
-        if bound is not None:
+        levels = None if bounds is None else bounds.start(queue)
+        if levels is not None:
             statement = self._bounded_lease_statement(limit)
-            params = [queue, queue, bound, queue, worker_id, vt]
+            params = [queue, *_levels_params(levels), queue, queue, worker_id, vt]
             rows = self._run_claim(alias, statement, params, hold)
         else:
             statement, candidate_params = self._lease_statement(alias, queue, limit)
@@ -186,8 +186,10 @@ class MessageManager(models.Manager["Message"]):
                 bounds.walked_from_head(queue, time.monotonic() - began)
         if bounds is not None:
             claimed = [row for row in rows if row[0] == "claimed"]
-            if claimed and len(claimed) < limit:
-                bounds.drained(queue, claimed[0][_CLAIM_TIME_AT] / 1e6)
+            if claimed:
+                taken = [(row[_PRIORITY_AT], row[-1]) for row in claimed]
+                claim_time = claimed[0][_CLAIM_TIME_AT] / 1e6
+                bounds.claimed(queue, taken, claim_time, full=len(claimed) == limit)
         return rows
 
     def _run_claim(self, alias: str, statement: str, params: list[Any], hold: bool) -> list[Any]:
@@ -235,7 +237,7 @@ class MessageManager(models.Manager["Message"]):
                     values[worker_at],
                 )
                 continue
-            *columns, redelivered, _position = values
+            *columns, redelivered, _position, _was_due_at = values
             message = self._from_row(columns, alias, load_time, decode)
             message.redelivered = redelivered
             if redelivered:
@@ -271,7 +273,7 @@ class MessageManager(models.Manager["Message"]):
                 self.claimable(queue)
                 .using(alias)
                 .select_for_update(skip_locked=True)
-                .values("id", "lease_token")[:limit]
+                .values("id", "lease_token", "available_at")[:limit]
             )
             # select_for_update() compiles only inside a transaction (of the alias it is
             # compiled for: sql_with_params() would take the default's); nothing is sent here.
@@ -306,6 +308,7 @@ _PAYLOAD_AT = _sql.LEASED_COLUMNS.index("payload")
 # In a claim's row (its outcome first): when the lease was taken, the claim's now(), in
 # microseconds since the epoch.
 _CLAIM_TIME_AT = 1 + _sql.LEASED_COLUMNS.index("leased_at")
+_PRIORITY_AT = 1 + _sql.LEASED_COLUMNS.index("priority")
 
 _TIMESTAMPS_AT = tuple(_sql.LEASED_COLUMNS.index(name) for name in _sql.LEASED_TIMESTAMPS)
 
@@ -353,6 +356,13 @@ def _sql_type(value: Any) -> str:
     if isinstance(value, str):
         return "text"
     raise TypeError(f"unexpected claim parameter {value!r}")
+
+
+def _levels_params(levels: list[tuple[int, float]]) -> tuple[str, str]:
+    """``sql.CANDIDATES_FROM``'s levels and bounds, as array literals (text parameters)."""
+    priorities = ",".join(str(priority) for priority, _ in levels)
+    floors = ",".join(repr(bound) for _, bound in levels)
+    return "{" + priorities + "}", "{" + floors + "}"
 
 
 def _run_prepared_claim(

@@ -237,7 +237,7 @@ WITH exhausted AS (
     {candidates}
 ), numbered AS (
     -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
-    SELECT id, lease_token, row_number() OVER () AS position FROM candidates
+    SELECT id, lease_token, available_at, row_number() OVER () AS position FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
     -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
@@ -260,27 +260,37 @@ WITH exhausted AS (
     -- that it does not imply the partial claim index's predicate: a plan made while the
     -- table was small would otherwise look each row up by walking that index.
       AND m.available_at <= statement_timestamp() AND m.attempts - m.max_attempts < 0
-    RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position
+    RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position,
+              extract(epoch FROM c.available_at)::float8 AS was_due_at
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, 0
+       NULL, worker_id, NULL, NULL, 0, NULL
 FROM buried
 ORDER BY position
 """
 
-# LEASE's ``{candidates}`` in a plain claim walked from a lower bound on ``available_at``
-# (core/_claim_bound.py): the claim order of ``MessageManager.claimable``, and the bound an
-# index condition of the claim index, so that the entries below it are passed over without a
-# visit to the heap. Parameters: the queue, the bound (seconds since the epoch), the queue.
-CANDIDATES_FROM = """SELECT id, lease_token FROM pgqueue_message
-    WHERE queue = %s AND attempts < max_attempts
-      AND available_at >= to_timestamp(%s::float8) AND available_at <= statement_timestamp()
-      AND NOT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %s AND q.paused)
-    ORDER BY priority DESC, available_at, id
-    LIMIT {limit}
-    FOR UPDATE SKIP LOCKED"""
+# LEASE's ``{candidates}`` in a plain claim walked from lower bounds on ``available_at``
+# (core/_claim_bound.py), one per priority level, highest first: each level's walk seeks its
+# bound in the claim index, so the entries below it are passed over without being read. (A
+# single walk across levels could not seek past the unconstrained ``priority`` column.) The
+# claim order of ``MessageManager.claimable``: the levels come in the order given and each
+# walk in index order; the outer LIMIT stops the walks, and their locks, once the batch is
+# full. Parameters: the levels, their bounds (seconds since the epoch), the queue, the queue.
+CANDIDATES_FROM = """SELECT m.id, m.lease_token, m.available_at
+    FROM unnest(%s::int2[], %s::float8[]) AS level(priority, bound)
+    CROSS JOIN LATERAL (
+        SELECT id, lease_token, available_at FROM pgqueue_message
+        WHERE queue = %s AND priority = level.priority AND attempts < max_attempts
+          AND available_at >= to_timestamp(level.bound)
+          AND available_at <= statement_timestamp()
+        ORDER BY available_at, id
+        LIMIT {limit}
+        FOR UPDATE SKIP LOCKED
+    ) m
+    WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %s AND q.paused)
+    LIMIT {limit}"""
 
 # A leased message's ``fair_order``: -1 in flow-controlled claims (out of any fair order, and
 # counted in flight: see FLOW_COMMON_CTES); in plain claims -1 only for a row that had a place

@@ -1,6 +1,7 @@
-"""A claimer's bound (core/_claim_bound.py): its claims walk the claim index from a lower bound
-on ``available_at``, and a message that becomes due below that bound is still claimed, by the
-walk from the head that follows within HEAD_WALK_EVERY seconds."""
+"""A claimer's bounds (core/_claim_bound.py): its claims walk each priority level of the claim
+index from a lower bound on ``available_at``, and a message that becomes due below its bound,
+or at a level the claimer does not know, is still claimed, by the walk from the head that
+follows within HEAD_WALK_EVERY seconds."""
 
 import datetime as dt
 import threading
@@ -10,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_pgqueue
-from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, SLACK, ClaimBounds
+from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, MAX_LEVELS, SLACK, ClaimBounds
 from django_pgqueue.models import Message
 from tests.plans import explain_prepared, nodes, unbounded_reads
 
@@ -74,14 +75,48 @@ def test_a_message_enqueued_before_the_bound_and_committed_after_it_is_claimed()
     assert claim(bounds) == late
 
 
-def test_a_bounded_claim_takes_what_is_due_above_the_bound_in_claim_order():
+def test_a_bounded_claim_takes_what_is_due_above_the_bounds_in_claim_order():
     bounds = bounded(ClaimBounds(slow_head_walk=0.0))
-    low = django_pgqueue.enqueue("t", {"n": 1}).id
-    high = django_pgqueue.enqueue("t", {"n": 2}, priority=5).id
-    scheduled = django_pgqueue.enqueue("t", {"n": 3}, run_after=dt.timedelta(hours=1)).id
-    assert bounds.start("default") is not None
+    first_high = django_pgqueue.enqueue("t", {"n": 1}, priority=5).id
+    time.sleep(HEAD_WALK_EVERY)
+    assert claim(bounds) == [first_high]  # from the head: the claimer learns priority 5
+    low = django_pgqueue.enqueue("t", {"n": 2}).id
+    high = django_pgqueue.enqueue("t", {"n": 3}, priority=5).id
+    scheduled = django_pgqueue.enqueue("t", {"n": 4}, run_after=dt.timedelta(hours=1)).id
+    assert [priority for priority, _ in bounds.start("default")] == [5, 0]
     assert claim(bounds) == [high, low]
     assert Message.objects.get(pk=scheduled).lease_token is None
+
+
+def test_a_message_at_a_priority_no_claim_took_yet_waits_for_the_walk_from_the_head():
+    bounds = bounded(ClaimBounds(slow_head_walk=0.0))
+    new_level = django_pgqueue.enqueue("t", {"n": 1}, priority=-3).id
+    assert claim(bounds) == []  # the walks from the bounds know only priority 0...
+    time.sleep(HEAD_WALK_EVERY)
+    assert claim(bounds) == [new_level]  # ...the next walk from the head takes it
+
+
+def test_a_full_batch_moves_the_bound_of_its_last_level_to_its_last_message():
+    bounds = ClaimBounds(slow_head_walk=0.0)
+    bounds.walked_from_head("q", 1.0)
+    bounds.claimed("q", [(5, 100.0), (0, 40.0), (0, 50.0)], 200.0, full=True)
+    # Priority 5 was walked to its end; priority 0 up to the last message taken.
+    assert bounds.start("q") == [(5, 200.0 - SLACK), (0, 50.0 - SLACK)]
+    bounds.claimed("q", [(0, 60.0)], 210.0, full=True)  # priority 5 had nothing left
+    assert bounds.start("q") == [(5, 210.0 - SLACK), (0, 60.0 - SLACK)]
+    bounds.claimed("q", [(0, 70.0)], 220.0, full=False)  # drained: every level walked
+    assert bounds.start("q") == [(5, 220.0 - SLACK), (0, 220.0 - SLACK)]
+    bounds.claimed("q", [(0, 10.0)], 230.0, full=True)  # a bound never moves down
+    assert bounds.start("q") == [(5, 230.0 - SLACK), (0, 220.0 - SLACK)]
+
+
+def test_a_queue_with_more_levels_than_the_bounds_keep_is_walked_from_the_head():
+    bounds = ClaimBounds(slow_head_walk=0.0)
+    bounds.walked_from_head("q", 1.0)
+    bounds.claimed("q", [(p, 1.0) for p in range(MAX_LEVELS)], 2.0, full=False)
+    assert len(bounds.start("q")) == MAX_LEVELS
+    bounds.claimed("q", [(-1, 1.0)], 3.0, full=False)
+    assert bounds.start("q") is None
 
 
 def test_the_bound_is_used_only_while_walks_from_the_head_are_slow():
@@ -108,6 +143,7 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
     """The entries below the bound are passed over on the index alone: the bound is an
     index condition of the claim index in the claim's own (generic, prepared) plan."""
     from django_pgqueue.core import _execution, _prepared
+    from django_pgqueue.core._manager import _levels_params
 
     _execution.dedicate_to_claims(connection)
     try:
@@ -119,13 +155,18 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         admin_conn.execute("ANALYZE pgqueue_message")
         assert len(claim(bounds)) == 10  # prepares the claim from the bound
         statement = Message.objects._bounded_lease_statement(10)
-        params = ["default", "default", bounds.start("default"), "default", "w1", 30.0]
+        levels = _levels_params(bounds.start("default"))
+        params = ["default", *levels, "default", "default", "w1", 30.0]
         name, _ = _prepared.prepared_form("claim", statement, tuple(map(_type, params)))
         with connection.cursor() as cursor:
             [plan] = explain_prepared(cursor, name, params, {}).values()
         assert unbounded_reads(plan) == [], plan
         [walk] = [n for n in nodes(plan) if n.get("Index Name") == "pgq_message_claim"]
+        assert "priority =" in walk["Index Cond"], walk
         assert "available_at >=" in walk["Index Cond"], walk
+        # The levels' walks are read as far as the batch needs, never sorted as a whole.
+        sorts = [n for n in nodes(plan) if n["Node Type"] == "Sort"]
+        assert all("available_at" not in str(n["Sort Key"]) for n in sorts), plan
     finally:
         _execution.end_claim_session(connection)
 
