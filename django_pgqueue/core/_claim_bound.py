@@ -51,18 +51,30 @@ class ClaimBounds:
     ``Message.objects.lease(bounds=...)``.
 
     ``slow_head_walk``: seconds over which a walk from the head counts as slow, so that the
-    next claims walk from the bounds (:data:`SLOW_HEAD_WALK`). Thread-safe: a worker's
-    claimers (main loop and listener) share one.
+    next claims walk from the bounds (:data:`SLOW_HEAD_WALK`).
+
+    ``head_walks_in_claims``: while claims walk from the bounds, one of them walks from the
+    head every :data:`HEAD_WALK_EVERY` seconds or more (True, the default); or never (False),
+    when something else looks at the head in their stead and reports what it saw with
+    :meth:`seen_from_head` (``Message.objects.look_from_head``, the worker's head watcher):
+    then no claim waits for a slow walk.
+
+    Thread-safe: a worker's claimers (main loop and listener) share one.
     """
 
-    def __init__(self, *, slow_head_walk: float = SLOW_HEAD_WALK) -> None:
+    def __init__(
+        self, *, slow_head_walk: float = SLOW_HEAD_WALK, head_walks_in_claims: bool = True
+    ) -> None:
         self._lock = threading.Lock()
         self._slow_head_walk = slow_head_walk
+        self._head_walks_in_claims = head_walks_in_claims
         # Queues whose last walk from the head was slow.
         self._slow: set[str] = set()
         # By queue, by priority level: seconds since the epoch, database time, under which
         # no due message of that level was left unclaimed.
         self._bounds: dict[str, dict[int, float]] = {}
+        # By queue, by priority level: monotonic time a look at the head last lowered it.
+        self._lowered: dict[str, dict[int, float]] = {}
         # Monotonic time at which the next claim of the queue walks from the head.
         self._head_due: dict[str, float] = {}
 
@@ -73,35 +85,64 @@ class ClaimBounds:
             levels = self._bounds.get(queue)
             if not levels or len(levels) > MAX_LEVELS or queue not in self._slow:
                 return None
-            if time.monotonic() >= self._head_due.get(queue, 0.0):
+            if self._head_walks_in_claims and time.monotonic() >= self._head_due.get(queue, 0):
                 return None
             return sorted(levels.items(), reverse=True)
 
+    def slow_queues(self) -> list[str]:
+        """The queues whose claims walk from the bounds: their last walk from the head was
+        slow."""
+        with self._lock:
+            return sorted(self._slow)
+
     def walked_from_head(self, queue: str, seconds: float) -> None:
         """A walk from the head took ``seconds``: when the next one is due."""
-        wait = max(HEAD_WALK_EVERY, seconds / HEAD_WALK_SHARE)
         with self._lock:
-            self._head_due[queue] = time.monotonic() + wait
+            self._head_due[queue] = time.monotonic() + head_walk_pause(seconds)
             if seconds > self._slow_head_walk:
                 self._slow.add(queue)
             else:
                 self._slow.discard(queue)
 
+    def seen_from_head(self, queue: str, due: list[tuple[int, float]]) -> None:
+        """A look at the head of ``queue``, which claimed nothing, found these messages due
+        (priority, ``available_at`` in seconds since the epoch, database time): a level's
+        bound comes down to the first of them below it, a level not known yet is added."""
+        now = time.monotonic()
+        with self._lock:
+            levels = self._bounds.setdefault(queue, {})
+            lowered = self._lowered.setdefault(queue, {})
+            for priority, available_at in due:
+                if available_at < levels.get(priority, float("inf")):
+                    levels[priority] = available_at
+                    lowered[priority] = now
+
     def claimed(
-        self, queue: str, taken: list[tuple[int, float]], claim_time: float, *, full: bool
+        self,
+        queue: str,
+        taken: list[tuple[int, float]],
+        claim_time: float,
+        *,
+        full: bool,
+        began: float,
     ) -> None:
         """A claim whose transaction began at ``claim_time`` took ``taken``: each message's
         (priority, ``available_at`` when taken), in claim order, times in seconds since the
         epoch (database time). ``full``: the batch filled up, so the walk stopped in the
-        level of the last message taken."""
+        level of the last message taken. ``began``: monotonic time before the claim asked
+        :meth:`start`; a level lowered since then stays as it is (the claim may have walked
+        it from the bound before)."""
         if not taken:
             return
         with self._lock:
             levels = self._bounds.setdefault(queue, {})
+            lowered = self._lowered.get(queue, {})
             for priority, _ in taken:
                 levels.setdefault(priority, float("-inf"))
             last_level = taken[-1][0] if full else None
             for priority in levels:
+                if lowered.get(priority, float("-inf")) >= began:
+                    continue
                 if last_level is None or priority > last_level:
                     # Walked to its end: nothing due was left in it, but for the slack.
                     bound = claim_time - SLACK
@@ -112,3 +153,8 @@ class ClaimBounds:
                     continue
                 if bound > levels[priority]:
                     levels[priority] = bound
+
+
+def head_walk_pause(seconds: float) -> float:
+    """Seconds until the next walk from the head, after one that took ``seconds``."""
+    return max(HEAD_WALK_EVERY, seconds / HEAD_WALK_SHARE)

@@ -155,6 +155,26 @@ class MessageManager(models.Manager["Message"]):
             leased.extend(self._messages_from_rows(rows, alias, decode))
         return leased
 
+    def look_from_head(
+        self, queue: str, bounds: ClaimBounds, *, using: str | None = None, rows: int = 100
+    ) -> float:
+        """Read the first ``rows`` messages a claim of ``queue`` from the head of the claim
+        index would take, without claiming them, and tell ``bounds`` what was seen and how
+        long it took (:meth:`ClaimBounds.seen_from_head`): the claims that walk from the
+        bounds then take what fell due below them. For a ``ClaimBounds`` made with
+        ``head_walks_in_claims=False``, from a connection of its own. Returns the seconds
+        the look took."""
+        validate_queue_name(queue)
+        alias = using or get_settings().DATABASE_ALIAS
+        began = time.monotonic()
+        with connections[alias].cursor() as cursor:
+            cursor.execute(_sql.HEAD_OF_QUEUE, [queue, rows])
+            due = [(priority, available_at) for priority, available_at in cursor.fetchall()]
+        seconds = time.monotonic() - began
+        bounds.walked_from_head(queue, seconds)
+        bounds.seen_from_head(queue, due)
+        return seconds
+
     def _claim_one_queue(
         self,
         queue: str,
@@ -172,6 +192,7 @@ class MessageManager(models.Manager["Message"]):
             exact = hold or connections[alias].in_atomic_block
             params = _flow_control.claim_params(flow, queue, worker_id, limit, vt, exact)
             return self._run_claim(alias, _flow_control.CLAIM, params, hold)
+        began = time.monotonic()
         levels = None if bounds is None else bounds.start(queue)
         if levels is not None:
             statement = self._bounded_lease_statement(limit)
@@ -180,16 +201,16 @@ class MessageManager(models.Manager["Message"]):
         else:
             statement, candidate_params = self._lease_statement(alias, queue, limit)
             params = [queue, *candidate_params, worker_id, vt]
-            began = time.monotonic()
+            walk_began = time.monotonic()
             rows = self._run_claim(alias, statement, params, hold)
             if bounds is not None:
-                bounds.walked_from_head(queue, time.monotonic() - began)
+                bounds.walked_from_head(queue, time.monotonic() - walk_began)
         if bounds is not None:
             claimed = [row for row in rows if row[0] == "claimed"]
             if claimed:
                 taken = [(row[_PRIORITY_AT], row[-1]) for row in claimed]
                 claim_time = claimed[0][_CLAIM_TIME_AT] / 1e6
-                bounds.claimed(queue, taken, claim_time, full=len(claimed) == limit)
+                bounds.claimed(queue, taken, claim_time, full=len(claimed) == limit, began=began)
         return rows
 
     def _run_claim(self, alias: str, statement: str, params: list[Any], hold: bool) -> list[Any]:

@@ -292,6 +292,14 @@ CANDIDATES_FROM = """SELECT m.id, m.lease_token, m.available_at
     WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %s AND q.paused)
     LIMIT {limit}"""
 
+# The first messages a claim from the head would take, looked at without claiming them
+# (``MessageManager.look_from_head``): each one's priority and ``available_at`` (seconds since
+# the epoch). Parameters: the queue, how many.
+HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8 FROM pgqueue_message
+    WHERE queue = %s AND attempts < max_attempts AND available_at <= statement_timestamp()
+    ORDER BY priority DESC, available_at, id
+    LIMIT %s"""
+
 # A leased message's ``fair_order``: -1 in flow-controlled claims (out of any fair order, and
 # counted in flight: see FLOW_COMMON_CTES); in plain claims -1 only for a row that had a place
 # (its queue was fair), others stay NULL.

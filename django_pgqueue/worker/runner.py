@@ -11,6 +11,9 @@ Threads and the connection each one uses:
   session: an idle worker claims there (``Worker._claim_on_notify``);
 - ``maintenance``: retention every ``RETENTION_INTERVAL`` (``maintenance.py``), when this
   worker's turn comes; its own Django connection, closed between runs;
+- ``head watcher``: while claims walk the claim index from their bounds (a long transaction
+  elsewhere keeps dead entries at its head), looks at the head for what fell due below them
+  (``head_watch.py``); its own Django connection, held only meanwhile;
 - ``handler-N`` threads and one ``async-handlers`` event loop: run the handlers (a handler's
   own queries use that thread's connection);
 - ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what
@@ -56,6 +59,7 @@ from .completer import Completer
 from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
+from .head_watch import HeadWatcher
 from .listener import PROBE_PREFIX, Listener
 from .maintenance import Maintainer
 
@@ -122,8 +126,9 @@ class Worker:
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE}]")
         self.poll_interval = options.poll_interval or conf.POLL_INTERVAL
-        # Where the main loop's and the listener's claims start their walk of the claim index.
-        self.claim_bounds = ClaimBounds()
+        # Where the main loop's and the listener's claims start their walk of the claim index;
+        # the head watcher looks at its head in their stead.
+        self.claim_bounds = ClaimBounds(head_walks_in_claims=False)
         self.grace_period = (
             conf.GRACE_PERIOD if options.grace_period is None else options.grace_period
         )
@@ -203,6 +208,7 @@ class Worker:
         )
         self.listener: Listener | None = None
         self._completer_thread: threading.Thread | None = None
+        self.head_watcher = HeadWatcher(alias=self.alias, bounds=self.claim_bounds, stop=self._stop)
         # Bound now, so that a port in use fails the start; served once run() begins.
         self.servers = endpoints.bind_for_worker(self)
 
@@ -493,9 +499,12 @@ class Worker:
             )
             if thread is not None and not thread.is_alive()
         ]
-        # The listener stops first when the worker drains, on purpose.
+        # The listener and the head watcher stop first when the worker drains, on purpose.
         if self.listener is not None and not self.draining and not self.listener.is_alive():
             dead.append("listener")
+        watcher = self.head_watcher
+        if watcher.ident is not None and not self.draining and not watcher.is_alive():
+            dead.append("head watcher")
         return dead + self.executor.dead_threads()
 
     def _start(self, handlers: list[str]) -> None:
@@ -504,6 +513,7 @@ class Worker:
         )
         self._completer_thread.start()
         self.executor.start()
+        self.head_watcher.start()
         interval = self.conf.RETENTION_INTERVAL
         if interval is not None and not self.options.burst:
             # Retention (core/_retention.py): one worker per interval does it, in this thread.

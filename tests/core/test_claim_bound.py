@@ -11,31 +11,13 @@ import pytest
 from django.db import connection, transaction
 
 import django_pgqueue
+from django_pgqueue.core import _sql
 from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, MAX_LEVELS, SLACK, ClaimBounds
 from django_pgqueue.models import Message
+from tests.bounds import bounded, claim, db_now
 from tests.plans import explain_prepared, nodes, unbounded_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def claim(bounds: ClaimBounds) -> list[int]:
-    leased = Message.objects.lease("default", worker_id="w1", batch_size=10, bounds=bounds)
-    return [m.id for m in leased]
-
-
-def db_now() -> dt.datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
-
-
-def bounded(bounds: ClaimBounds) -> ClaimBounds:
-    """``bounds`` (which takes any walk from the head as slow) after a claim from the head
-    that left nothing behind: its next claim of the queue walks from a bound."""
-    first = django_pgqueue.enqueue("t", {"n": 0}).id
-    assert claim(bounds) == [first]
-    assert bounds.start("default") is not None
-    return bounds
 
 
 def test_a_message_run_after_a_time_before_the_bound_is_claimed_all_the_same():
@@ -99,23 +81,23 @@ def test_a_message_at_a_priority_no_claim_took_yet_waits_for_the_walk_from_the_h
 def test_a_full_batch_moves_the_bound_of_its_last_level_to_its_last_message():
     bounds = ClaimBounds(slow_head_walk=0.0)
     bounds.walked_from_head("q", 1.0)
-    bounds.claimed("q", [(5, 100.0), (0, 40.0), (0, 50.0)], 200.0, full=True)
+    bounds.claimed("q", [(5, 100.0), (0, 40.0), (0, 50.0)], 200.0, full=True, began=0.0)
     # Priority 5 was walked to its end; priority 0 up to the last message taken.
     assert bounds.start("q") == [(5, 200.0 - SLACK), (0, 50.0 - SLACK)]
-    bounds.claimed("q", [(0, 60.0)], 210.0, full=True)  # priority 5 had nothing left
+    bounds.claimed("q", [(0, 60.0)], 210.0, full=True, began=0.0)  # priority 5 had nothing left
     assert bounds.start("q") == [(5, 210.0 - SLACK), (0, 60.0 - SLACK)]
-    bounds.claimed("q", [(0, 70.0)], 220.0, full=False)  # drained: every level walked
+    bounds.claimed("q", [(0, 70.0)], 220.0, full=False, began=0.0)  # drained: every level walked
     assert bounds.start("q") == [(5, 220.0 - SLACK), (0, 220.0 - SLACK)]
-    bounds.claimed("q", [(0, 10.0)], 230.0, full=True)  # a bound never moves down
+    bounds.claimed("q", [(0, 10.0)], 230.0, full=True, began=0.0)  # a bound never moves down
     assert bounds.start("q") == [(5, 230.0 - SLACK), (0, 220.0 - SLACK)]
 
 
 def test_a_queue_with_more_levels_than_the_bounds_keep_is_walked_from_the_head():
     bounds = ClaimBounds(slow_head_walk=0.0)
     bounds.walked_from_head("q", 1.0)
-    bounds.claimed("q", [(p, 1.0) for p in range(MAX_LEVELS)], 2.0, full=False)
+    bounds.claimed("q", [(p, 1.0) for p in range(MAX_LEVELS)], 2.0, full=False, began=0.0)
     assert len(bounds.start("q")) == MAX_LEVELS
-    bounds.claimed("q", [(-1, 1.0)], 3.0, full=False)
+    bounds.claimed("q", [(-1, 1.0)], 3.0, full=False, began=0.0)
     assert bounds.start("q") is None
 
 
@@ -173,3 +155,39 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
 
 def _type(value: object) -> str:
     return "float8" if isinstance(value, float) else "text"
+
+
+def test_a_look_from_the_head_lowers_the_bounds_to_what_fell_due_below_them():
+    # Claims that never walk from the head themselves: the look does it for them.
+    bounds = bounded(ClaimBounds(slow_head_walk=0.0, head_walks_in_claims=False))
+    old = django_pgqueue.enqueue("t", {"n": 1}, run_after=db_now() - dt.timedelta(hours=1)).id
+    other_level = django_pgqueue.enqueue("t", {"n": 2}, priority=-3).id
+    assert claim(bounds) == []  # below the bound, and at a level not known
+    Message.objects.look_from_head("default", bounds)
+    assert claim(bounds) == [old, other_level]
+    assert bounds.start("default") is not None  # still walking from the bounds
+
+
+def test_a_claim_under_way_when_a_look_lowers_a_bound_does_not_raise_it_again():
+    bounds = ClaimBounds(slow_head_walk=0.0, head_walks_in_claims=False)
+    bounds.walked_from_head("q", 1.0)
+    bounds.claimed("q", [(0, 100.0)], 200.0, full=False, began=time.monotonic())
+    began = time.monotonic()  # a claim starts from 199.5...
+    bounds.seen_from_head("q", [(0, 150.0)])  # ...a look finds a message due at 150...
+    bounds.claimed("q", [(0, 199.6)], 210.0, full=False, began=began)  # ...the claim ends
+    assert bounds.start("q") == [(0, 150.0)]
+    bounds.claimed("q", [(0, 150.0)], 211.0, full=False, began=time.monotonic())
+    assert bounds.start("q") == [(0, 211.0 - SLACK)]
+
+
+def test_the_look_from_the_head_reads_the_claim_index_in_claim_order(admin_conn):
+    admin_conn.execute(
+        "INSERT INTO pgqueue_message (queue, task, payload) "
+        "SELECT 'default', 't', '{}' FROM generate_series(1, 5000)"
+    )
+    admin_conn.execute("ANALYZE pgqueue_message")
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + _sql.HEAD_OF_QUEUE, ["default", 100])
+        [plan] = cursor.fetchone()
+    assert unbounded_reads(plan) == [], plan
+    assert not [n for n in nodes(plan) if n["Node Type"] == "Sort"], plan

@@ -1,0 +1,33 @@
+"""Claims with a claimer's bounds (core/_claim_bound.py), for the tests of the bounds and of
+the worker's head watcher."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import connection
+
+import django_pgqueue
+from django_pgqueue.core._claim_bound import ClaimBounds
+from django_pgqueue.models import Message
+
+
+def claim(bounds: ClaimBounds) -> list[int]:
+    """The ids one claim of queue ``default`` with ``bounds`` takes (at most 10)."""
+    leased = Message.objects.lease("default", worker_id="w1", batch_size=10, bounds=bounds)
+    return [m.id for m in leased]
+
+
+def db_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def bounded(bounds: ClaimBounds) -> ClaimBounds:
+    """``bounds`` (which takes any walk from the head as slow) after a claim from the head
+    that left nothing behind: its next claim of the queue walks from a bound."""
+    first = django_pgqueue.enqueue("t", {"n": 0}).id
+    assert claim(bounds) == [first]
+    assert bounds.start("default") is not None
+    return bounds
