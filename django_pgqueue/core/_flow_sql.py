@@ -223,7 +223,8 @@ BEGIN
             -- The candidates from outside the order not leased now keep their place.
             UPDATE pgqueue_message m SET fair_order = d.place
             FROM unnest(due) d
-            WHERE m.id = d.id AND m.id <> ALL(ARRAY(SELECT c.id FROM unnest(chosen) c));
+            WHERE m.id = ANY(ARRAY(SELECT u.id FROM unnest(due) u)) AND m.id = d.id
+              AND m.id <> ALL(ARRAY(SELECT c.id FROM unnest(chosen) c));
         END IF;
         IF exact AND key_rate IS NOT NULL THEN
             PERFORM pgq_flow_spend_keys_v1(

@@ -306,12 +306,20 @@ HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8 FRO
 LEASED_ORDER = "CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END"
 LEASED_OUT_OF_ORDER = "-1"
 
+# The acknowledgements below find their rows with ``m.id = ANY(ARRAY(SELECT id FROM ...))``
+# beside the join on id, as LEASE does: an index condition on the primary key whatever the
+# plan. Each is prepared once per session with a generic plan; one made while the table held
+# a few rows (a drained queue after a vacuum) may otherwise walk the whole live table for
+# every batch once a backlog arrives, and fall behind for good.
+
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
 COMPLETE = f"""
-WITH done AS (
+WITH input AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS d(id, token, result)
+), done AS (
     DELETE FROM pgqueue_message m
-    USING unnest(%s::bigint[], %s::uuid[], %s::text[]) AS d(id, token, result)
-    WHERE m.id = d.id AND m.lease_token = d.token
+    USING input d
+    WHERE m.id = ANY(ARRAY(SELECT id FROM input)) AND m.id = d.id AND m.lease_token = d.token
     RETURNING m.*, d.result
 )
 INSERT INTO pgqueue_archive
@@ -339,6 +347,7 @@ WITH input AS (
            (i.delay IS NOT NULL AND m.attempts < m.max_attempts
             AND m.cancel_requested_at IS NULL) AS retry
     FROM pgqueue_message m JOIN input i ON m.id = i.id AND m.lease_token = i.token
+    WHERE m.id = ANY(ARRAY(SELECT id FROM input))
     FOR UPDATE OF m
 ), retried AS (
     UPDATE pgqueue_message m
@@ -347,11 +356,12 @@ WITH input AS (
         last_error = t.error,
         errors = m.errors || jsonb_build_array(t.error)
     FROM target t
-    WHERE m.id = t.id AND t.retry
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE retry)) AND m.id = t.id AND t.retry
     RETURNING m.id
 ), removed AS (
     DELETE FROM pgqueue_message m USING target t
-    WHERE m.id = t.id AND NOT t.retry
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT retry)) AND m.id = t.id
+      AND NOT t.retry
     RETURNING m.*, t.error, t.final_reason
 ), buried AS (
     INSERT INTO pgqueue_dead
@@ -369,10 +379,13 @@ SELECT message_id, 'buried' FROM buried
 # Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token. Also tells which of
 # them cancel() flagged meanwhile (the worker's heartbeat passes that on to the handlers).
 EXTEND = """
+WITH input AS (
+    SELECT %s::float8 AS seconds, l.* FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+)
 UPDATE pgqueue_message m
-SET available_at = now() + make_interval(secs => %s)
-FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
-WHERE m.id = l.id AND m.lease_token = l.token
+SET available_at = now() + make_interval(secs => l.seconds)
+FROM input l
+WHERE m.id = ANY(ARRAY(SELECT id FROM input)) AND m.id = l.id AND m.lease_token = l.token
 RETURNING m.id, m.cancel_requested_at IS NOT NULL
 """
 
@@ -388,12 +401,16 @@ RETURNING id
 # Give leases back so the messages run again at once (graceful shutdown past its grace
 # period). ``reset_attempt`` takes back the attempt counted at claim: it was not a failure.
 RELEASE = """
-WITH released AS (
+WITH input AS (
+    SELECT %s::boolean AS reset_attempt, l.*
+    FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+), released AS (
     UPDATE pgqueue_message m
     SET available_at = now(), lease_token = NULL, leased_by = NULL, leased_at = NULL,
-        attempts = CASE WHEN %s THEN GREATEST(m.attempts - 1, 0) ELSE m.attempts END
-    FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
-    WHERE m.id = l.id AND m.lease_token = l.token
+        attempts = CASE WHEN l.reset_attempt THEN GREATEST(m.attempts - 1, 0)
+                        ELSE m.attempts END
+    FROM input l
+    WHERE m.id = ANY(ARRAY(SELECT id FROM input)) AND m.id = l.id AND m.lease_token = l.token
     RETURNING m.id, m.queue, m.fair_order
 )
 SELECT id FROM released
