@@ -309,8 +309,8 @@ LEASED_OUT_OF_ORDER = "-1"
 # The acknowledgements below find their rows with ``m.id = ANY(ARRAY(SELECT id FROM ...))``
 # beside the join on id, as LEASE does: an index condition on the primary key whatever the
 # plan. Each is prepared once per session with a generic plan; one made while the table held
-# a few rows (a drained queue after a vacuum) may otherwise walk the whole live table for
-# every batch once a backlog arrives, and fall behind for good.
+# a few rows (a drained queue after a vacuum) may otherwise walk the whole primary key for
+# every batch once a backlog arrives.
 
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
 COMPLETE = f"""
