@@ -129,17 +129,22 @@ class Completer:
         return [(m.id, m.lease_token) for m in messages if m.lease_token is not None]
 
     def flush(self) -> None:
-        """Write everything buffered so far (retrying through outages unless aborted)."""
+        """Write everything buffered so far (retrying through outages unless aborted), in
+        statements of at most ``flush_size`` outcomes: what piled up while a write waited
+        (an outage, a slow statement) never goes as one statement whose cost grows with it."""
         with self._cond:
             done, results = self._done, self._done_results
             failed = self._failed
             self._done, self._done_results, self._failed = [], [], []
             self._busy = bool(done or failed)
+        size = max(1, self.flush_size)
         try:
-            if done:
-                self._archive(done, results)
-            if failed:
-                self._record_failures(failed)
+            while done:
+                self._archive(done[:size], results[:size])
+                del done[:size], results[:size]
+            while failed:
+                self._record_failures(failed[:size])
+                del failed[:size]
         except Stopped:
             logger.warning(
                 "Stopped before %d outcomes could be written; their leases will expire and "

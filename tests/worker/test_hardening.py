@@ -149,6 +149,31 @@ def test_a_refused_result_dead_letters_only_its_own_message() -> None:
     assert writer.pending() == 0
 
 
+def test_what_piled_up_is_written_in_statements_of_the_flush_size(monkeypatch) -> None:
+    # A batch that waited (an outage, a slow statement) must not become one statement whose
+    # cost grows with it: the write after it would be slower still, and so on.
+    from django_pgqueue.core import transitions
+
+    sizes: list[int] = []
+    real = transitions.complete_encoded
+
+    def counted(ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sizes.append(len(ids))
+        return real(ids, *args, **kwargs)
+
+    monkeypatch.setattr(transitions, "complete_encoded", counted)
+    messages = leased(7)
+    writer = Completer(
+        alias="default", flush_interval=0, flush_size=3, stats=Stats(), abort=threading.Event()
+    )
+    for n, message in enumerate(messages):
+        writer.complete(message, json.dumps(n))
+    writer.flush()
+    assert sizes == [3, 3, 1]
+    assert archived_ids() == {m.id for m in messages}
+    assert writer.pending() == 0
+
+
 def test_a_refused_error_entry_is_recorded_without_its_text() -> None:
     from django_pgqueue.core import transitions
 
