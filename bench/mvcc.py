@@ -264,6 +264,8 @@ class Sampler:
     dsn: str
     shape: Shape
     sample: float
+    #: The system's worker processes, whose CPU each sample reads.
+    worker_pids: list[int] = field(default_factory=list)
     t0: float = field(default_factory=time.time)
     backlog: list[tuple[float, int]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -298,6 +300,10 @@ class Sampler:
         calls, buffers = claim_counters(conn, self.shape.claim_like)
         return {
             "t": now,
+            # CPU seconds so far: the cluster's processes, the worker's, the machine's.
+            "server_cpu": cpu_seconds(server_pids(conn)),
+            "worker_cpu": cpu_seconds(self.worker_pids),
+            "machine_busy": machine_busy_seconds(),
             "tables": {
                 name: {
                     "live": live,
@@ -361,8 +367,6 @@ class SnapshotHolder:
 
 def cpu_seconds(pids: list[int]) -> float:
     """utime + stime of processes (and their reaped children), seconds."""
-    import os
-
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in pids:
@@ -372,6 +376,29 @@ def cpu_seconds(pids: list[int]) -> float:
             continue
         total += sum(int(x) for x in fields[11:15])
     return total / tick
+
+
+def server_pids(conn: psycopg.Connection[Any]) -> list[int]:
+    """The private cluster's processes: the postmaster and its children."""
+    data = conn.execute("SHOW data_directory").fetchone()
+    assert data is not None
+    master = int((Path(data[0]) / "postmaster.pid").read_text().split()[0])
+    pids = [master]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds this machine has been busy (all cores, all processes): /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None) -> dict[str, Any]:
@@ -388,7 +415,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
             offered = plan.rate or plan.load * capacity
             n_each = max(1, int(offered / PRODUCERS * plan.seconds))
             ctx.udp.reset()
-            sampler = Sampler(ctx.dsn, shape, plan.sample)
+            sampler = Sampler(ctx.dsn, shape, plan.sample, system.worker_pids())
             producing = threading.Thread(
                 target=system.produce,
                 args=(n_each, offered / PRODUCERS, plan.enqueue_batch),
@@ -542,11 +569,10 @@ def _rate(times: list[float], a: float, b: float) -> float:
     return sum(1 for t in times if a <= t < b) / (b - a) if b > a else float("nan")
 
 
-def _buffers_per_message(
-    run: dict[str, Any], a: float, b: float, counter: str = "claim_buffers"
-) -> float:
-    """Buffers of ``counter`` over [a, b) per message processed in it, from the samples."""
-    samples = [s for s in run["samples"] if a <= s["t"] <= b]
+def _per_message(run: dict[str, Any], a: float, b: float, counter: str = "claim_buffers") -> float:
+    """The increase of ``counter`` (buffers, CPU seconds) over [a, b) per message processed
+    in it, from the samples."""
+    samples = [s for s in run["samples"] if a <= s["t"] <= b and counter in s]
     if len(samples) < 2:
         return float("nan")
     first, last = samples[0], samples[-1]
@@ -554,6 +580,16 @@ def _buffers_per_message(
     if not done:
         return float("nan")
     return float(last[counter] - first[counter]) / done
+
+
+def _busy_share(run: dict[str, Any], a: float, b: float) -> float:
+    """How busy the machine's cores were over [a, b), from the samples: 1.0 = all of them."""
+    samples = [s for s in run["samples"] if a <= s["t"] <= b and "machine_busy" in s]
+    if len(samples) < 2:
+        return float("nan")
+    first, last = samples[0], samples[-1]
+    cores = os.cpu_count() or 1
+    return (last["machine_busy"] - first["machine_busy"]) / (last["t"] - first["t"]) / cores
 
 
 def _p(values: list[float], q: float) -> float:
@@ -587,10 +623,10 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     out["p50_ms"] = _p([ms for _, ms in latency], 50)
     out["p99_ms"] = _p([ms for _, ms in latency], 99)
     if run["snapshot_at"] is None:
-        out["buffers_per_msg_first"] = _buffers_per_message(run, *first)
-        out["buffers_per_msg_last"] = _buffers_per_message(run, *last)
-        out["all_buffers_per_msg_first"] = _buffers_per_message(run, *first, "system_buffers")
-        out["all_buffers_per_msg_last"] = _buffers_per_message(run, *last, "system_buffers")
+        out["buffers_per_msg_first"] = _per_message(run, *first)
+        out["buffers_per_msg_last"] = _per_message(run, *last)
+        out["all_buffers_per_msg_first"] = _per_message(run, *first, "system_buffers")
+        out["all_buffers_per_msg_last"] = _per_message(run, *last, "system_buffers")
         return out
     begin, end = run["snapshot_at"], run["commit_at"]
     before = (warm, begin)
@@ -606,13 +642,18 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     out["p99_ratio"] = p99_during / p99_before
     # The last third of the window: the worst, when the most dead entries have piled up.
     late = (end - (end - begin) / 3, end + 1)
-    calm = _buffers_per_message(run, *before)
-    during = _buffers_per_message(run, *late)
+    calm = _per_message(run, *before)
+    during = _per_message(run, *late)
     out["buffers_per_msg_calm"] = calm
     out["buffers_per_msg_during"] = during
     out["buffers_ratio"] = during / calm
-    out["all_buffers_per_msg_calm"] = _buffers_per_message(run, *before, "system_buffers")
-    out["all_buffers_per_msg_during"] = _buffers_per_message(run, *late, "system_buffers")
+    out["all_buffers_per_msg_calm"] = _per_message(run, *before, "system_buffers")
+    out["all_buffers_per_msg_during"] = _per_message(run, *late, "system_buffers")
+    for counter in ("server_cpu", "worker_cpu"):
+        out[f"{counter}_ms_per_msg_calm"] = 1000 * _per_message(run, *before, counter)
+        out[f"{counter}_ms_per_msg_during"] = 1000 * _per_message(run, *late, counter)
+    out["machine_busy_calm"] = _busy_share(run, *before)
+    out["machine_busy_during"] = _busy_share(run, *late)
     out["recovery_s"] = recovery_seconds(run, before, end)
     return out
 

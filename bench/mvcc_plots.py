@@ -21,6 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from mvcc_report import offered_labels  # run as a script: bench/ is on the path
 
 BIN = 10.0  # seconds per throughput / latency point
 # The table each system's claims read (runs saved before "live_table" was recorded).
@@ -101,10 +102,11 @@ def figure(runs: list[dict[str, Any]], title: str, out: Path) -> None:
 def main() -> None:
     folder = Path(sys.argv[1])
     results = json.loads((folder / "mvcc.json").read_text())
+    sustained, held = offered_labels(results["args"])
     titles = {
-        "sustained": "Sustained at 80% of capacity, autovacuum on",
-        "snapshot": "70% of capacity, REPEATABLE READ snapshot held over the middle half",
-        "export": "70% of capacity, pgq_pipeline export over the middle half",
+        "sustained": f"Sustained, {sustained} offered, autovacuum on",
+        "snapshot": f"{held} offered, REPEATABLE READ snapshot held over the middle half",
+        "export": f"{held} offered, pgq_pipeline export over the middle half",
     }
     for name, title in titles.items():
         if results.get(name):

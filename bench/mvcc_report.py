@@ -20,6 +20,10 @@ HEADERS = {
         " | all its statements' buffers/msg calm → during"
         " | p99 ms before → during | ratio (≤ 3) | recovery s (≤ 30)"
     ),
+    "snapshot_cpu": (
+        "system | machine busy calm → during (share of its cores)"
+        " | worker CPU ms/msg calm → during | server CPU ms/msg calm → during"
+    ),
     "backlog": (
         "queue | ready (big) | claim+complete/s with 1,000 ready"
         " | with the big backlog | big ÷ 1,000 (≥ 0.9) | live table MiB"
@@ -29,6 +33,14 @@ HEADERS = {
         " | worker CPU ms/msg | server CPU ms/msg | connections (peak)"
     ),
 }
+
+
+def offered_labels(args: dict[str, Any]) -> tuple[str, str]:
+    """What the sustained and the snapshot runs offered: a share of capacity, or ``--rate``."""
+    rate = args.get("rate")
+    if rate:
+        return f"{rate:,.0f} msgs/s", f"{rate:,.0f} msgs/s"
+    return "80% of capacity", "70% of capacity"
 
 
 def _f(value: Any, digits: int = 0) -> str:
@@ -102,6 +114,31 @@ def snapshot_table(runs: list[dict[str, Any]]) -> str:
     return _table(HEADERS["snapshot"], [_snapshot_row(run) for run in runs])
 
 
+def _share(a: Any, b: Any) -> str:
+    return " → ".join("-" if v is None or math.isnan(v) else f"{v:.0%}" for v in (a, b))
+
+
+def snapshot_cpu_table(runs: list[dict[str, Any]]) -> str:
+    """Where the CPU went, calm and during (the same windows as the buffers): on a small
+    machine a queue that needs more CPU per message under a snapshot shows it in its tail."""
+    rows = []
+    for run in runs:
+        f = run["figures"]
+        rows.append(
+            [
+                run["system"],
+                _share(f.get("machine_busy_calm"), f.get("machine_busy_during")),
+                _span(
+                    f.get("worker_cpu_ms_per_msg_calm"), f.get("worker_cpu_ms_per_msg_during"), 3
+                ),
+                _span(
+                    f.get("server_cpu_ms_per_msg_calm"), f.get("server_cpu_ms_per_msg_during"), 3
+                ),
+            ]
+        )
+    return _table(HEADERS["snapshot_cpu"], rows)
+
+
 def backlog_table(cases: list[dict[str, Any]]) -> str:
     header = HEADERS["backlog"]
     rows = [
@@ -145,12 +182,15 @@ def markdown(results: dict[str, Any]) -> str:
         f"load average {results['loadavg_start']} → {results.get('loadavg_end')}, "
         f"{results.get('seconds', 0)} s in all",
     ]
+    sustained, held = offered_labels(args)
     if results.get("sustained"):
-        parts += ["## Sustained, 80% of capacity", sustained_table(results["sustained"])]
+        parts += [f"## Sustained, {sustained} offered", sustained_table(results["sustained"])]
     if results.get("snapshot"):
         parts += [
-            "## A REPEATABLE READ snapshot held over the middle half, 70% of capacity",
+            f"## A REPEATABLE READ snapshot held over the middle half, {held} offered",
             snapshot_table(results["snapshot"]),
+            "CPU, before the snapshot and over the last third of it:",
+            snapshot_cpu_table(results["snapshot"]),
         ]
     if results.get("export"):
         parts += ["## pgq_pipeline export over the middle half", snapshot_table(results["export"])]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,7 +14,7 @@ import psycopg
 from . import core_cases, raw
 from .config import QUEUE, TASK, payload
 from .context import Context
-from .mvcc import cpu_seconds
+from .mvcc import cpu_seconds, server_pids
 from .workers import COPY_MESSAGES, Worker, last_ack_at, load_and_release, wait_drained
 
 FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
@@ -87,22 +86,6 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         "load_seconds": load_s,
         "table_mib": (size[0] if size else 0) / 2**20,
     }
-
-
-def server_pids(conn: psycopg.Connection[Any]) -> list[int]:
-    """The private cluster's processes: the postmaster and its children."""
-    data = conn.execute("SHOW data_directory").fetchone()
-    assert data is not None
-    master = int((Path(data[0]) / "postmaster.pid").read_text().split()[0])
-    pids = [master]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == master:
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 class ConnectionCounter:
