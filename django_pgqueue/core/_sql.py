@@ -7,7 +7,7 @@ Rules these follow:
   message in two tables or in none;
 - completions and failures are fenced by ``(id, lease_token)`` pairs: a worker whose lease
   expired and was taken over changes nothing;
-- batch inputs travel as arrays through ``unnest``: one round trip for N messages.
+- batch inputs travel as arrays: one round trip for N messages.
 """
 
 from __future__ import annotations
@@ -306,21 +306,25 @@ HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8 FRO
 LEASED_ORDER = "CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END"
 LEASED_OUT_OF_ORDER = "-1"
 
-# The acknowledgements below find their rows with ``m.id = ANY(ARRAY(SELECT id FROM ...))``
-# beside the join on id, as LEASE does: an index condition on the primary key whatever the
-# plan. Each is prepared once per session with a generic plan; one made while the table held
-# a few rows (a drained queue after a vacuum) may otherwise walk the whole primary key for
-# every batch once a backlog arrives.
+# The acknowledgements below take their batch as arrays (``batch``, inlined: its arrays are
+# the statement's parameters) and find their rows by ``m.id = ANY(b.ids)``: an index
+# condition on the primary key in any plan, with no join. Each is prepared once per session
+# with a generic plan; a join of the table with the batch, planned while the table held a few
+# rows (a drained queue after a vacuum), may walk the whole primary key for every batch once
+# a backlog arrives, and one planned on a backlog may match every row against every pair in
+# a join filter. A row is one of the batch's leases when the id paired with its current
+# lease token is its own: the token fences it, and the token's position finds its values.
+LEASE_IN_BATCH = "m.id = ANY(b.ids) AND b.ids[array_position(b.tokens, m.lease_token)] = m.id"
 
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
 COMPLETE = f"""
-WITH input AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS d(id, token, result)
+WITH batch AS NOT MATERIALIZED (
+    SELECT %s::bigint[] AS ids, %s::uuid[] AS tokens, %s::text[] AS results
 ), done AS (
     DELETE FROM pgqueue_message m
-    USING input d
-    WHERE m.id = ANY(ARRAY(SELECT id FROM input)) AND m.id = d.id AND m.lease_token = d.token
-    RETURNING m.*, d.result
+    USING batch b
+    WHERE {LEASE_IN_BATCH}
+    RETURNING m.*, b.results[array_position(b.tokens, m.lease_token)] AS result
 )
 INSERT INTO pgqueue_archive
     (message_id, {SHARED_COLUMNS}, started_at, finished_at, worker_id, result)
@@ -332,22 +336,25 @@ RETURNING message_id
 # A failed attempt: back off while attempts remain (and the failure is retryable), else
 # bury with its reason. Fenced by lease token; ``delay`` is seconds added to database time.
 FAIL = f"""
-WITH input AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[])
-        AS i(id, token, error, final_reason, delay)
+WITH batch AS NOT MATERIALIZED (
+    SELECT %s::bigint[] AS ids, %s::uuid[] AS tokens, %s::text[] AS errors,
+           %s::text[] AS final_reasons, %s::float8[] AS delays
 ), target AS (
     -- Each error records when its attempt started and failed (database time), unless the
     -- caller set them: the Tasks backend reports a task's first start from this history.
     SELECT m.id, m.queue, m.fair_order,
-           jsonb_build_object('started_at', m.leased_at, 'at', now()) || i.error::jsonb AS error,
+           jsonb_build_object('started_at', m.leased_at, 'at', now()) || b.errors[at]::jsonb
+               AS error,
            -- A message flagged by cancel() while it ran is never retried.
-           CASE WHEN m.cancel_requested_at IS NULL THEN i.final_reason ELSE 'cancelled' END
+           CASE WHEN m.cancel_requested_at IS NULL THEN b.final_reasons[at] ELSE 'cancelled' END
                AS final_reason,
-           i.delay,
-           (i.delay IS NOT NULL AND m.attempts < m.max_attempts
+           b.delays[at] AS delay,
+           (b.delays[at] IS NOT NULL AND m.attempts < m.max_attempts
             AND m.cancel_requested_at IS NULL) AS retry
-    FROM pgqueue_message m JOIN input i ON m.id = i.id AND m.lease_token = i.token
-    WHERE m.id = ANY(ARRAY(SELECT id FROM input))
+    FROM pgqueue_message m
+    CROSS JOIN batch b
+    CROSS JOIN LATERAL array_position(b.tokens, m.lease_token) AS at
+    WHERE m.id = ANY(b.ids) AND b.ids[at] = m.id
     FOR UPDATE OF m
 ), retried AS (
     UPDATE pgqueue_message m
@@ -378,14 +385,14 @@ SELECT message_id, 'buried' FROM buried
 
 # Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token. Also tells which of
 # them cancel() flagged meanwhile (the worker's heartbeat passes that on to the handlers).
-EXTEND = """
-WITH input AS (
-    SELECT %s::float8 AS seconds, l.* FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+EXTEND = f"""
+WITH batch AS NOT MATERIALIZED (
+    SELECT %s::float8 AS seconds, %s::bigint[] AS ids, %s::uuid[] AS tokens
 )
 UPDATE pgqueue_message m
-SET available_at = now() + make_interval(secs => l.seconds)
-FROM input l
-WHERE m.id = ANY(ARRAY(SELECT id FROM input)) AND m.id = l.id AND m.lease_token = l.token
+SET available_at = now() + make_interval(secs => b.seconds)
+FROM batch b
+WHERE {LEASE_IN_BATCH}
 RETURNING m.id, m.cancel_requested_at IS NOT NULL
 """
 
@@ -400,17 +407,16 @@ RETURNING id
 
 # Give leases back so the messages run again at once (graceful shutdown past its grace
 # period). ``reset_attempt`` takes back the attempt counted at claim: it was not a failure.
-RELEASE = """
-WITH input AS (
-    SELECT %s::boolean AS reset_attempt, l.*
-    FROM unnest(%s::bigint[], %s::uuid[]) AS l(id, token)
+RELEASE = f"""
+WITH batch AS NOT MATERIALIZED (
+    SELECT %s::boolean AS reset_attempt, %s::bigint[] AS ids, %s::uuid[] AS tokens
 ), released AS (
     UPDATE pgqueue_message m
     SET available_at = now(), lease_token = NULL, leased_by = NULL, leased_at = NULL,
-        attempts = CASE WHEN l.reset_attempt THEN GREATEST(m.attempts - 1, 0)
+        attempts = CASE WHEN b.reset_attempt THEN GREATEST(m.attempts - 1, 0)
                         ELSE m.attempts END
-    FROM input l
-    WHERE m.id = ANY(ARRAY(SELECT id FROM input)) AND m.id = l.id AND m.lease_token = l.token
+    FROM batch b
+    WHERE {LEASE_IN_BATCH}
     RETURNING m.id, m.queue, m.fair_order
 )
 SELECT id FROM released

@@ -79,6 +79,68 @@ def test_batch_complete_moves_each_fenced_pair_only():
     assert outcome.stale == [batch[2].id]
 
 
+def test_each_result_lands_on_its_own_message_whatever_the_batch_order():
+    sent = [django_pgqueue.enqueue("t", {"n": n}).id for n in range(5)]
+    batch = Message.objects.lease("default", worker_id="w1", batch_size=5)
+    shuffled = random.Random(7).sample(batch, len(batch))
+    outcome = transitions.complete(shuffled, [{"for": m.id} for m in shuffled])
+    assert sorted(outcome.done) == sorted(sent)
+    for archived in ArchivedMessage.objects.filter(message_id__in=sent):
+        assert archived.result == {"for": archived.message_id}
+
+
+def test_each_failure_lands_on_its_own_message_whatever_the_batch_order():
+    sent = [django_pgqueue.enqueue("t", {"n": n}, max_attempts=3).id for n in range(4)]
+    batch = Message.objects.lease("default", worker_id="w1", batch_size=4)
+    before = db_now()
+    # Odd ids are buried, even ones retried after as many minutes as their position.
+    attempts = [
+        FailedAttempt(
+            m,
+            error_entry(attempt=1, type_name="E", message=f"for {m.id}"),
+            retry_in=None if m.id % 2 else 60.0 * (k + 1),
+            final_reason="rejected",
+        )
+        for k, m in enumerate(reversed(batch))
+    ]
+    outcome = transitions.fail(attempts)
+    assert sorted(outcome.done) == sorted(sent)
+    assert sorted(outcome.buried) == sorted(i for i in sent if i % 2)
+    for dead in DeadMessage.objects.filter(message_id__in=sent):
+        assert dead.details["message"] == f"for {dead.message_id}" and dead.reason == "rejected"
+    for attempt in attempts:
+        if attempt.retry_in is not None:
+            row = Message.objects.get(pk=attempt.lease.id)
+            assert row.last_error["message"] == f"for {row.id}"
+            wait = (row.available_at - before).total_seconds()
+            assert attempt.retry_in <= wait < attempt.retry_in + 5
+
+
+def test_a_token_paired_with_another_messages_id_fences_both():
+    # Each lease token is valid, but each is presented with the other message's id.
+    for n in range(2):
+        django_pgqueue.enqueue("t", {"n": n})
+    first, second = Message.objects.lease("default", worker_id="w1", batch_size=2)
+    crossed = [(first.id, second.lease_token), (second.id, first.lease_token)]
+    assert transitions.complete(crossed).done == []
+    assert transitions.extend(crossed, 600).done == []
+    assert transitions.release(crossed).done == []
+    failed = [FailedAttempt(lease, error_entry(attempt=1), retry_in=0) for lease in crossed]
+    assert transitions.fail(failed).done == []
+    assert Message.objects.filter(lease_token__isnull=False).count() == 2
+
+
+def test_the_same_message_twice_in_a_batch_with_a_stale_token_first():
+    # A lease expired and the same worker took the message again: both acks in one flush.
+    django_pgqueue.enqueue("t", {})
+    expired = lease_one()
+    Message.objects.update(available_at=db_now() - dt.timedelta(seconds=1))
+    current = lease_one()
+    assert transitions.extend([expired, current], 600).done == [current.id]
+    assert transitions.complete([expired, current]).done == [current.id]
+    assert tables_holding(current.id) == ["archive"]
+
+
 def test_fail_retries_later_with_backoff_and_keeps_history():
     sent = django_pgqueue.enqueue("t", {}, max_attempts=3)
     message = lease_one()
