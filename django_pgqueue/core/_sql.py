@@ -314,7 +314,11 @@ LEASED_OUT_OF_ORDER = "-1"
 # a backlog arrives, and one planned on a backlog may match every row against every pair in
 # a join filter. A row is one of the batch's leases when the id paired with its current
 # lease token is its own: the token fences it, and the token's position finds its values.
-LEASE_IN_BATCH = "m.id = ANY(b.ids) AND b.ids[array_position(b.tokens, m.lease_token)] = m.id"
+# ``array_position`` finds NULL too, so a row that is not leased is ruled out first.
+LEASE_IN_BATCH = (
+    "m.id = ANY(b.ids) AND m.lease_token IS NOT NULL"
+    " AND b.ids[array_position(b.tokens, m.lease_token)] = m.id"
+)
 
 # Completed -> archive, fenced by lease token. Results travel as JSON text (NULL allowed).
 COMPLETE = f"""
@@ -354,7 +358,7 @@ WITH batch AS NOT MATERIALIZED (
     FROM pgqueue_message m
     CROSS JOIN batch b
     CROSS JOIN LATERAL array_position(b.tokens, m.lease_token) AS at
-    WHERE m.id = ANY(b.ids) AND b.ids[at] = m.id
+    WHERE m.id = ANY(b.ids) AND m.lease_token IS NOT NULL AND b.ids[at] = m.id
     FOR UPDATE OF m
 ), retried AS (
     UPDATE pgqueue_message m

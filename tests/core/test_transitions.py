@@ -130,6 +130,24 @@ def test_a_token_paired_with_another_messages_id_fences_both():
     assert Message.objects.filter(lease_token__isnull=False).count() == 2
 
 
+def test_a_message_that_is_not_leased_is_fenced_from_a_lease_without_token():
+    sent = django_pgqueue.enqueue("t", {})
+    django_pgqueue.enqueue("t", {})
+    released = lease_one()
+    transitions.release([released])  # its token is NULL again
+    leased = lease_one()
+    assert leased.id != sent.id
+    for batch in ([(sent.id, None)], [(sent.id, None), leased]):
+        assert sent.id not in transitions.extend(batch, 600).done
+        failed = [FailedAttempt(lease, error_entry(attempt=1), retry_in=0) for lease in batch]
+        assert sent.id not in transitions.fail(failed).done
+        assert sent.id not in transitions.release(batch).done
+        assert sent.id not in transitions.complete(batch).done
+        row = Message.objects.get(pk=sent.id)
+        assert row.lease_token is None and row.errors == [] and row.attempts == 0
+    assert tables_holding(sent.id) == ["live"]
+
+
 def test_the_same_message_twice_in_a_batch_with_a_stale_token_first():
     # A lease expired and the same worker took the message again: both acks in one flush.
     django_pgqueue.enqueue("t", {})
