@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": os.getloadavg(),
     }
     started = time.time()
-    with private_server(f"pgq_bench_{os.getpid()}") as server_dsn:
+    server_log = out_dir / "postgresql.log"
+    with private_server(f"pgq_bench_{os.getpid()}", keep_log=server_log) as server_dsn:
         recreate_database(server_dsn, DB)
         dsn = dsn_for(server_dsn, DB)
         enable_statements(dsn)

@@ -3,9 +3,11 @@ on), started for one run and removed at its end, Ctrl-C included.
 
 The machine's shared server is tuned for tests (its ``conf.d`` turns autovacuum off), which
 hides exactly what the MVCC scenarios measure. Debian's ``pg_createcluster`` makes a new
-cluster from the packaged defaults; the only setting added is ``pg_stat_statements`` in
-``shared_preload_libraries``, to read each claim statement's buffer use. It takes root (or
-the ``postgres`` user) to make a cluster; its server runs as ``postgres``.
+cluster from the packaged defaults; the settings added are ``pg_stat_statements`` in
+``shared_preload_libraries``, to read each claim statement's buffer use, and
+``log_autovacuum_min_duration = 0``, which only logs every autovacuum run (checkpoints are
+logged by default), so latency stalls can be set against them. It takes root (or the
+``postgres`` user) to make a cluster; its server runs as ``postgres``.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def private_server(name: str) -> Iterator[str]:
+def private_server(name: str, keep_log: Path | None = None) -> Iterator[str]:
     """A started cluster ``name`` on a free port of 127.0.0.1; yields its server DSN (the
     ``postgres`` database, user postgres, trust). The cluster and its data are dropped when
-    the block ends, however it ends."""
+    the block ends, however it ends; its server log is copied to ``keep_log`` first."""
     reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
@@ -75,6 +77,8 @@ def private_server(name: str) -> Iterator[str]:
                 "--start",
                 "-o",
                 f"shared_preload_libraries={STATEMENTS_EXTENSION}",
+                "-o",
+                "log_autovacuum_min_duration=0",
                 "--",
                 "--auth=trust",
             ],
@@ -87,12 +91,20 @@ def private_server(name: str) -> Iterator[str]:
             conn.execute(f"CREATE EXTENSION IF NOT EXISTS {STATEMENTS_EXTENSION}")
         yield dsn
     finally:
+        if keep_log is not None:
+            _copy_log(version, name, keep_log)
         # Also after a failed start: pg_createcluster may have made it before it failed.
         subprocess.run(
             ["pg_dropcluster", "--stop", version, name], check=False, capture_output=True
         )
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _copy_log(version: str, name: str, target: Path) -> None:
+    log = Path(f"/var/log/postgresql/postgresql-{version}-{name}.log")
+    if log.exists():
+        shutil.copyfile(log, target)
 
 
 def enable_statements(dsn: str) -> None:
