@@ -1,14 +1,15 @@
-"""The completion statement as shipped against the same statement joined on id alone.
+"""The completion statement as shipped against a plain join with ``unnest()`` of the batch.
 
 Self-contained (creates and drops ``pgq_flow_bench`` like ``flow_control_bench.py``; run it
 alone: never beside another benchmark or the tests)::
 
     .venv/bin/python bench/ack_shapes.py [--messages N] [--batch N] [--rounds N]
 
-``core/_sql.py``'s ``COMPLETE`` finds its rows with ``m.id = ANY(ARRAY(SELECT id FROM
-input))`` beside the join on id, so that its primary-key lookup is an index condition in any
-plan. The reference here is the same statement without that condition: a join of the table
-with ``unnest()`` of the batch. Both run as the shipped acknowledgements do: session-prepared,
+``core/_sql.py``'s ``COMPLETE`` takes the batch as arrays in one ``NOT MATERIALIZED`` row and
+finds its rows with ``m.id = ANY(b.ids)`` (an index condition on the primary key in any plan),
+each row's token and result looked up by ``array_position`` (``_sql.LEASE_IN_BATCH``). The
+reference here is the plain join of the table with ``unnest()`` of the batch on id and token.
+Both run as the shipped acknowledgements do: session-prepared,
 ``plan_cache_mode = force_generic_plan`` and ``_execution.BY_ID_PLAN`` (no hash or merge
 join, no sequential scan), each completing ``--messages`` leased messages in batches of
 ``--batch``, in turns (the order alternates every round), in two cases:
@@ -34,9 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from bench import flow_control_bench as flow_bench  # noqa: E402
 from bench.claim_cpu import backend_cpu  # noqa: E402
-from bench.pg import scratch_database  # noqa: E402
 
-JOINED_ON_ID_ONLY = """
+JOINED_WITH_UNNEST = """
 WITH done AS (
     DELETE FROM pgqueue_message m
     USING unnest($1::bigint[], $2::uuid[], $3::text[]) AS d(id, token, result)
@@ -101,7 +101,7 @@ def measure(messages: int, batch: int, rounds: int) -> dict[tuple[str, str], lis
     connection.ensure_connection()
     dsn = connection.connection.info.dsn
     results: dict[tuple[str, str], list[tuple]] = {}
-    shapes = {"shipped": shipped(), "joined_on_id_only": JOINED_ON_ID_ONLY}
+    shapes = {"shipped": shipped(), "joined_with_unnest": JOINED_WITH_UNNEST}
     for case in ("planned on the backlog", "planned on a few rows"):
         for turn in range(rounds):
             order = list(shapes) if turn % 2 == 0 else list(reversed(shapes))
@@ -144,7 +144,7 @@ def report(results: dict[tuple[str, str], list[tuple]], messages: int, batch: in
     for (case, name), runs in results.items():
         rates = [rate for rate, _ in runs]
         cpus = [cpu for _, cpu in runs if cpu is not None]
-        reference = statistics.median(rate for rate, _ in results[(case, "joined_on_id_only")])
+        reference = statistics.median(rate for rate, _ in results[(case, "joined_with_unnest")])
         print(
             f"| {case} | {name} | {statistics.median(rates):,.0f} "
             f"({min(rates):,.0f}-{max(rates):,.0f}) | "
@@ -159,16 +159,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="messages per statement")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each statement a case")
     args = parser.parse_args()
-    with scratch_database(flow_bench.SERVER_DSN, flow_bench.DBNAME):
-        flow_bench.setup_django()
-        from django.core.management import call_command
-        from django.db import connections
-
-        call_command("migrate", verbosity=0)
-        try:
-            report(measure(args.messages, args.batch, args.rounds), args.messages, args.batch)
-        finally:
-            connections.close_all()
+    with flow_bench.migrated_database():
+        report(measure(args.messages, args.batch, args.rounds), args.messages, args.batch)
 
 
 if __name__ == "__main__":

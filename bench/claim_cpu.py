@@ -30,7 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import flow_control_bench as flow_bench  # noqa: E402
-from bench.pg import scratch_database  # noqa: E402
 
 QUEUES = (
     ("plain", "plain (no flow control)"),
@@ -109,16 +108,8 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=40, help="turns taken between queues")
     parser.add_argument("--batch", type=int, default=1, help="messages per claim")
     args = parser.parse_args()
-    with scratch_database(flow_bench.SERVER_DSN, flow_bench.DBNAME):
-        flow_bench.setup_django()
-        from django.core.management import call_command
-        from django.db import connections
-
-        call_command("migrate", verbosity=0)
-        try:
-            report(measure(args.claims, args.chunks, args.batch), args.claims, args.batch)
-        finally:
-            connections.close_all()
+    with flow_bench.migrated_database():
+        report(measure(args.claims, args.chunks, args.batch), args.claims, args.batch)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,21 @@ def setup_django() -> None:
         },
     )
     django.setup()
+
+
+@contextmanager
+def migrated_database() -> Iterator[None]:
+    """A scratch database for the run, Django set up on it and migrated; dropped at the end."""
+    with scratch_database(SERVER_DSN, DBNAME):
+        setup_django()
+        from django.core.management import call_command
+        from django.db import connections
+
+        call_command("migrate", verbosity=0)
+        try:
+            yield
+        finally:
+            connections.close_all()
 
 
 def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -511,23 +528,15 @@ def main() -> None:
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 
-    with scratch_database(SERVER_DSN, DBNAME):
-        setup_django()
-        from django.core.management import call_command
-        from django.db import connections
-
-        call_command("migrate", verbosity=0)
-        try:
-            if args.only in (None, "throughput"):
-                report_throughput(totals, reps, args.procs)
-            if args.only in (None, "workers"):
-                report_workers(totals, reps, args.workers, concurrency=4)
-            if args.only in (None, "held"):
-                report_held(reps, cycles=50 if args.quick else 100)
-            if args.only in (None, "latency"):
-                report_latency(seconds, reps, args.procs, args.latency_batch)
-        finally:
-            connections.close_all()
+    with migrated_database():
+        if args.only in (None, "throughput"):
+            report_throughput(totals, reps, args.procs)
+        if args.only in (None, "workers"):
+            report_workers(totals, reps, args.workers, concurrency=4)
+        if args.only in (None, "held"):
+            report_held(reps, cycles=50 if args.quick else 100)
+        if args.only in (None, "latency"):
+            report_latency(seconds, reps, args.procs, args.latency_batch)
 
 
 if __name__ == "__main__":

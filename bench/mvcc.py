@@ -463,6 +463,8 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         "enqueue_batch": plan.enqueue_batch,
         "load": offered / capacity,
         "seconds": plan.seconds,
+        # The epoch second every series' time counts from (to set them against the server log).
+        "t0": sampler.t0,
         "produced_until": produced_until,
         "snapshot_at": snapshot_at,
         "commit_at": commit_at,
@@ -616,8 +618,10 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     samples = run["samples"]
     if samples:
         live = SHAPES[run["key"]].live_table
-        out["index_mib_start"] = _index_bytes(samples[0], live) / 2**20
-        out["index_mib_end"] = _index_bytes(samples[-1], live) / 2**20
+        # At the end of each quarter: flat once the table has filled, or growing.
+        for q in (1, 2, 3, 4):
+            upto = [s for s in samples if s["t"] <= q * quarter] or samples[:1]
+            out[f"index_mib_q{q}"] = _index_bytes(upto[-1], live) / 2**20
         out["dead_max"] = max(sum(t["dead"] for t in s["tables"].values()) for s in samples)
     out["backlog_max"] = max((b for _, b in run["backlog"]), default=0)
     out["p50_ms"] = _p([ms for _, ms in latency], 50)

@@ -12,7 +12,8 @@ python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
 export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half
-backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue, --tenants
+backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
+           with --fair-backlog ready (--backlog 0: the fair queue alone)
 workers    1..16 pgq_worker processes draining --workers-n messages: rate, CPU, connections
 """
 
@@ -65,8 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rate", type=float, default=0.0, help="offered msgs/s for all, instead of a share"
     )
-    parser.add_argument("--backlog", type=int, default=10_000_000, help="ready messages")
-    parser.add_argument("--tenants", type=int, default=10_000)
+    parser.add_argument(
+        "--backlog", type=int, default=10_000_000, help="ready messages (0: no plain case)"
+    )
+    parser.add_argument("--tenants", type=int, default=10_000, help="0: no fair case")
     parser.add_argument("--fair-backlog", type=int, default=0, help="default: --backlog")
     parser.add_argument("--claimed", type=int, default=20_000, help="claims timed per case")
     parser.add_argument("--workers", default="1,2,4,8,16")
@@ -198,7 +201,9 @@ def run_scenarios(
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)
     if "backlog" in wanted:
-        for tenants, big in ((0, args.backlog), (args.tenants, args.fair_backlog or args.backlog)):
+        cases = [(0, args.backlog), (args.tenants, args.fair_backlog or args.backlog)]
+        # --backlog 0 runs the fair case alone, --tenants 0 the plain one alone.
+        for tenants, big in [(t, b) for n, (t, b) in enumerate(cases) if b > 0 and (n == 0 or t)]:
             print(f"== backlog: {big:,} ready, {tenants:,} tenants", flush=True)
             measured = min(args.claimed, big)
             case = mvcc_scale.backlog(ctx, big, SMALL_READY, measured, tenants)

@@ -10,7 +10,7 @@ HEADERS = {
     "sustained": (
         "system (worker) | capacity/s | offered/s | first ¼ /s | last ¼ /s"
         " | last ÷ first (≥ 0.95) | p50 ms | p99 ms | dead tuples max"
-        " | index MiB start → end | claim buffers/msg first → last"
+        " | live table's index MiB at ¼ · ½ · ¾ · end | claim buffers/msg first → last"
         " | all its statements' buffers/msg first → last"
     ),
     "snapshot": (
@@ -82,7 +82,7 @@ def _sustained_row(run: dict[str, Any]) -> list[str]:
         _f(f["p50_ms"], 1),
         _f(f["p99_ms"], 1),
         _f(f.get("dead_max")),
-        _span(f.get("index_mib_start"), f.get("index_mib_end")),
+        " · ".join(_f(f.get(f"index_mib_q{q}"), 1) for q in (1, 2, 3, 4)),
         _span(f.get("buffers_per_msg_first"), f.get("buffers_per_msg_last")),
         _span(f.get("all_buffers_per_msg_first"), f.get("all_buffers_per_msg_last")),
     ]

@@ -20,19 +20,23 @@ from .workers import COPY_MESSAGES, Worker, last_ack_at, load_and_release, wait_
 FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
 COPY_FAIR = "COPY pgqueue_message (queue, task, payload, tenant) FROM STDIN"
 CLAIM_BATCH = 100
+FAIR_ROUND = 100  # messages a tenant adds to the fair backlog per turn
 
 
 def _copy(conn: psycopg.Connection[Any], n: int, tenants: int = 0) -> None:
     """``n`` ready messages by COPY, in chunks (a fair queue's through enqueue_many, which
-    gives every message its place in the fair order)."""
+    gives every message its place in the fair order: in rounds of at most 100 a tenant, as
+    a backlog builds up while tenants take turns, so the fair order's index grows at its end)."""
     if tenants:
         from django_pgqueue import enqueue_many
 
         per_tenant = max(1, n // tenants)
-        for k in range(tenants):
-            first = k * per_tenant
-            bodies = (payload(i) for i in range(first, first + per_tenant))
-            enqueue_many(TASK, bodies, queue=FAIR_QUEUE, tenant=f"t{k}")
+        for first in range(0, per_tenant, FAIR_ROUND):
+            size = min(FAIR_ROUND, per_tenant - first)
+            for k in range(tenants):
+                start = k * per_tenant + first
+                bodies = (payload(i) for i in range(start, start + size))
+                enqueue_many(TASK, bodies, queue=FAIR_QUEUE, tenant=f"t{k}")
         return
     chunk = 200_000
     for start in range(0, n, chunk):

@@ -63,6 +63,20 @@ def test_figures_read_the_issue_ratios_from_a_run() -> None:
     assert figures["recovery_s"] == pytest.approx(5.0)
 
 
+def test_a_sustained_run_reports_its_index_size_at_the_end_of_each_quarter() -> None:
+    run = {**synthetic_run(rate_during=100.0), "snapshot_at": None, "commit_at": None}
+    for sample in run["samples"]:  # type: ignore[attr-defined]
+        sample["tables"]["pgqueue_message"]["index_bytes"] = int(sample["t"]) * 2**20
+
+    figures = mvcc.figures(run)
+
+    # Samples every 10 s; the quarters end at 25, 50, 75 and 100 s.
+    assert [figures[f"index_mib_q{q}"] for q in (1, 2, 3, 4)] == [20.0, 50.0, 70.0, 90.0]
+    assert "20.0 · 50.0 · 70.0 · 90.0" in mvcc_report.sustained_table(
+        [{**run, "system": "x", "worker": "w", "figures": figures}]
+    )
+
+
 def test_report_marks_a_missed_target() -> None:
     run = {**synthetic_run(rate_during=90.0), "system": "x", "load": 0.7}
     run["figures"] = mvcc.figures(run)
@@ -108,5 +122,7 @@ def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path)
     assert [c["tenants"] for c in results["backlog"]] == [0, 30]
     assert [r["workers"] for r in results["workers"]] == [1, 2]
     assert "Backlog scale" in (tmp_path / "report.md").read_text()
+    # The cluster's log is kept: checkpoints and autovacuum runs to set stalls against.
+    assert "database system is ready" in (tmp_path / "postgresql.log").read_text()
     after = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout
     assert after == before
