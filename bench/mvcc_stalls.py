@@ -7,9 +7,9 @@ the run's folder; every autovacuum run is logged there, checkpoints by default).
 
 A stall is a spell of messages whose enqueue -> start latency is over ``--over`` ms (spells
 less than a second apart are one); it lasts from the first of them enqueued to the last
-started. For each stall: the checkpoint sync phase or autovacuum run it overlaps, with
-``--near`` seconds of slack. Beside the count, the share of the run's time those windows
-cover: what chance alone would give.
+started. For each stall: the checkpoint start or sync phase, or the autovacuum run of one of
+the system's tables, it overlaps, with ``--near`` seconds of slack. Beside the count, the
+share of the run's time those windows cover: what chance alone would give.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _TABLE = re.compile(r'automatic (vacuum|analyze) of table "(?:[^".]+\.)*([^".]+)
 class ServerEvent:
     """Something the server did, from ``start`` to ``end`` (epoch seconds)."""
 
-    kind: str  # "checkpoint sync", "vacuum" or "analyze"
+    kind: str  # "checkpoint start", "checkpoint sync", "vacuum" or "analyze"
     start: float
     end: float
     detail: str
@@ -58,7 +58,8 @@ def _epoch(stamp: str) -> float:
 
 
 def server_events(log: str) -> list[ServerEvent]:
-    """Checkpoints' sync phases and autovacuum runs of a PostgreSQL 15 log (UTC stamps)."""
+    """Checkpoints' starts and sync phases, and autovacuum runs, of a PostgreSQL 15 log (UTC
+    stamps)."""
     events: list[ServerEvent] = []
     entries: list[tuple[float, str]] = []
     for line in log.splitlines():
@@ -69,6 +70,9 @@ def server_events(log: str) -> list[ServerEvent]:
             at, text = entries[-1]
             entries[-1] = (at, f"{text} {line.strip()}")
     for at, text in entries:
+        if text.startswith("checkpoint starting"):
+            # Every page's first change after it is written whole to the WAL.
+            events.append(ServerEvent("checkpoint start", at, at, text.split(": ", 1)[-1]))
         if text.startswith("checkpoint complete"):
             sync = _SYNC.search(text)
             total = _TOTAL.search(text)
@@ -146,7 +150,11 @@ def _covered(events: list[ServerEvent], t0: float, seconds: float, near: float) 
 
 
 def report(run: dict[str, Any], log: str, over_ms: float, near: float) -> str:
-    events = server_events(log)
+    # The system's own tables (those the run sampled), not the catalogs or another system's.
+    tables = {name for sample in run["samples"] for name in sample["tables"]}
+    events = [
+        e for e in server_events(log) if e.kind.startswith("checkpoint") or e.detail in tables
+    ]
     t0 = aligned_t0(run, events)
     found = stalls(run["latency"], over_ms)
     lines = [f"### {run['system']}: stalls over {over_ms:,.0f} ms\n"]
@@ -156,7 +164,7 @@ def report(run: dict[str, Any], log: str, over_ms: float, near: float) -> str:
     lines.append(f"Run time 0 = {datetime.fromtimestamp(t0, UTC).isoformat()} ({source}).\n")
     lines.append(f"| at s | lasted s | peak ms | messages over | overlapping (±{near:g} s) |")
     lines.append("|--:|--:|--:|--:|---|")
-    kinds = ("checkpoint sync", "vacuum", "analyze")
+    kinds = ("checkpoint start", "checkpoint sync", "vacuum", "analyze")
     hits = dict.fromkeys(kinds, 0)
     for stall in found:
         close = [e for e in events if _overlaps(stall, e, t0, near)]
