@@ -7,6 +7,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
+                         [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
@@ -75,6 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", default="1,2,4,8,16")
     parser.add_argument("--workers-n", type=int, default=200_000)
     parser.add_argument("--out", default="")
+    parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the private cluster's own (e.g. shared_buffers=4GB); repeatable",
+    )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument(
@@ -108,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     started = time.time()
     server_log = out_dir / "postgresql.log"
-    with private_server(f"pgq_bench_{os.getpid()}", keep_log=server_log) as server_dsn:
+    with private_server(
+        f"pgq_bench_{os.getpid()}", keep_log=server_log, settings=args.server_setting
+    ) as server_dsn:
         recreate_database(server_dsn, DB)
         dsn = dsn_for(server_dsn, DB)
         enable_statements(dsn)

@@ -18,7 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -56,10 +56,13 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def private_server(name: str, keep_log: Path | None = None) -> Iterator[str]:
+def private_server(
+    name: str, keep_log: Path | None = None, settings: Sequence[str] = ()
+) -> Iterator[str]:
     """A started cluster ``name`` on a free port of 127.0.0.1; yields its server DSN (the
-    ``postgres`` database, user postgres, trust). The cluster and its data are dropped when
-    the block ends, however it ends; its server log is copied to ``keep_log`` first."""
+    ``postgres`` database, user postgres, trust). ``settings`` (``NAME=VALUE``) are set on it
+    besides the defaults. The cluster and its data are dropped when the block ends, however
+    it ends; its server log is copied to ``keep_log`` first."""
     reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
@@ -79,6 +82,7 @@ def private_server(name: str, keep_log: Path | None = None) -> Iterator[str]:
                 f"shared_preload_libraries={STATEMENTS_EXTENSION}",
                 "-o",
                 "log_autovacuum_min_duration=0",
+                *(option for setting in settings for option in ("-o", setting)),
                 "--",
                 "--auth=trust",
             ],
