@@ -111,12 +111,15 @@ def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path)
         "--workers-n",
         "1000",
         "--no-peers",
+        "--server-setting",
+        "work_mem=8MB",
         "--no-plots",
         "--out",
         str(tmp_path),
     )
 
     results = json.loads((tmp_path / "mvcc.json").read_text())
+    assert results["postgres"]["work_mem"] == "8192kB"
     assert [r["key"] for r in results["sustained"]] == ["pgq"]
     assert results["snapshot"][0]["commit_at"] > results["snapshot"][0]["snapshot_at"]
     assert len(results["snapshot"][0]["processed"]) > 0
