@@ -441,6 +441,11 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                     holder.release()
                 if export is not None:
                     export.stop()
+                    if export.failed:
+                        raise RuntimeError(
+                            f"pgq_pipeline export failed {export.failed} times: see "
+                            "logs/pgq-pipeline-export.log in the results folder"
+                        )
                 commit_at = time.time() - sampler.t0
             producing.join()
             produced_until = time.time() - sampler.t0
@@ -469,6 +474,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         "snapshot_at": snapshot_at,
         "commit_at": commit_at,
         "export": bool(plan.export_dir) and name == "pgq",
+        "export_runs": export.runs if export is not None else 0,
         "backlog": sampler.backlog,
         "samples": sampler.samples,
         "processed": [t for t, _ in pairs],
@@ -526,6 +532,7 @@ class Exporter:
         self.destination = destination
         self._stop = threading.Event()
         self.runs = 0
+        self.failed = 0
         self._proc: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -546,8 +553,11 @@ class Exporter:
                 "pgq-pipeline-export",
                 pipe_stdout=False,
             )
-            self._proc.wait()
-            self.runs += 1
+            # A run cut short by stop() is not a failure; any other non-zero exit is.
+            if self._proc.wait() != 0 and not self._stop.is_set():
+                self.failed += 1
+            else:
+                self.runs += 1
 
     def stop(self) -> None:
         self._stop.set()

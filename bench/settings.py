@@ -11,7 +11,8 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS: list[str] = []
-INSTALLED_APPS = ["django_pgqueue", "bench.benchapp"]
+# The pipeline's app: the MVCC export scenario runs its `pgq_pipeline export`.
+INSTALLED_APPS = ["django_pgqueue", "django_pgqueue.pipeline", "bench.benchapp"]
 DATABASES = {
     "default": django_database(
         os.environ.get("BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/pgq_bench")
