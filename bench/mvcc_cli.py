@@ -211,9 +211,14 @@ def run_scenarios(
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)
     if "backlog" in wanted:
-        cases = [(0, args.backlog), (args.tenants, args.fair_backlog or args.backlog)]
-        # --backlog 0 runs the fair case alone, --tenants 0 the plain one alone.
-        for tenants, big in [(t, b) for n, (t, b) in enumerate(cases) if b > 0 and (n == 0 or t)]:
+        # (tenants, ready): --backlog 0 runs the fair case alone, --tenants 0 the plain one.
+        cases = []
+        if args.backlog:
+            cases.append((0, args.backlog))
+        fair_backlog = args.fair_backlog or args.backlog
+        if args.tenants and fair_backlog:
+            cases.append((args.tenants, fair_backlog))
+        for tenants, big in cases:
             print(f"== backlog: {big:,} ready, {tenants:,} tenants", flush=True)
             measured = min(args.claimed, big)
             case = mvcc_scale.backlog(ctx, big, SMALL_READY, measured, tenants)
