@@ -4,12 +4,11 @@ the benchmark in a process of its own."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from .test_bench_smoke import REPO_DIR, server_dsn
+from .bench_process import run_bench, table_rows
+from .test_bench_smoke import server_dsn
 
 pytestmark = pytest.mark.slow
 
@@ -20,25 +19,9 @@ def test_the_benchmark_completes_every_message_with_both_statements_in_both_case
         "BENCH_SERVER_DSN": server_dsn(),
         "BENCH_FLOW_DB": os.environ.get("PGQUEUE_TEST_DB", "test_pgqueue") + "_acks",
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "bench/ack_shapes.py",
-            "--messages",
-            "40",
-            "--batch",
-            "7",
-            "--rounds",
-            "2",
-        ],
-        cwd=REPO_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    rows = table_rows(
+        run_bench("bench.ack_shapes", "--messages", "40", "--batch", "7", "--rounds", "2", env=env)
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
     header, body = rows[0], rows[1:]
     assert header[-1].strip() == "shipped ÷ reference"
     cases = {(case.strip(), name.strip()) for case, name, *_ in body}

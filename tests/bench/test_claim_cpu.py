@@ -4,14 +4,13 @@ the benchmark in a process of its own."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from bench.claim_cpu import QUEUES, backend_cpu
 
-from .test_bench_smoke import REPO_DIR, server_dsn
+from .bench_process import run_bench, table_rows
+from .test_bench_smoke import server_dsn
 
 pytestmark = pytest.mark.slow
 
@@ -27,16 +26,7 @@ def test_the_benchmark_prints_a_row_per_queue_against_the_plain_one() -> None:
         "BENCH_SERVER_DSN": server_dsn(),
         "BENCH_FLOW_DB": os.environ.get("PGQUEUE_TEST_DB", "test_pgqueue") + "_cpu",
     }
-    proc = subprocess.run(
-        [sys.executable, "bench/claim_cpu.py", "--claims", "20", "--chunks", "2"],
-        cwd=REPO_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    rows = table_rows(run_bench("bench.claim_cpu", "--claims", "20", "--chunks", "2", env=env))
     header, body = rows[0], rows[1:]
     assert header[-1].strip() == "total / plain"
     assert [label.strip() for label, *_ in body] == [label for _, label in QUEUES]
