@@ -81,6 +81,14 @@ class FlowConfig:
             self.key_concurrency_limit or self.key_concurrency_limits or self.key_rate_limit
         )
 
+    @property
+    def limited(self) -> bool:
+        """A concurrency limit or a rate bounds the queue's claims: one may come back short
+        of its batch while messages are ready."""
+        return bool(
+            self.concurrency_limit is not None or self.rate_limit is not None or self.key_limited
+        )
+
     def fair_step(self, tenant: str | None) -> float:
         """How far a tenant's next message goes behind its previous one in the fair order."""
         return 1.0 / int(self.tenant_weights.get(tenant, 1)) if tenant is not None else 1.0
@@ -145,9 +153,6 @@ def _flow_config(overrides: Mapping[str, Any]) -> FlowConfig | None:
         rate_limit=overrides.get("RATE_LIMIT"),
         key_rate_limit=overrides.get("KEY_RATE_LIMIT"),
     )
-    limited = (
-        config.concurrency_limit is not None or config.rate_limit is not None or config.key_limited
-    )
-    if not (config.keyed or limited):
+    if not (config.keyed or config.limited):
         return None  # e.g. FAIRNESS=False and limits set to None
     return config

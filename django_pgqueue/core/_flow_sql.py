@@ -68,7 +68,6 @@ DECLARE
     paused boolean;
     due_waiting boolean;
     under_allowance boolean := false;
-    allowance_left int;
     exact boolean := false;
     per_key boolean := false;
     taken int := 0;
@@ -98,17 +97,14 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Limits and rates: under the session's allowance (its batch taken out of it at once,
-    -- what is not leased given back below), or exactly.
+    -- Limits and rates: under the session's allowance while it holds the whole batch (taken
+    -- out of it at once, what is not leased given back below), or exactly: an allowance
+    -- never makes a claim come back short.
     IF limited AND NOT p_exact THEN
         UPDATE pgqueue_flow_allowance a SET units = a.units - p_wanted
-        WHERE a.queue = p_queue AND a.holder = me AND a.units > 0
-          AND a.until > clock_timestamp()
-        RETURNING a.units INTO allowance_left;
-        IF FOUND THEN
-            under_allowance := true;
-            budget := p_wanted + least(allowance_left, 0);
-        END IF;
+        WHERE a.queue = p_queue AND a.holder = me AND a.units >= p_wanted
+          AND a.until > clock_timestamp();
+        under_allowance := FOUND;
     END IF;
     IF limited AND NOT under_allowance THEN
         exact := true;
@@ -122,7 +118,7 @@ BEGIN
                 SELECT e.queue, e.holder FROM pgqueue_flow_allowance e
                 WHERE e.queue = p_queue AND (e.until <= clock_timestamp() OR e.holder = me)
                 FOR UPDATE SKIP LOCKED)
-            RETURNING greatest(a.units, 0) AS units
+            RETURNING a.units
         )
         SELECT coalesce(sum(units), 0) INTO returned FROM settled;
         -- The other allowances as last committed, read before the leases are counted: a
@@ -238,9 +234,8 @@ BEGIN
         RETURN;
     END IF;
     IF under_allowance THEN
-        IF taken < budget OR allowance_left < 0 THEN
-            UPDATE pgqueue_flow_allowance a
-            SET units = greatest(a.units, 0) + budget - taken
+        IF taken < budget THEN
+            UPDATE pgqueue_flow_allowance a SET units = a.units + budget - taken
             WHERE a.queue = p_queue AND a.holder = me;
         END IF;
         RETURN;

@@ -48,6 +48,7 @@ class Completer:
         stats: Stats,
         abort: threading.Event,
         on_retried: Callable[[set[str]], None] | None = None,
+        on_written: Callable[[set[str]], None] | None = None,
         log_error_chars: int = 200,
         instruments: Instruments | None = None,
     ) -> None:
@@ -57,6 +58,8 @@ class Completer:
         self.flush_size = flush_size
         self.stats = stats
         self.on_retried = on_retried
+        #: Called with the queues of the outcomes each flush wrote: their leases have ended.
+        self.on_written = on_written
         self.abort = abort  # set -> stop retrying a write during an outage (forced exit)
         self.log_error_chars = log_error_chars
         self._cond = threading.Condition()
@@ -138,6 +141,7 @@ class Completer:
             self._done, self._done_results, self._failed = [], [], []
             self._busy = bool(done or failed)
         size = max(1, self.flush_size)
+        queues = {m.queue for m in done} | {m.queue for _, m in failed}
         try:
             while done:
                 self._archive(done[:size], results[:size])
@@ -145,6 +149,8 @@ class Completer:
             while failed:
                 self._record_failures(failed[:size])
                 del failed[:size]
+            if queues and self.on_written is not None:
+                self.on_written(queues)
         except Stopped:
             logger.warning(
                 "Stopped before %d outcomes could be written; their leases will expire and "

@@ -47,6 +47,7 @@ from django.db.backends.signals import connection_created
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import _execution, _sql, transitions
 from ..core._claim_bound import ClaimBounds
+from ..core._flow_control import flow_config
 from ..core._notify import read_wake_payload
 from ..core._registry import registry
 from ..core._validation import QueueNameError, validate_queue_name
@@ -60,6 +61,7 @@ from .db import Stopped, is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
 from .head_watch import HeadWatcher
+from .limited import LimitedQueues
 from .listener import PROBE_PREFIX, Listener
 from .maintenance import Maintainer
 
@@ -184,6 +186,8 @@ class Worker:
         self._ready_at = 0.0
         self._hot: list[str] = []
         self._known: list[str] = list(self.fixed_queues)
+        # Queues whose last claim a limit or a rate cut short, until they are claimed again.
+        self._limited = LimitedQueues(ceiling=self.poll_interval)
         self._rotation = 0
 
         self.completer = Completer(
@@ -193,6 +197,7 @@ class Worker:
             stats=self.stats,
             abort=self._abort_io,
             on_retried=self._on_retried,
+            on_written=self._on_written,
             log_error_chars=conf.LOG_ERROR_CHARS,
             instruments=self.instruments,
         )
@@ -355,10 +360,11 @@ class Worker:
             finally:
                 if batch:
                     self._dispatch(batch)
+            self._note_claim(queue, len(batch), want)
             if not batch:
                 return False  # perhaps a delayed message: the main loop plans its wake-up
-            if len(batch) >= want:
-                return False  # more may be ready: the main loop goes on fetching
+            if len(batch) >= want or self._limited:
+                return False  # more may be ready (or room soon): the main loop goes on
         finally:
             self._fetch_lock.release()
         return True  # drained (scheduled messages come with a wake-up of their own)
@@ -398,6 +404,14 @@ class Worker:
         with self._notify_lock:
             self._retried_queues.update(queues)
         self._wake.set()
+
+    def _on_written(self, queues: set[str]) -> None:
+        # Leases ended: a limited queue waiting for room may have some now.
+        freed = self._limited.room_freed(queues)
+        if freed:
+            with self._notify_lock:
+                self._notified.update(freed)
+            self._wake.set()
 
     def _on_reconnect(self) -> None:
         self.instruments.listener_reconnected()
@@ -618,7 +632,7 @@ class Worker:
             with self._notify_lock:
                 due_check.update(self._retried_queues)
                 self._retried_queues.clear()
-            for queue in notified:
+            for queue in [*notified, *self._limited.due(now)]:
                 if queue not in self._hot:
                     self._hot.insert(0, queue)
                 if queue not in self._known:
@@ -678,6 +692,9 @@ class Worker:
                 timers.append(next_probe)
             if next_due is not None:
                 timers.append(next_due)
+            retry_at = self._limited.next_at()
+            if retry_at is not None:
+                timers.append(retry_at)
             if next_deadline is not None:
                 timers.append(next_deadline)
             timeout = max(0.0, min(timers) - time.monotonic())
@@ -723,7 +740,17 @@ class Worker:
             )
             if len(batch) < asked and queue in self._hot:
                 self._hot.remove(queue)
+            self._note_claim(queue, len(batch), asked)
             leased.extend(batch)
+
+    def _note_claim(self, queue: str, got: int, asked: int) -> None:
+        """A limited queue's claim cut short is claimed again when room may be back."""
+        if got >= asked:
+            self._limited.served(queue)
+            return
+        flow = flow_config(queue)
+        if flow is not None and flow.limited:
+            self._limited.cut_short(queue, got, time.monotonic())
 
     def _lease_one_queue(self, queue: str, want: int) -> list[Message]:
         # Claims run on the main loop's and the listener's connections only, and nothing

@@ -57,6 +57,7 @@ class Workers:
         self,
         *queues: str,
         hang: bool = False,
+        poll: float = 0.05,
         extra: tuple[str, ...] = (),
     ) -> Any:
         env = {
@@ -69,7 +70,7 @@ class Workers:
         if hang:
             env["PGQ_FLOW_HANG"] = "1"
         command = [sys.executable, "-m", "django", "pgq_worker", "--no-listen"]
-        command += ["--poll-interval", "0.05", *extra]
+        command += ["--poll-interval", str(poll), *extra]
         for queue in queues:
             command += ["--queue", queue]
         proc = subprocess.Popen(
@@ -148,6 +149,20 @@ def test_a_queue_limit_is_never_exceeded_by_several_workers(workers: Workers, fl
     assert max_overlap(runs) <= 3
     assert max_overlap(runs) >= 2  # the workers did run side by side
     assert len({r["pid"] for r in runs}) >= 2
+
+
+def test_a_worker_claims_again_when_room_comes_back_not_at_its_next_poll(
+    workers: Workers, flow_log: Path
+):
+    """The limit of 3 cuts every claim of 4 short, and no NOTIFY says when room comes back:
+    the worker claims again as its outcomes are written, so 24 messages go through long
+    before one poll interval (30 s) has passed."""
+    enqueue("flow-limited", None, 24, sleep=0.01)
+    options = ("--concurrency", "4", "--max-messages", "24")
+    proc = workers.start("flow-limited", poll=30, extra=options)
+    workers.wait(proc, timeout=25)
+    runs = records(flow_log)
+    assert len(runs) == 24 and max(r["in_flight"] for r in runs) <= 3
 
 
 def test_limits_hold_across_workers_claiming_under_allowances(workers: Workers, flow_log: Path):

@@ -351,6 +351,18 @@ def test_an_allowance_is_a_quarter_of_the_room_left():
     assert allowance() == (100 - 10) // 4
 
 
+@limits(FAIRNESS=True, CONCURRENCY_LIMIT=10_000, KEY_CONCURRENCY_LIMIT=1_000)
+def test_a_claim_never_comes_back_short_for_want_of_allowance():
+    """The first claim (exact) reserves 2.25 batches; the next two take their batch from
+    it, and the fourth claims exactly rather than take the quarter batch left (a short claim
+    tells a worker that the queue ran out or a limit binds)."""
+    enqueue("a", 500)
+    taken = [lease(100) for _ in range(4)]
+    assert [len(batch) for batch in taken] == [100, 100, 100, 100]
+    complete([m for batch in taken for m in batch])
+    assert len(lease(100)) == 100
+
+
 @limits(FAIRNESS=True, KEY_CONCURRENCY_LIMIT=1_000, KEY_CONCURRENCY_LIMITS={"vip": 3})
 def test_the_smallest_key_limit_bounds_an_allowance():
     enqueue("a", 5)

@@ -174,6 +174,29 @@ def test_what_piled_up_is_written_in_statements_of_the_flush_size(monkeypatch) -
     assert writer.pending() == 0
 
 
+def test_a_flush_reports_the_queues_whose_leases_it_ended() -> None:
+    # What lets a worker claim again at once from a queue a limit had cut short.
+    from django_pgqueue.core import transitions
+
+    written: list[set[str]] = []
+    messages = leased(3)
+    writer = Completer(
+        alias="default",
+        flush_interval=0,
+        flush_size=100,
+        stats=Stats(),
+        abort=threading.Event(),
+        on_written=written.append,
+    )
+    writer.flush()
+    assert written == []  # nothing to write: no call
+    writer.complete(messages[0], None)
+    error = transitions.error_entry(attempt=1, type_name="E", message="x")
+    writer.fail(transitions.FailedAttempt(messages[1], error, retry_in=60), messages[1])
+    writer.flush()
+    assert written == [{"cmp"}]
+
+
 def test_a_refused_error_entry_is_recorded_without_its_text() -> None:
     from django_pgqueue.core import transitions
 
