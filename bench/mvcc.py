@@ -27,7 +27,7 @@ from . import raw
 from .config import QUEUE
 from .context import REPO_DIR, Context
 from .measure import percentile, wait_until
-from .peers.runner import PEERS, Adapter
+from .peers.runner import PEERS, Adapter, call_all
 from .scenarios import PGQ, Producers
 from .workers import Worker
 
@@ -168,14 +168,7 @@ class Peer:
         ]
 
     def produce(self, n_each: int, rate_each: float, batch: int) -> None:
-        threads = [
-            threading.Thread(target=p.call, args=("trickle", n_each, rate_each, batch), daemon=True)
-            for p in self.producers
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        call_all(self.producers, "trickle", n_each, rate_each, batch)
 
     def worker_pids(self) -> list[int]:
         return [self.worker.proc.pid] if self.worker else []

@@ -56,6 +56,17 @@ async def enqueue_batch(n: str, start: str) -> dict[str, float]:
 
 async def drain(n: str, batch: str) -> dict[str, float]:
     """A fresh QueueManager drains the backlog and stops (drain mode)."""
+    return await _drain(int(batch), limit=0)
+
+
+async def take(n: str, batch: str) -> dict[str, float]:
+    """The same, stopping once it has run ``n`` jobs, so a part of a huge backlog can be timed.
+    The jobs it has dequeued by then still run and are counted: a batch or two more."""
+    return await _drain(int(batch), limit=int(n))
+
+
+async def _drain(batch: int, limit: int) -> dict[str, float]:
+    """Jobs run and seconds; ``limit`` 0: no limit."""
     conn = await asyncpg.connect(DSN)
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
     done = 0
@@ -64,9 +75,11 @@ async def drain(n: str, batch: str) -> dict[str, float]:
     async def noop(job: Any) -> None:
         nonlocal done
         done += 1
+        if done == limit:
+            qm.shutdown.set()
 
     t0 = time.perf_counter()
-    await qm.run(mode=QueueExecutionMode.drain, batch_size=int(batch))
+    await qm.run(mode=QueueExecutionMode.drain, batch_size=batch)
     seconds = time.perf_counter() - t0
     await conn.close()
     return {"seconds": seconds, "n": done}
@@ -115,6 +128,7 @@ serve(
         "enqueue_batch": enqueue_batch,
         "load": enqueue_batch,
         "drain": drain,
+        "take": take,
         "serve_latency": serve_latency,
         "stop_latency": stop_latency,
         "trickle": do_trickle,

@@ -14,12 +14,16 @@ from bench.peers.protocol import report_latency, serve, trickle, trickle_many
 
 DSN = sys.argv[1]
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=DSN, max_size=12))
-state: dict[str, Any] = {"done": 0}
+state: dict[str, Any] = {"done": 0, "limit": 0}
 
 
 @app.task(name="noop", queue="bench")
 async def noop(**body: Any) -> None:
     state["done"] += 1
+    if state["done"] == state["limit"]:
+        # Cancelling run_worker_async stops the worker gracefully: no new job starts, the
+        # ones running finish.
+        state["worker"].cancel()
 
 
 @app.task(name="latency", queue="bench_latency")
@@ -57,11 +61,29 @@ async def enqueue_batch(n: str, start: str) -> dict[str, float]:
 
 async def drain(n: str, concurrency: str) -> dict[str, float]:
     """A worker that processes what is there and stops (wait=False)."""
+    return await _work(int(concurrency), limit=0)
+
+
+async def take(n: str, concurrency: str) -> dict[str, float]:
+    """The same, stopping once it has run ``n`` jobs, so a part of a huge backlog can be timed.
+    The jobs running by then still finish and are counted: up to its concurrency more."""
+    return await _work(int(concurrency), limit=int(n))
+
+
+async def _work(concurrency: int, limit: int) -> dict[str, float]:
+    """Jobs run and seconds; ``limit`` 0: no limit."""
     state["done"] = 0
+    state["limit"] = limit
     t0 = time.perf_counter()
-    await app.run_worker_async(
-        queues=["bench"], concurrency=int(concurrency), wait=False, install_signal_handlers=False
+    worker = asyncio.create_task(
+        app.run_worker_async(
+            queues=["bench"], concurrency=concurrency, wait=False, install_signal_handlers=False
+        )
     )
+    state["worker"] = worker
+    await asyncio.wait({worker})
+    if not worker.cancelled():
+        worker.result()
     return {"seconds": time.perf_counter() - t0, "n": state["done"]}
 
 
@@ -104,6 +126,7 @@ serve(
         "enqueue_batch": enqueue_batch,
         "load": enqueue_batch,
         "drain": drain,
+        "take": take,
         "serve_latency": serve_latency,
         "stop_latency": stop_latency,
         "trickle": do_trickle,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,12 @@ class Adapter:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def call_all(adapters: list[Adapter], command: str, *args: object) -> list[dict[str, Any]]:
+    """The same command sent to every adapter at once; their answers, in order."""
+    with ThreadPoolExecutor(len(adapters)) as pool:
+        return list(pool.map(lambda a: a.call(command, *args), adapters))
 
 
 def versions(peers: list[str]) -> dict[str, str]:
