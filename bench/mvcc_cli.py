@@ -14,8 +14,12 @@ sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
 export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
-           with --fair-backlog ready (--backlog 0: the fair queue alone)
-workers    1..16 pgq_worker processes draining --workers-n messages: rate, CPU, connections
+           with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
+           workers with --backlog ready too
+workers    1..16 worker processes draining --workers-n messages: rate, CPU, connections;
+           pgq_worker, then each peer's (Procrastinate: --workers-n / 20, at least 1,000)
+
+The peers (--peers) run in every scenario but export.
 """
 
 from __future__ import annotations
@@ -211,25 +215,48 @@ def run_scenarios(
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)
     if "backlog" in wanted:
-        # (tenants, ready): --backlog 0 runs the fair case alone, --tenants 0 the plain one.
-        cases = []
-        if args.backlog:
-            cases.append((0, args.backlog))
-        fair_backlog = args.fair_backlog or args.backlog
-        if args.tenants and fair_backlog:
-            cases.append((args.tenants, fair_backlog))
-        for tenants, big in cases:
-            print(f"== backlog: {big:,} ready, {tenants:,} tenants", flush=True)
-            measured = min(args.claimed, big)
-            case = mvcc_scale.backlog(ctx, big, SMALL_READY, measured, tenants)
-            results.setdefault("backlog", []).append(case)
-            _save(results, out)
-            print(f"   {json.dumps(_rounded(case))}", flush=True)
+        run_backlog(ctx, args, results, out)
     if "workers" in wanted:
-        counts = [int(c) for c in args.workers.split(",") if c]
-        print(f"== workers: {counts}, {args.workers_n:,} messages", flush=True)
-        results["workers"] = mvcc_scale.many_workers(ctx, counts, args.workers_n)
-        _save(results, out)
+        run_workers(ctx, args, results, out)
+
+
+def run_backlog(ctx: Context, args: argparse.Namespace, results: dict[str, Any], out: Path) -> None:
+    """Ours with --backlog ready (plain) and --fair-backlog (fair); then each peer with
+    --backlog ready. --backlog 0 runs the fair case alone, --tenants 0 no fair case."""
+    cases = []  # (tenants, ready)
+    if args.backlog:
+        cases.append((0, args.backlog))
+    fair_backlog = args.fair_backlog or args.backlog
+    if args.tenants and fair_backlog:
+        cases.append((args.tenants, fair_backlog))
+    for tenants, big in cases:
+        print(f"== backlog: {big:,} ready, {tenants:,} tenants", flush=True)
+        case = mvcc_scale.backlog(ctx, big, SMALL_READY, min(args.claimed, big), tenants)
+        _add(results, "backlog", [case], out)
+    if not args.backlog:
+        return
+    measured = min(args.claimed, args.backlog)
+    for name in ctx.peers:
+        print(f"== backlog: {name}, {args.backlog:,} ready", flush=True)
+        case = mvcc_scale.peer_backlog(ctx, name, args.backlog, SMALL_READY, measured)
+        _add(results, "backlog", [case], out)
+
+
+def run_workers(ctx: Context, args: argparse.Namespace, results: dict[str, Any], out: Path) -> None:
+    counts = [int(c) for c in args.workers.split(",") if c]
+    print(f"== workers: {counts}, {args.workers_n:,} messages", flush=True)
+    _add(results, "workers", mvcc_scale.many_workers(ctx, counts, args.workers_n), out)
+    for name in ctx.peers:
+        print(f"== workers: {name}, {counts}", flush=True)
+        _add(results, "workers", mvcc_scale.peer_workers(ctx, name, counts, args.workers_n), out)
+
+
+def _add(results: dict[str, Any], name: str, rows: list[dict[str, Any]], out: Path) -> None:
+    """Rows of a scenario kept and saved at once (a long run keeps what it has done)."""
+    results.setdefault(name, []).extend(rows)
+    _save(results, out)
+    for row in rows:
+        print(f"   {json.dumps(_rounded(row))}", flush=True)
 
 
 def _rounded(values: dict[str, Any]) -> dict[str, Any]:

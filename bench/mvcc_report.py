@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# As bench.scenarios.PGQ: this module runs as a script in the plots' virtualenv too.
+PGQ = "django-pgqueue"
+PGQ_WORKER = "pgq_worker --concurrency 4"  # the label of a run saved without one
+
 # Each table's column titles, joined by " | ".
 HEADERS = {
     "sustained": (
@@ -25,11 +29,11 @@ HEADERS = {
         " | worker CPU ms/msg calm → during | server CPU ms/msg calm → during"
     ),
     "backlog": (
-        "queue | ready (big) | claim+complete/s with 1,000 ready"
+        "system, queue (worker) | ready (big) | timed | claim+complete/s with 1,000 ready"
         " | with the big backlog | big ÷ 1,000 (≥ 0.9) | live table MiB"
     ),
     "workers": (
-        "pgq_worker processes (--concurrency 4) | messages | msgs/s"
+        "system (worker) | processes | messages | msgs/s"
         " | worker CPU ms/msg | server CPU ms/msg | connections (peak)"
     ),
 }
@@ -141,12 +145,24 @@ def snapshot_cpu_table(runs: list[dict[str, Any]]) -> str:
     return _table(HEADERS["snapshot_cpu"], rows)
 
 
+def _backlog_label(case: dict[str, Any]) -> str:
+    """Ours by its queue (plain, fair), a peer by its worker. A run saved before the peers
+    ran in this scenario has ours only, without a system."""
+    system = case.get("system", PGQ)
+    if case["tenants"]:
+        return f"{system}, fair, {case['tenants']:,} tenants"
+    if system == PGQ:
+        return f"{system}, plain"
+    return f"{system} ({case['worker']})"
+
+
 def backlog_table(cases: list[dict[str, Any]]) -> str:
     header = HEADERS["backlog"]
     rows = [
         [
-            f"fair, {c['tenants']:,} tenants" if c["tenants"] else "plain",
+            _backlog_label(c),
             f"{c['big']:,}",
+            f"{c.get('timed', c['measured']):,}",
             _f(c["small_rate"]),
             _f(c["big_rate"]),
             _ok(c["ratio"], 0.9, True),
@@ -162,6 +178,7 @@ def workers_table(rows: list[dict[str, Any]]) -> str:
     figures = (("rate", 0), ("worker_cpu_ms_per_msg", 3), ("server_cpu_ms_per_msg", 3))
     cells = [
         [
+            f"{r.get('system', PGQ)} ({r.get('worker', PGQ_WORKER)})",
             str(r["workers"]),
             f"{r['n']:,}",
             *(_f(r[k], d) for k, d in figures),
@@ -200,4 +217,9 @@ def markdown(results: dict[str, Any]) -> str:
         parts += ["## Backlog scale", backlog_table(results["backlog"])]
     if results.get("workers"):
         parts += ["## Many workers", workers_table(results["workers"])]
+        if any(r.get("system") == "Procrastinate" for r in results["workers"]):
+            parts.append(
+                "Procrastinate, a few hundred jobs/s here, drains a twentieth of the others' "
+                "messages (at least 1,000)."
+            )
     return "\n\n".join(parts) + "\n"

@@ -1,12 +1,17 @@
 """Scale on the private cluster: the claim rate with a huge ready backlog against a small
 one (plain and fair queue with many tenants), and 1..16 worker processes draining one
-backlog, with CPU per message (workers and server) and connection counts."""
+backlog, with CPU per message (workers and server) and connection counts; the peers
+(PgQueuer, Procrastinate) in both, each through its own worker."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -14,7 +19,16 @@ import psycopg
 from . import core_cases, raw
 from .config import QUEUE, TASK, payload
 from .context import Context
-from .mvcc import cpu_seconds, server_pids
+from .mvcc import (
+    PEER_WORKER_ARG,
+    PEER_WORKER_LABEL,
+    PGQ_WORKER_LABEL,
+    SHAPES,
+    cpu_seconds,
+    server_pids,
+)
+from .peers.runner import PEERS, Adapter, call_all
+from .scenarios import PGQ
 from .workers import COPY_MESSAGES, Worker, last_ack_at, load_and_release, wait_drained
 
 FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
@@ -80,10 +94,13 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         big_rate = _claim_rate(measured, FAIR_QUEUE if tenants else QUEUE)
         core_cases.reset()
     return {
+        "system": PGQ,
+        "worker": "lease() + complete(), batch 100, in-process",
         "tenants": tenants,
         "small": small,
         "big": big,
         "measured": measured,
+        "timed": measured,
         "small_rate": small_rate,
         "big_rate": big_rate,
         "ratio": big_rate / small_rate,
@@ -133,29 +150,47 @@ def many_workers(ctx: Context, counts: list[int], n: int) -> list[dict[str, Any]
                 _wait_registered(watch, f"pgq-worker-scale-{count}-", count)
                 core_cases.reset()
                 counter.start()
-                server = server_pids(watch)
                 workers = [p.pid for p in procs]
-                cpu0 = cpu_seconds(workers), cpu_seconds(server)
+                cpu0 = _cpu(watch, workers)
                 t0 = load_and_release(loader, n, 0)
                 wait_drained(watch, timeout=1200)
                 seconds = last_ack_at(watch) - t0
-                cpu1 = cpu_seconds(workers), cpu_seconds(server)
+                cpu1 = _cpu(watch, workers)
             finally:
                 counter.stop()
                 for p in procs:
                     p.stop()
-        out.append(
-            {
-                "workers": count,
-                "n": n,
-                "seconds": seconds,
-                "rate": n / seconds,
-                "worker_cpu_ms_per_msg": (cpu1[0] - cpu0[0]) * 1000 / n,
-                "server_cpu_ms_per_msg": (cpu1[1] - cpu0[1]) * 1000 / n,
-                "connections_peak": counter.peak,
-            }
-        )
+        out.append(_workers_row(PGQ, PGQ_WORKER_LABEL, count, n, seconds, cpu0, cpu1, counter))
     return out
+
+
+def _cpu(watch: psycopg.Connection[Any], workers: list[int]) -> tuple[float, float]:
+    """CPU seconds so far of the workers and of the cluster. Its processes are listed anew
+    each time: a backend that came and went in between is in the postmaster's count."""
+    return cpu_seconds(workers), cpu_seconds(server_pids(watch))
+
+
+def _workers_row(
+    system: str,
+    worker: str,
+    count: int,
+    n: int,
+    seconds: float,
+    cpu0: tuple[float, float],
+    cpu1: tuple[float, float],
+    counter: ConnectionCounter,
+) -> dict[str, Any]:
+    return {
+        "system": system,
+        "worker": worker,
+        "workers": count,
+        "n": n,
+        "seconds": seconds,
+        "rate": n / seconds,
+        "worker_cpu_ms_per_msg": (cpu1[0] - cpu0[0]) * 1000 / n,
+        "server_cpu_ms_per_msg": (cpu1[1] - cpu0[1]) * 1000 / n,
+        "connections_peak": counter.peak,
+    }
 
 
 def _wait_registered(conn: psycopg.Connection[Any], prefix: str, count: int) -> None:
@@ -169,3 +204,218 @@ def _wait_registered(conn: psycopg.Connection[Any], prefix: str, count: int) -> 
             return
         time.sleep(0.2)
     raise RuntimeError(f"{count} workers did not all register")
+
+
+# --- the peers ---------------------------------------------------------------------------
+
+# Each peer's own drain in the backlog case: the adapter's argument and its label.
+PEER_BACKLOG_WORKER = {
+    "pgqueuer": ("100", "QueueManager drain, batch_size 100"),
+    "procrastinate": ("4", "worker concurrency 4, wait=False"),
+}
+COPY_CHUNK = 1_000_000  # rows a transaction of the bulk copy
+SLOW_MIN = 1_000  # the fewest messages a slow peer is timed on
+IDLE_RUNS = 5
+
+
+@dataclass(frozen=True)
+class PeerJobs:
+    """What the scale cases read and write of a peer's tables besides its jobs table."""
+
+    finished_sql: str  # when its newest job finished: database clock, epoch seconds
+    # The table its row triggers write a 'deferred' event to for every job (Procrastinate).
+    events_table: str = ""
+
+
+PEER_JOBS = {
+    "pgqueuer": PeerJobs(
+        "SELECT extract(epoch FROM max(created))::float8 FROM pgqueuer_log "
+        "WHERE status = 'successful'"
+    ),
+    "procrastinate": PeerJobs(
+        "SELECT extract(epoch FROM max(at))::float8 FROM procrastinate_events "
+        "WHERE type = 'succeeded'",
+        events_table="procrastinate_events",
+    ),
+}
+
+
+def peer_backlog(ctx: Context, name: str, big: int, small: int, measured: int) -> dict[str, Any]:
+    """Ours' plain case for a peer, through its own drain (PEER_BACKLOG_WORKER) stopped after
+    ``measured`` jobs (Procrastinate, a few hundred jobs/s here, a tenth, at least 1,000)."""
+    arg, label = PEER_BACKLOG_WORKER[name]
+    if PEERS[name].slow:
+        measured = min(big, max(SLOW_MIN, measured // 10))
+    table = SHAPES[name].live_table
+    drain = OwnDrain(Adapter(ctx, PEERS[name], f"{name}-backlog"), arg)
+    try:
+        with raw.connect(ctx.dsn) as conn:
+            drain.adapter.call("reset")
+            drain.measure_idle()
+            small_n, small_s = _peer_small(conn, drain, table, small, measured)
+            drain.adapter.call("reset")
+            t0 = time.perf_counter()
+            _load_copies(conn, drain.adapter, name, big)
+            load_s = time.perf_counter() - t0
+            size = _value(conn, "SELECT pg_total_relation_size(%s)", [table])
+            big_n, big_s = drain.take(measured)
+            drain.adapter.call("reset")
+    finally:
+        drain.adapter.close()
+    return {
+        "system": PEERS[name].system,
+        "worker": label,
+        "tenants": 0,
+        "small": small,
+        "big": big,
+        "measured": measured,
+        "timed": big_n,
+        "small_rate": small_n / small_s,
+        "big_rate": big_n / big_s,
+        "ratio": (big_n / big_s) / (small_n / small_s),
+        "load_seconds": load_s,
+        "table_mib": size / 2**20,
+        "idle_seconds": drain.idle,
+    }
+
+
+@dataclass
+class OwnDrain:
+    """A peer's own drain in its adapter (``take``: it stops after ``n`` jobs or at an empty
+    queue and says how many it ran, a batch more at most). Its worker starts and stops
+    around every run, where ours is timed warm (PgQueuer's takes ~50 ms here, a quarter of a
+    1,000-job drain): the median time of a drain of an empty queue is taken off each."""
+
+    adapter: Adapter
+    arg: str  # the adapter's worker setting
+    idle: float = 0.0
+
+    def measure_idle(self) -> None:
+        runs = [self.adapter.call("take", 1, self.arg)["seconds"] for _ in range(IDLE_RUNS)]
+        self.idle = statistics.median(runs)
+
+    def take(self, n: int) -> tuple[int, float]:
+        """(jobs run, seconds)."""
+        out = self.adapter.call("take", n, self.arg)
+        return int(out["n"]), out["seconds"] - self.idle
+
+
+def _peer_small(
+    conn: psycopg.Connection[Any], drain: OwnDrain, table: str, small: int, measured: int
+) -> tuple[int, float]:
+    """(jobs, seconds) with ``small`` ready, loaded through the peer's batch API whenever
+    drained, until ``measured`` are done."""
+    done, seconds = 0, 0.0
+    while done < measured:
+        drain.adapter.call("reset")
+        drain.adapter.call("load", small, 0)
+        conn.execute(f"ANALYZE {table}")
+        n, s = drain.take(small)
+        done, seconds = done + n, seconds + s
+    return done, seconds
+
+
+def _load_copies(conn: psycopg.Connection[Any], adapter: Adapter, name: str, n: int) -> None:
+    """``n`` ready jobs of the peer's: one enqueued through its API, copied server-side in
+    transactions of a million (its API runs a few thousand a second at best), then VACUUM
+    ANALYZE as for ours. Every copy has the seed's values but its id: the same task and
+    queue, no lock or dedupe key (those indexes are unique)."""
+    table = SHAPES[name].live_table
+    events = PEER_JOBS[name].events_table
+    adapter.call("load", 1, 0)
+    columns = _columns(conn, table)
+    seed = _value(conn, f"SELECT min(id) FROM {table}")
+    copy = (
+        f"INSERT INTO {table} ({columns}) SELECT {columns} "
+        f"FROM {table}, generate_series(1, %s) WHERE id = %s"
+    )
+    if events:
+        copy = (
+            f"WITH copies AS ({copy} RETURNING id) "
+            f"INSERT INTO {events} (job_id, type) SELECT id, 'deferred' FROM copies"
+        )
+    with _user_triggers_off(conn, table, bool(events)):
+        for start in range(1, n, COPY_CHUNK):
+            conn.execute(copy, [min(COPY_CHUNK, n - start), seed])
+    for analyzed in (table, events) if events else (table,):
+        conn.execute(f"VACUUM ANALYZE {analyzed}")
+
+
+def _columns(conn: psycopg.Connection[Any], table: str) -> str:
+    """Every column of ``table`` but its id, from the catalog."""
+    return str(
+        _value(
+            conn,
+            "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+            "AND attname <> 'id'",
+            [table],
+        )
+    )
+
+
+@contextmanager
+def _user_triggers_off(conn: psycopg.Connection[Any], table: str, off: bool) -> Iterator[None]:
+    """Procrastinate's row triggers send two NOTIFYs and write a 'deferred' event for every
+    job. With them on, a million copies take twice as long here (39 s against 21 s) and the
+    loading backend holds two million NOTIFYs that nobody listens to; so they are off during
+    the bulk copy only, which writes the events itself."""
+    if not off:
+        yield
+        return
+    conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+    try:
+        yield
+    finally:
+        conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+
+
+def peer_workers(ctx: Context, name: str, counts: list[int], n: int) -> list[dict[str, Any]]:
+    """``many_workers`` for a peer: for each count, that many worker processes of its own
+    (one adapter each, as in the offered-load runs) drain ``n`` jobs loaded before they
+    start (Procrastinate, a few hundred jobs/s here, a twentieth, at least 1,000)."""
+    if PEERS[name].slow:
+        n = max(SLOW_MIN, n // 20)
+    return [_peer_drain(ctx, name, count, n) for count in counts]
+
+
+def _peer_drain(ctx: Context, name: str, count: int, n: int) -> dict[str, Any]:
+    """The adapters start and connect first; then all are sent ``drain`` at once. The time
+    runs from then (the database clock) to the newest job's finish in the peer's tables."""
+    peer = PEERS[name]
+    loader = Adapter(ctx, peer, f"{name}-scale-loader")
+    try:
+        loader.call("reset")
+        loader.call("load", n, 0)
+    finally:
+        loader.close()
+    adapters: list[Adapter] = []
+    counter = ConnectionCounter(ctx.dsn)
+    try:
+        for k in range(count):
+            adapters.append(Adapter(ctx, peer, f"{name}-scale-{count}-{k}"))
+        workers = [a.proc.pid for a in adapters]
+        with raw.connect(ctx.dsn) as watch:
+            counter.start()
+            cpu0 = _cpu(watch, workers)
+            t0 = _value(watch, "SELECT extract(epoch FROM clock_timestamp())::float8")
+            done = sum(
+                int(out["n"]) for out in call_all(adapters, "drain", n, PEER_WORKER_ARG[name])
+            )
+            cpu1 = _cpu(watch, workers)
+            seconds = _value(watch, PEER_JOBS[name].finished_sql) - t0
+    finally:
+        counter.stop()
+        for a in adapters:
+            a.close()
+    row = _workers_row(
+        peer.system, PEER_WORKER_LABEL[name], count, done, seconds, cpu0, cpu1, counter
+    )
+    return {**row, "loaded": n}
+
+
+def _value(conn: psycopg.Connection[Any], sql: str, params: list[Any] | None = None) -> Any:
+    """The one value a query returns (never NULL here)."""
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None and row[0] is not None, sql
+    return row[0]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import mvcc, mvcc_report
+from bench.context import VENVS_DIR
 from bench.private_server import unavailable_reason
 
 from .bench_process import run_bench
@@ -88,6 +89,59 @@ def test_report_marks_a_missed_target() -> None:
     assert "0.40 ✓" in table
 
 
+def backlog_case(**overrides: object) -> dict[str, object]:
+    case = {
+        "tenants": 0,
+        "big": 3000,
+        "measured": 300,
+        "small_rate": 1000.0,
+        "big_rate": 950.0,
+        "ratio": 0.95,
+        "table_mib": 1.0,
+    }
+    return {**case, **overrides}
+
+
+def test_backlog_table_names_ours_by_its_queue_and_a_peer_by_its_worker() -> None:
+    cases = [
+        backlog_case(),  # a run saved before the peers ran here: no system, no timed count
+        backlog_case(system="django-pgqueue", tenants=30, timed=300),
+        backlog_case(system="PgQueuer", worker="QueueManager drain", timed=400, ratio=0.8),
+    ]
+
+    rows = mvcc_report.backlog_table(cases).splitlines()[2:]
+
+    assert rows[0].startswith("| django-pgqueue, plain | 3,000 | 300 | 1,000 | 950 | 0.95 ✓ |")
+    assert rows[1].startswith("| django-pgqueue, fair, 30 tenants |")
+    # A peer's drain stops a batch late: the count it really ran is the one shown.
+    assert rows[2].startswith("| PgQueuer (QueueManager drain) | 3,000 | 400 |")
+    assert "0.80 ✗" in rows[2]
+
+
+def test_workers_table_shows_each_systems_worker_and_notes_procrastinates_fewer_messages() -> None:
+    figures = {
+        "rate": 500.0,
+        "worker_cpu_ms_per_msg": 1.5,
+        "server_cpu_ms_per_msg": 1.0,
+        "connections_peak": 7,
+    }
+    rows = [
+        {"workers": 1, "n": 1000, **figures},  # saved before the peers ran here
+        {"system": "Procrastinate", "worker": "worker concurrency 4", "workers": 2, "n": 1000}
+        | figures,
+    ]
+
+    text = mvcc_report.markdown({"args": {}, "loadavg_start": [0, 0, 0], "workers": rows})
+
+    assert "| django-pgqueue (pgq_worker --concurrency 4) | 1 | 1,000 | 500 |" in text
+    assert "| Procrastinate (worker concurrency 4) | 2 | 1,000 | 500 | 1.500 | 1.000 | 7 |" in text
+    assert "drains a twentieth" in text
+
+
+# The backlog and workers scenarios at their smallest: 3,000 ready, 1 and 2 workers.
+TINY_SCALE = ("--backlog", "3000", "--claimed", "300", "--workers", "1,2", "--workers-n", "1000")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path) -> None:
@@ -100,16 +154,9 @@ def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path)
         "2",
         "--capacity-n",
         "200",
-        "--backlog",
-        "3000",
+        *TINY_SCALE,
         "--tenants",
         "30",
-        "--claimed",
-        "300",
-        "--workers",
-        "1,2",
-        "--workers-n",
-        "1000",
         "--no-peers",
         "--server-setting",
         "work_mem=8MB",
@@ -130,3 +177,45 @@ def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path)
     assert "database system is ready" in (tmp_path / "postgresql.log").read_text()
     after = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout
     assert after == before
+
+
+PEERS = ["pgqueuer", "procrastinate"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+@pytest.mark.skipif(
+    not all((VENVS_DIR / p / "bin" / "python").exists() for p in PEERS),
+    reason="no peer virtualenvs (bash bench/run.sh --setup-only)",
+)
+def test_the_peers_run_in_the_backlog_and_workers_scenarios(tmp_path: Path) -> None:
+    run_bench(
+        "bench.mvcc_cli",
+        "--only",
+        "backlog,workers",
+        *TINY_SCALE,
+        "--tenants",
+        "0",
+        "--peers",
+        ",".join(PEERS),
+        "--no-plots",
+        "--out",
+        str(tmp_path),
+    )
+
+    results = json.loads((tmp_path / "mvcc.json").read_text())
+    backlog = {c["system"]: c for c in results["backlog"]}
+    assert list(backlog) == ["django-pgqueue", "PgQueuer", "Procrastinate"]
+    for case in backlog.values():
+        assert case["small_rate"] > 0 and case["big_rate"] > 0
+        # A peer's count-and-stop may run a batch or two more than asked, never fewer.
+        assert case["measured"] <= case["timed"] <= case["measured"] + 200
+    # Procrastinate is timed on at least 1,000 jobs, however few the others are.
+    assert backlog["Procrastinate"]["measured"] == 1000
+    workers = [(r["system"], r["workers"]) for r in results["workers"]]
+    assert workers == [(s, n) for s in backlog for n in (1, 2)]
+    for row in results["workers"]:
+        assert row["rate"] > 0 and row["connections_peak"] > 0
+        assert row["n"] == row.get("loaded", 1000) == 1000
+    report = (tmp_path / "report.md").read_text()
+    assert "| Procrastinate (worker concurrency 4, wait=False) | 3,000 | 1,000 |" in report
