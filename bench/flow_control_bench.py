@@ -14,9 +14,9 @@ on the server named by ``BENCH_SERVER_DSN`` (default
    A raw-SQL reference (``DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``) runs
    in the same session. Each is run with no work per message (the claim's cost laid bare:
    claims of a flow-controlled queue are serialized) and with 1 ms of work per message.
-2. The same end to end: ``pgq_worker --burst`` processes (no-op handler) drain the backlog of
-   the plain queue, then of the flow-controlled one. Here the claim overlaps with the handlers
-   and the acknowledgements, as in production.
+2. The same end to end: ``pgq_worker`` processes (no-op handler, polling, stopped once the
+   queue is empty) drain the backlog of the plain queue, then of the flow-controlled one. Here
+   the claim overlaps with the handlers and the acknowledgements, as in production.
 3. Claim cost with leases in flight (``--only held``): one process holds 0 to 10,000 leases
    while another claims and completes batches, on a plain queue, on a queue with fairness, a
    concurrency limit and a rate, on a queue with key limits (a default one and a tenant's
@@ -207,24 +207,34 @@ def _drain(queue: str, batch: int, work_ms: float, stop_at: float, mode: str) ->
 
 
 def _work(queue: str, batch: int, concurrency: int) -> int:
-    """One ``pgq_worker --burst`` (polling only) in this process; returns what it leased."""
+    """One ``pgq_worker`` as it runs in production (not ``--burst``: a short claim is not the
+    end), without LISTEN (nothing is enqueued meanwhile), in this process, stopped once the
+    queue is empty; returns what it leased."""
     setup_django()
+    import threading
+
     from django.db import connections
 
+    from django_pgqueue.models import Message
     from django_pgqueue.worker.runner import Worker, WorkerOptions
 
     connections.close_all()
     worker = Worker(
         WorkerOptions(
             queues=[queue],
-            burst=True,
             concurrency=concurrency,
             batch_size=batch,
             listen=False,
             install_signal_handlers=False,
         )
     )
-    worker.run()
+    running = threading.Thread(target=worker.run)
+    running.start()
+    while Message.objects.filter(queue=queue).exists():
+        time.sleep(0.01)
+    worker.request_stop()
+    running.join()
+    connections.close_all()
     return worker.taken
 
 
@@ -388,7 +398,7 @@ def report_workers(totals: dict[int, int], reps: int, workers: int, concurrency:
     """End to end through the worker: what a deployment sees with no-op handlers."""
     print(
         f"\n## Throughput through pgq_worker: {workers} worker processes x concurrency "
-        f"{concurrency}, --burst, no-op handler (msgs/s, median of {reps})\n"
+        f"{concurrency}, polling, no-op handler (msgs/s, median of {reps})\n"
     )
     print("| batch | plain | fairness only | fair / plain | flow on | on / plain |")
     print("|---:|---:|---:|---:|---:|---:|")
