@@ -360,11 +360,11 @@ class Worker:
             finally:
                 if batch:
                     self._dispatch(batch)
-            self._note_claim(queue, len(batch), want)
+            room_soon = self._note_claim(queue, len(batch), want)
             if not batch:
                 return False  # perhaps a delayed message: the main loop plans its wake-up
-            if len(batch) >= want or self._limited:
-                return False  # more may be ready (or room soon): the main loop goes on
+            if len(batch) >= want or room_soon:
+                return False  # more may be ready now or soon: the main loop goes on
         finally:
             self._fetch_lock.release()
         return True  # drained (scheduled messages come with a wake-up of their own)
@@ -743,14 +743,16 @@ class Worker:
             self._note_claim(queue, len(batch), asked)
             leased.extend(batch)
 
-    def _note_claim(self, queue: str, got: int, asked: int) -> None:
-        """A limited queue's claim cut short is claimed again when room may be back."""
+    def _note_claim(self, queue: str, got: int, asked: int) -> bool:
+        """A limited queue's claim cut short is claimed again when room may be back (True)."""
         if got >= asked:
             self._limited.served(queue)
-            return
+            return False
         flow = flow_config(queue)
-        if flow is not None and flow.limited:
-            self._limited.cut_short(queue, got, time.monotonic())
+        if flow is None or not flow.limited:
+            return False
+        self._limited.cut_short(queue, got, time.monotonic())
+        return True
 
     def _lease_one_queue(self, queue: str, want: int) -> list[Message]:
         # Claims run on the main loop's and the listener's connections only, and nothing

@@ -58,6 +58,7 @@ class Workers:
         *queues: str,
         hang: bool = False,
         poll: float = 0.05,
+        listen: bool = False,
         extra: tuple[str, ...] = (),
     ) -> Any:
         env = {
@@ -69,7 +70,8 @@ class Workers:
         }
         if hang:
             env["PGQ_FLOW_HANG"] = "1"
-        command = [sys.executable, "-m", "django", "pgq_worker", "--no-listen"]
+        command = [sys.executable, "-m", "django", "pgq_worker"]
+        command += [] if listen else ["--no-listen"]
         command += ["--poll-interval", str(poll), *extra]
         for queue in queues:
             command += ["--queue", queue]
@@ -151,16 +153,22 @@ def test_a_queue_limit_is_never_exceeded_by_several_workers(workers: Workers, fl
     assert len({r["pid"] for r in runs}) >= 2
 
 
+@pytest.mark.parametrize("listen", [False, True], ids=["polling", "listening"])
 def test_a_worker_claims_again_when_room_comes_back_not_at_its_next_poll(
-    workers: Workers, flow_log: Path
+    workers: Workers, flow_log: Path, listen: bool
 ):
     """The limit of 3 cuts every claim of 4 short, and no NOTIFY says when room comes back:
     the worker claims again as its outcomes are written, so 24 messages go through long
-    before one poll interval (30 s) has passed."""
-    enqueue("flow-limited", None, 24, sleep=0.01)
-    options = ("--concurrency", "4", "--max-messages", "24")
-    proc = workers.start("flow-limited", poll=30, extra=options)
-    workers.wait(proc, timeout=25)
+    before one poll interval (30 s) has passed (listening, the first claim is the listener's,
+    on the NOTIFY of the enqueue)."""
+    workers.start("flow-limited", poll=30, listen=listen, extra=("--concurrency", "4"))
+    wait_for_workers(1)
+    with transaction.atomic():
+        enqueue("flow-limited", None, 24, sleep=0.01)
+    deadline = time.monotonic() + 25
+    while ArchivedMessage.objects.filter(queue="flow-limited").count() < 24:
+        assert time.monotonic() < deadline, "the worker waited for its poll interval"
+        time.sleep(0.1)
     runs = records(flow_log)
     assert len(runs) == 24 and max(r["in_flight"] for r in runs) <= 3
 
