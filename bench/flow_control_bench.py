@@ -4,7 +4,7 @@ Self-contained: creates and drops its own database (``pgq_flow_bench``, or ``BEN
 on the server named by ``BENCH_SERVER_DSN`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``)::
 
-    .venv/bin/python bench/flow_control_bench.py [--quick] [--reps N]
+    .venv/bin/python bench/flow_control_bench.py [--quick] [--reps N] [--scale K]
 
 1. Throughput: claimer processes drain a prefilled backlog (1 heavy tenant with half the
    messages, the rest over 99 light tenants) with ``Message.objects.lease`` + ``complete``,
@@ -182,8 +182,11 @@ def _drain(queue: str, batch: int, work_ms: float, stop_at: float, mode: str) ->
     while time.monotonic() < stop_at:
         if mode == "raw":
             rows = execute(
+                # The claim index's predicate (attempts < max_attempts) is in the WHERE
+                # clause so the index serves it, as a raw queue's own index would.
                 "DELETE FROM pgqueue_message WHERE id IN ("
                 " SELECT id FROM pgqueue_message WHERE queue = %s AND available_at <= now()"
+                " AND attempts < max_attempts"
                 " ORDER BY priority DESC, available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)"
                 " RETURNING id",
                 [queue, batch],
@@ -360,8 +363,11 @@ def paired(on: list[float], off: list[float]) -> float:
     return statistics.median(ratios(on, off))
 
 
-def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
-    """Drain with no work per message (the claim's cost laid bare), then with 1 ms of work."""
+def report_throughput(
+    totals: dict[int, int], reps: int, procs: int, claims_only: bool = False
+) -> None:
+    """Drain with no work per message (the claim's cost laid bare), then with 1 ms of work
+    (``claims_only``: only the plain, fairness-only and flow-on drains)."""
     print(f"## Throughput: {procs} claimer processes (msgs/s, median of {reps})\n")
     print(
         "| batch | raw SQL claim+delete | plain | fairness only | fair / plain | flow on "
@@ -373,18 +379,19 @@ def report_throughput(totals: dict[int, int], reps: int, procs: int) -> None:
         runs: dict[str, list[float]] = {k: [] for k in ("raw", "plain", "fair", "flow", "pw", "fw")}
         worked = max(1_000, total // 3)  # 1 ms a message: keep these runs short
         for _ in range(reps):
-            runs["raw"].append(throughput("raw", "raw", total, procs, batch))
             runs["plain"].append(throughput("plain", "drain", total, procs, batch))
             runs["fair"].append(throughput("fair", "drain", total, procs, batch))
             runs["flow"].append(throughput("flow", "drain", total, procs, batch))
-            runs["pw"].append(throughput("plain", "drain", worked, procs, batch, 1.0))
-            runs["fw"].append(throughput("flow", "drain", worked, procs, batch, 1.0))
-        m = {k: statistics.median(v) for k, v in runs.items()}
+            if not claims_only:
+                runs["raw"].append(throughput("raw", "raw", total, procs, batch))
+                runs["pw"].append(throughput("plain", "drain", worked, procs, batch, 1.0))
+                runs["fw"].append(throughput("flow", "drain", worked, procs, batch, 1.0))
+        m = {k: f"{statistics.median(v):,.0f}" if v else "-" for k, v in runs.items()}
+        worked_ratio = f"{paired(runs['fw'], runs['pw']):.2f}" if runs["pw"] else "-"
         print(
-            f"| {batch} | {m['raw']:,.0f} | {m['plain']:,.0f} | {m['fair']:,.0f} | "
-            f"{paired(runs['fair'], runs['plain']):.2f} | {m['flow']:,.0f} | "
-            f"{paired(runs['flow'], runs['plain']):.2f} | {m['pw']:,.0f} | {m['fw']:,.0f} | "
-            f"{paired(runs['fw'], runs['pw']):.2f} |"
+            f"| {batch} | {m['raw']} | {m['plain']} | {m['fair']} | "
+            f"{paired(runs['fair'], runs['plain']):.2f} | {m['flow']} | "
+            f"{paired(runs['flow'], runs['plain']):.2f} | {m['pw']} | {m['fw']} | {worked_ratio} |"
         )
         spreads[batch] = ratios(runs["flow"], runs["plain"])
     each = "; ".join(
@@ -528,19 +535,32 @@ def main() -> None:
     parser.add_argument(
         "--batches", default="1,10,100", help="batch sizes to run, comma-separated (1, 10, 100)"
     )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply the backlogs: longer drains, less noise from a shared machine",
+    )
+    parser.add_argument(
+        "--claims-only",
+        action="store_true",
+        help="throughput: only the plain, fairness-only and flow-on drains (no raw SQL, no work)",
+    )
     args = parser.parse_args()
     # Messages drained per batch size: batch 1 costs a commit per message.
     totals = (
         {1: 1_000, 10: 4_000, 100: 10_000} if args.quick else {1: 6_000, 10: 30_000, 100: 80_000}
     )
     wanted = {int(b) for b in args.batches.split(",")}
-    totals = {batch: total for batch, total in totals.items() if batch in wanted}
+    totals = {
+        batch: round(total * args.scale) for batch, total in totals.items() if batch in wanted
+    }
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 
     with migrated_database():
         if args.only in (None, "throughput"):
-            report_throughput(totals, reps, args.procs)
+            report_throughput(totals, reps, args.procs, args.claims_only)
         if args.only in (None, "workers"):
             report_workers(totals, reps, args.workers, concurrency=4)
         if args.only in (None, "held"):
