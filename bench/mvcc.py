@@ -404,6 +404,8 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         try:
             capacity = measure_capacity(ctx, system, plan)
             wait_until(lambda: _backlog(watch, shape) == 0, 120, 0.5)
+            if plan.export_dir and name == "pgq":
+                Exporter.check(ctx, plan.export_dir)
             watch.execute("SELECT pg_stat_statements_reset()")
             offered = plan.rate or plan.load * capacity
             n_each = max(1, int(offered / PRODUCERS * plan.seconds))
@@ -530,22 +532,36 @@ class Exporter:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def spawn(ctx: Context, destination: Path) -> subprocess.Popen[str]:
+        return ctx.spawn(
+            [
+                ctx.python,
+                "-m",
+                "django",
+                "pgq_pipeline",
+                "--master",
+                "local[1]",
+                "export",
+                str(destination),
+            ],
+            "pgq-pipeline-export",
+            pipe_stdout=False,
+        )
+
+    @classmethod
+    def check(cls, ctx: Context, destination: Path) -> None:
+        """One export before the run: a missing JDBC driver or Java fails here, not after
+        the load has run for minutes."""
+        if cls.spawn(ctx, destination).wait() != 0:
+            raise RuntimeError(
+                "pgq_pipeline export failed before the run: see "
+                "logs/pgq-pipeline-export.log in the results folder"
+            )
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._proc = self.ctx.spawn(
-                [
-                    self.ctx.python,
-                    "-m",
-                    "django",
-                    "pgq_pipeline",
-                    "--master",
-                    "local[1]",
-                    "export",
-                    str(self.destination),
-                ],
-                "pgq-pipeline-export",
-                pipe_stdout=False,
-            )
+            self._proc = self.spawn(self.ctx, self.destination)
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1

@@ -173,10 +173,18 @@ with the tables. A queue far below the cap costs a few buffers.
   [Why it stays fast](how-to/operate-with-the-admin.md#why-it-stays-fast).
 - Throughput under MVCC pressure (a private cluster with the server's defaults, autovacuum
   on; a sustained load, a `REPEATABLE READ` snapshot held, `pgq_pipeline export` alongside,
-  a 10,000,000-message backlog, 1 to 16 workers; PgQueuer and Procrastinate side by side):
-  `python -m bench.mvcc_cli` (`--minutes`, `--long`, `--only`, `--rate`, `--backlog`,
-  `--tenants`, `--workers`; see its `--help`), its latest run in `bench/notes/mvcc.md`,
-  explained in [Under MVCC pressure](explanation/mvcc-pressure.md).
+  a 10,000,000-message backlog, 1 to 16 workers; PgQueuer and Procrastinate side by side in
+  all but the export): `python -m bench.mvcc_cli` (`--minutes`, `--long`, `--only`, `--rate`,
+  `--backlog`, `--tenants`, `--workers`; see its `--help`), its latest run in
+  `bench/notes/mvcc.md`, explained in [Under MVCC pressure](explanation/mvcc-pressure.md).
+  In the backlog and many-workers scenarios each peer runs its own worker: PgQueuer's
+  `QueueManager` in drain mode (batch 100 on the backlog, 10 as many workers), Procrastinate's
+  worker with `wait=False` (concurrency 4; a tenth of the jobs timed on the backlog, at least
+  1,000, and a twentieth of the messages as many workers). A peer's big backlog is one job
+  enqueued through its API and copied server-side; a timed run on it stops after the jobs
+  asked for (a batch more at most, counted). The run's folder keeps
+  the cluster's log; `python -m bench.mvcc_stalls <folder>` sets the run's latency stalls
+  against the checkpoints and autovacuum runs in it.
 """
 
 
