@@ -44,6 +44,8 @@ class WorkerProcess:
             DATABASE_URL=database or database_url(),
             PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "example_project")]),
             PYTHONUNBUFFERED="1",
+            # A worker that hangs is sent SIGABRT by wait(): every thread's stack is printed.
+            PYTHONFAULTHANDLER="1",
         )
         environment.update(env or {})  # e.g. another DJANGO_SETTINGS_MODULE
         self.proc = subprocess.Popen(
@@ -94,6 +96,12 @@ class WorkerProcess:
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)  # the stacks of its threads, into the output
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self._reader.join(2)
             raise AssertionError(f"worker still running after {timeout}s:\n{self.output}") from None
         self._reader.join(2)
         return code
