@@ -18,6 +18,8 @@ Threads and the connection each one uses:
   own queries use that thread's connection);
 - ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what
   the other threads recorded, without a query (``endpoints.py``, ``health.py``).
+- ``signals`` (``pgq_worker`` in its own process): acts on SIGTERM and SIGINT, which the
+  signal handler only hands over (``signals.py``); no connection.
 
 Every one of these threads is supervised: an unexpected error in its own machinery (not in a
 handler, whose errors are failed attempts) is logged with its traceback and stops the worker,
@@ -38,7 +40,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -64,6 +65,7 @@ from .head_watch import HeadWatcher
 from .limited import LimitedQueues
 from .listener import PROBE_PREFIX, Listener
 from .maintenance import Maintainer
+from .signals import SignalRelay
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -263,7 +265,8 @@ class Worker:
             self._stop.set()
             self._wake.set()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM or SIGINT, in the signal relay's thread (``signals.py``)."""
         if self._stop.is_set():
             logger.warning(
                 "Second %s: releasing unfinished messages now.", signal.Signals(signum).name
@@ -449,10 +452,9 @@ class Worker:
             main.close()
         # The main thread of its own process (pgq_worker), or a thread of a host (tests, embedding).
         own_process = threading.current_thread() is threading.main_thread()
-        previous: dict[int, Any] = {}
+        signals = None
         if self.options.install_signal_handlers and own_process:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                previous[signum] = signal.signal(signum, self._on_signal)
+            signals = SignalRelay(self._on_signal, (signal.SIGTERM, signal.SIGINT))
         try:
             handlers = autodiscover()
             # Handlers are known now; their own visibility timeouts may be shorter.
@@ -469,8 +471,8 @@ class Worker:
             self._loop_ended = True
             return self._shutdown()
         finally:
-            for number, previous_handler in previous.items():
-                signal.signal(number, previous_handler)
+            if signals is not None:
+                signals.close()
             connection_created.disconnect(receiver)
             _execution.end_claim_session(connections[self.alias])
             if not own_process:
