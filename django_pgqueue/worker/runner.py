@@ -19,7 +19,8 @@ Threads and the connection each one uses:
 - ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what
   the other threads recorded, without a query (``endpoints.py``, ``health.py``).
 - ``signals`` (``pgq_worker`` in its own process): acts on SIGTERM and SIGINT, which the
-  signal handler only hands over (``signals.py``); no connection.
+  signal handler only hands over (``signals.py``); no connection. What it does is log and set
+  events, so it has no machinery of its own to fail.
 
 Every one of these threads is supervised: an unexpected error in its own machinery (not in a
 handler, whose errors are failed attempts) is logged with its traceback and stops the worker,
