@@ -97,6 +97,7 @@ class Plan:
     enqueue_batch: int = 10  # messages per enqueue call (each system's batch API)
     rate: float = 0.0  # offered msgs/s for every system instead of load x its capacity
     export_dir: Path | None = None  # run pgq_pipeline export over the middle half (ours)
+    export_nice: int = 19  # the export's CPU priority: it shares this box's cores
 
     @property
     def window(self) -> tuple[float, float]:
@@ -405,7 +406,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
             capacity = measure_capacity(ctx, system, plan)
             wait_until(lambda: _backlog(watch, shape) == 0, 120, 0.5)
             if plan.export_dir and name == "pgq":
-                Exporter.check(ctx, plan.export_dir)
+                Exporter.check(ctx, plan.export_dir, plan.export_nice)
             watch.execute("SELECT pg_stat_statements_reset()")
             offered = plan.rate or plan.load * capacity
             n_each = max(1, int(offered / PRODUCERS * plan.seconds))
@@ -427,7 +428,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                 if plan.snapshot:
                     holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
                 if plan.export_dir and name == "pgq":
-                    export = Exporter(ctx, plan.export_dir)
+                    export = Exporter(ctx, plan.export_dir, plan.export_nice)
                 snapshot_at = time.time() - sampler.t0
                 explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
@@ -470,6 +471,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         "commit_at": commit_at,
         "export": bool(plan.export_dir) and name == "pgq",
         "export_runs": export.runs if export is not None else 0,
+        "export_nice": plan.export_nice,
         "backlog": sampler.backlog,
         "samples": sampler.samples,
         "processed": [t for t, _ in pairs],
@@ -520,11 +522,15 @@ def explain_claim(conn: psycopg.Connection[Any], system: System) -> dict[str, st
 
 
 class Exporter:
-    """``pgq_pipeline export`` over and over (Spark, local[1]) while it runs."""
+    """``pgq_pipeline export`` over and over (Spark, local[1]) while it runs, at the CPU
+    priority ``nice`` gives it: on a box where Spark shares the producers' and workers'
+    cores, a niced export takes the idle CPU, as an analytics job beside a production queue
+    should, and the run measures what the export does to the database, not to the cores."""
 
-    def __init__(self, ctx: Context, destination: Path) -> None:
+    def __init__(self, ctx: Context, destination: Path, nice: int = 0) -> None:
         self.ctx = ctx
         self.destination = destination
+        self.nice = nice
         self._stop = threading.Event()
         self.runs = 0
         self.failed = 0
@@ -533,9 +539,10 @@ class Exporter:
         self._thread.start()
 
     @staticmethod
-    def spawn(ctx: Context, destination: Path) -> subprocess.Popen[str]:
+    def spawn(ctx: Context, destination: Path, nice: int = 0) -> subprocess.Popen[str]:
         return ctx.spawn(
             [
+                *(["nice", "-n", str(nice)] if nice else []),
                 ctx.python,
                 "-m",
                 "django",
@@ -550,10 +557,10 @@ class Exporter:
         )
 
     @classmethod
-    def check(cls, ctx: Context, destination: Path) -> None:
+    def check(cls, ctx: Context, destination: Path, nice: int = 0) -> None:
         """One export before the run: a missing JDBC driver or Java fails here, not after
         the load has run for minutes."""
-        if cls.spawn(ctx, destination).wait() != 0:
+        if cls.spawn(ctx, destination, nice).wait() != 0:
             raise RuntimeError(
                 "pgq_pipeline export failed before the run: see "
                 "logs/pgq-pipeline-export.log in the results folder"
@@ -561,7 +568,7 @@ class Exporter:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._proc = self.spawn(self.ctx, self.destination)
+            self._proc = self.spawn(self.ctx, self.destination, self.nice)
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1

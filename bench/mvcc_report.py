@@ -98,10 +98,17 @@ def sustained_table(runs: list[dict[str, Any]]) -> str:
     return _table(HEADERS["sustained"], [_sustained_row(run) for run in runs])
 
 
+def _export_label(run: dict[str, Any]) -> str:
+    return (
+        f" + pgq_pipeline export ({run.get('export_runs', 0)} runs,"
+        f" nice {run.get('export_nice', 0)})"
+    )
+
+
 def _snapshot_row(run: dict[str, Any]) -> list[str]:
     f = run["figures"]
     return [
-        run["system"] + (" + pgq_pipeline export" if run.get("export") else ""),
+        run["system"] + (_export_label(run) if run.get("export") else ""),
         f"{_f(f['offered'])} ({run['load']:.0%})",
         _f(f["rate_before"]),
         _f(f["rate_during"]),

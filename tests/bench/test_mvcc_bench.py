@@ -89,6 +89,16 @@ def test_report_marks_a_missed_target() -> None:
     assert "0.40 ✓" in table
 
 
+def test_an_export_row_says_how_many_exports_ran_and_at_what_cpu_priority() -> None:
+    run = {**synthetic_run(rate_during=100.0), "system": "django-pgqueue", "load": 0.7}
+    run |= {"export": True, "export_runs": 12, "export_nice": 19}
+    run["figures"] = mvcc.figures(run)
+
+    table = mvcc_report.snapshot_table([run])
+
+    assert "| django-pgqueue + pgq_pipeline export (12 runs, nice 19) |" in table
+
+
 def backlog_case(**overrides: object) -> dict[str, object]:
     case = {
         "tenants": 0,
