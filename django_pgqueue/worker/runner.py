@@ -19,8 +19,7 @@ Threads and the connection each one uses:
 - ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what
   the other threads recorded, without a query (``endpoints.py``, ``health.py``).
 - ``signals`` (``pgq_worker`` in its own process): acts on SIGTERM and SIGINT, which the
-  signal handler only hands over (``signals.py``); no connection. What it does is log and set
-  events, so it has no machinery of its own to fail.
+  signal handler only hands over (``signals.py``); no connection.
 
 Every one of these threads is supervised: an unexpected error in its own machinery (not in a
 handler, whose errors are failed attempts) is logged with its traceback and stops the worker,
@@ -455,7 +454,9 @@ class Worker:
         own_process = threading.current_thread() is threading.main_thread()
         signals = None
         if self.options.install_signal_handlers and own_process:
-            signals = SignalRelay(self._on_signal, (signal.SIGTERM, signal.SIGINT))
+            signals = SignalRelay(
+                self._on_signal, (signal.SIGTERM, signal.SIGINT), on_crash=self._on_crash
+            )
         try:
             handlers = autodiscover()
             # Handlers are known now; their own visibility timeouts may be shorter.
