@@ -97,7 +97,7 @@ class Plan:
     enqueue_batch: int = 10  # messages per enqueue call (each system's batch API)
     rate: float = 0.0  # offered msgs/s for every system instead of load x its capacity
     export_dir: Path | None = None  # run pgq_pipeline export over the middle half (ours)
-    export_nice: int = 19  # the export's CPU priority: it shares this box's cores
+    export_cpu: str = "idle"  # the export's CPU priority (EXPORT_CPU): it shares this box's cores
 
     @property
     def window(self) -> tuple[float, float]:
@@ -406,7 +406,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
             capacity = measure_capacity(ctx, system, plan)
             wait_until(lambda: _backlog(watch, shape) == 0, 120, 0.5)
             if plan.export_dir and name == "pgq":
-                Exporter.check(ctx, plan.export_dir, plan.export_nice)
+                Exporter.check(ctx, plan.export_dir, plan.export_cpu)
             watch.execute("SELECT pg_stat_statements_reset()")
             offered = plan.rate or plan.load * capacity
             n_each = max(1, int(offered / PRODUCERS * plan.seconds))
@@ -428,7 +428,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                 if plan.snapshot:
                     holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
                 if plan.export_dir and name == "pgq":
-                    export = Exporter(ctx, plan.export_dir, plan.export_nice)
+                    export = Exporter(ctx, plan.export_dir, plan.export_cpu)
                 snapshot_at = time.time() - sampler.t0
                 explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
@@ -471,7 +471,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         "commit_at": commit_at,
         "export": bool(plan.export_dir) and name == "pgq",
         "export_runs": export.runs if export is not None else 0,
-        "export_nice": plan.export_nice,
+        "export_cpu": plan.export_cpu,
         "backlog": sampler.backlog,
         "samples": sampler.samples,
         "processed": [t for t, _ in pairs],
@@ -521,16 +521,25 @@ def explain_claim(conn: psycopg.Connection[Any], system: System) -> dict[str, st
     return out
 
 
+# The export's CPU priority, as a command prefix. Where Spark shares the producers' and
+# workers' cores, "idle" (SCHED_IDLE) gives it only CPU nobody else wants, as a Spark cluster
+# of its own would: the run then measures what the export does to the database, not to the
+# cores. "low" is nice 19, which still takes a share of a busy CPU.
+EXPORT_CPU = {
+    "idle": ["chrt", "--idle", "0"],
+    "low": ["nice", "-n", "19"],
+    "normal": [],
+}
+
+
 class Exporter:
     """``pgq_pipeline export`` over and over (Spark, local[1]) while it runs, at the CPU
-    priority ``nice`` gives it: on a box where Spark shares the producers' and workers'
-    cores, a niced export takes the idle CPU, as an analytics job beside a production queue
-    should, and the run measures what the export does to the database, not to the cores."""
+    priority ``cpu`` (a key of ``EXPORT_CPU``)."""
 
-    def __init__(self, ctx: Context, destination: Path, nice: int = 0) -> None:
+    def __init__(self, ctx: Context, destination: Path, cpu: str = "normal") -> None:
         self.ctx = ctx
         self.destination = destination
-        self.nice = nice
+        self.cpu = cpu
         self._stop = threading.Event()
         self.runs = 0
         self.failed = 0
@@ -539,10 +548,10 @@ class Exporter:
         self._thread.start()
 
     @staticmethod
-    def spawn(ctx: Context, destination: Path, nice: int = 0) -> subprocess.Popen[str]:
+    def spawn(ctx: Context, destination: Path, cpu: str = "normal") -> subprocess.Popen[str]:
         return ctx.spawn(
             [
-                *(["nice", "-n", str(nice)] if nice else []),
+                *EXPORT_CPU[cpu],
                 ctx.python,
                 "-m",
                 "django",
@@ -557,10 +566,10 @@ class Exporter:
         )
 
     @classmethod
-    def check(cls, ctx: Context, destination: Path, nice: int = 0) -> None:
+    def check(cls, ctx: Context, destination: Path, cpu: str = "normal") -> None:
         """One export before the run: a missing JDBC driver or Java fails here, not after
         the load has run for minutes."""
-        if cls.spawn(ctx, destination, nice).wait() != 0:
+        if cls.spawn(ctx, destination, cpu).wait() != 0:
             raise RuntimeError(
                 "pgq_pipeline export failed before the run: see "
                 "logs/pgq-pipeline-export.log in the results folder"
@@ -568,7 +577,7 @@ class Exporter:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._proc = self.spawn(self.ctx, self.destination, self.nice)
+            self._proc = self.spawn(self.ctx, self.destination, self.cpu)
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1

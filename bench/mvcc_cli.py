@@ -7,14 +7,14 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
-                         [--export-nice 19]
+                         [--export-cpu idle|low|normal]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
 export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half, at
-           --export-nice (19: Spark takes the idle CPU of cores it shares with the load)
+           --export-cpu priority (idle: Spark takes only CPU the load leaves idle)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
            workers with --backlog ready too
@@ -90,10 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         help="a setting of the private cluster's own (e.g. shared_buffers=4GB); repeatable",
     )
     parser.add_argument(
-        "--export-nice",
-        type=int,
-        default=19,
-        help="the export's nice level (0: the same CPU priority as the queue)",
+        "--export-cpu",
+        choices=sorted(mvcc.EXPORT_CPU),
+        default="idle",
+        help="the export's CPU priority: idle (SCHED_IDLE), low (nice 19) or normal",
     )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
@@ -219,9 +219,7 @@ def run_scenarios(
     if "export" in wanted:
         print(f"== export: pgq ({args.minutes:g} min)", flush=True)
         with tempfile.TemporaryDirectory(prefix="pgq-mvcc-export-") as destination:
-            plan = replace(
-                base, load=0.7, export_dir=Path(destination), export_nice=args.export_nice
-            )
+            plan = replace(base, load=0.7, export_dir=Path(destination), export_cpu=args.export_cpu)
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)
     if "backlog" in wanted:

@@ -101,7 +101,7 @@ def sustained_table(runs: list[dict[str, Any]]) -> str:
 def _export_label(run: dict[str, Any]) -> str:
     return (
         f" + pgq_pipeline export ({run.get('export_runs', 0)} runs,"
-        f" nice {run.get('export_nice', 0)})"
+        f" CPU {run.get('export_cpu', 'normal')})"
     )
 
 

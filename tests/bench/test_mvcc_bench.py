@@ -91,12 +91,12 @@ def test_report_marks_a_missed_target() -> None:
 
 def test_an_export_row_says_how_many_exports_ran_and_at_what_cpu_priority() -> None:
     run = {**synthetic_run(rate_during=100.0), "system": "django-pgqueue", "load": 0.7}
-    run |= {"export": True, "export_runs": 12, "export_nice": 19}
+    run |= {"export": True, "export_runs": 12, "export_cpu": "idle"}
     run["figures"] = mvcc.figures(run)
 
     table = mvcc_report.snapshot_table([run])
 
-    assert "| django-pgqueue + pgq_pipeline export (12 runs, nice 19) |" in table
+    assert "| django-pgqueue + pgq_pipeline export (12 runs, CPU idle) |" in table
 
 
 def backlog_case(**overrides: object) -> dict[str, object]:
@@ -229,3 +229,16 @@ def test_the_peers_run_in_the_backlog_and_workers_scenarios(tmp_path: Path) -> N
         assert row["n"] == row.get("loaded", 1000) == 1000
     report = (tmp_path / "report.md").read_text()
     assert "| Procrastinate (worker concurrency 4, wait=False) | 3,000 | 1,000 |" in report
+
+
+@pytest.mark.parametrize("cpu", sorted(mvcc.EXPORT_CPU))
+def test_each_export_cpu_priority_starts_a_process_at_that_priority(cpu: str) -> None:
+    policy = subprocess.run(
+        [*mvcc.EXPORT_CPU[cpu], "sh", "-c", "chrt -p $$; cut -d' ' -f19 /proc/$$/stat"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+    assert ("SCHED_IDLE" in policy) == (cpu == "idle")
+    assert policy.split()[-1] == ("19" if cpu == "low" else "0")
