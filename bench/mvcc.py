@@ -97,7 +97,7 @@ class Plan:
     enqueue_batch: int = 10  # messages per enqueue call (each system's batch API)
     rate: float = 0.0  # offered msgs/s for every system instead of load x its capacity
     export_dir: Path | None = None  # run pgq_pipeline export over the middle half (ours)
-    export_cpu: str = "idle"  # the export's CPU priority (EXPORT_CPU): it shares this box's cores
+    export_cpu: str = "normal"  # the export's CPU priority, a key of EXPORT_CPU
 
     @property
     def window(self) -> tuple[float, float]:
@@ -521,10 +521,9 @@ def explain_claim(conn: psycopg.Connection[Any], system: System) -> dict[str, st
     return out
 
 
-# The export's CPU priority, as a command prefix. Where Spark shares the producers' and
-# workers' cores, "idle" (SCHED_IDLE) gives it only CPU nobody else wants, as a Spark cluster
-# of its own would: the run then measures what the export does to the database, not to the
-# cores. "low" is nice 19, which still takes a share of a busy CPU.
+# The export's CPU priority, as a command prefix: where Spark shares the producers' and
+# workers' cores, "idle" (SCHED_IDLE) and "low" (nice 19) tell how much of what the load feels
+# is Spark's CPU and how much the export's work in the database.
 EXPORT_CPU = {
     "idle": ["chrt", "--idle", "0"],
     "low": ["nice", "-n", "19"],

@@ -7,14 +7,14 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
-                         [--export-cpu idle|low|normal]
+                         [--export-cpu normal|low|idle]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
 export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half, at
-           --export-cpu priority (idle: Spark takes only CPU the load leaves idle)
+           --export-cpu priority (idle: SCHED_IDLE; low: nice 19; normal)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
            workers with --backlog ready too
@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--export-cpu",
         choices=sorted(mvcc.EXPORT_CPU),
-        default="idle",
+        default="normal",
         help="the export's CPU priority: idle (SCHED_IDLE), low (nice 19) or normal",
     )
     parser.add_argument("--no-plots", action="store_true")
