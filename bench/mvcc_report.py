@@ -30,7 +30,9 @@ HEADERS = {
     ),
     "backlog": (
         "system, queue (worker) | ready (big) | timed | claim+complete/s with 1,000 ready"
-        " | with the big backlog | big ÷ 1,000 (≥ 0.9) | live table MiB"
+        " | with the big backlog | big ÷ 1,000 (≥ 0.9)"
+        " | WAL KiB/msg 1,000 → big | full-page images/msg 1,000 → big | checkpoints (big)"
+        " | live table MiB"
     ),
     "workers": (
         "system (worker) | processes | messages | msgs/s"
@@ -173,11 +175,24 @@ def backlog_table(cases: list[dict[str, Any]]) -> str:
             _f(c["small_rate"]),
             _f(c["big_rate"]),
             _ok(c["ratio"], 0.9, True),
+            *_wal_cells(c.get("wal")),
             _f(c["table_mib"]),
         ]
         for c in cases
     ]
     return _table(header, rows)
+
+
+def _wal_cells(wal: dict[str, dict[str, float]] | None) -> list[str]:
+    """What the server wrote per message in each timing; "-" where it was not counted."""
+    if not wal:
+        return ["-"] * 3
+    small, big = wal["small"], wal["big"]
+    return [
+        _span(small["wal_kib_per_msg"], big["wal_kib_per_msg"]),
+        _span(small["fpi_per_msg"], big["fpi_per_msg"], 2),
+        str(int(big["checkpoints"])),
+    ]
 
 
 def workers_table(rows: list[dict[str, Any]]) -> str:

@@ -59,39 +59,104 @@ def _copy(conn: psycopg.Connection[Any], n: int, tenants: int = 0) -> None:
                 copy.write_row((QUEUE, TASK, json.dumps(payload(i))))
 
 
-def _claim_rate(measured: int, queue: str) -> float:
+# What the server wrote while a claim rate was timed: WAL (exact, from the insert position,
+# over the timed spells only), its full-page images (a page's first change after a checkpoint
+# writes the whole page) and the checkpoints started (over the whole phase: backends report
+# these up to a second late, so the phase is read a little after its last spell).
+_LSN = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+_FPI = "SELECT wal_fpi FROM pg_stat_wal"
+_CHECKPOINTS = {
+    True: "SELECT num_timed + num_requested FROM pg_stat_checkpointer",  # PostgreSQL 17+
+    False: "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+}
+STATS_DELAY = 2.0
+
+
+class WalCounter:
+    """``with WalCounter(conn) as wal:`` around a phase, ``with wal.timing():`` around each
+    timed spell in it; then ``wal.per_message(done)``."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.wal_bytes = 0.0
+        self.fpi = 0
+        self.checkpoints = 0
+
+    def _value(self, sql: str) -> float:
+        row = self.conn.execute(sql).fetchone()
+        return float(row[0]) if row else 0.0
+
+    def _counters(self) -> tuple[int, int]:
+        time.sleep(STATS_DELAY)
+        newer = bool(self._value("SELECT (to_regclass('pg_stat_checkpointer') IS NOT NULL)::int"))
+        return int(self._value(_FPI)), int(self._value(_CHECKPOINTS[newer]))
+
+    def __enter__(self) -> WalCounter:
+        self._start = self._counters()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fpi, checkpoints = self._counters()
+        self.fpi = fpi - self._start[0]
+        self.checkpoints = checkpoints - self._start[1]
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        before = self._value(_LSN)
+        yield
+        self.wal_bytes += self._value(_LSN) - before
+
+    def per_message(self, done: int) -> dict[str, float]:
+        return {
+            "wal_kib_per_msg": self.wal_bytes / 1024 / done,
+            "fpi_per_msg": self.fpi / done,
+            "checkpoints": self.checkpoints,
+        }
+
+
+def _claim_rate(
+    conn: psycopg.Connection[Any], measured: int, queue: str
+) -> tuple[float, dict[str, float]]:
     core_cases.warm_up()
-    t0 = time.perf_counter()
-    done = core_cases.lease_complete_drain(CLAIM_BATCH, limit=measured, queue=queue)
-    return done / (time.perf_counter() - t0)
+    with WalCounter(conn) as wal, wal.timing():
+        t0 = time.perf_counter()
+        done = core_cases.lease_complete_drain(CLAIM_BATCH, limit=measured, queue=queue)
+        seconds = time.perf_counter() - t0
+    return done / seconds, wal.per_message(done)
 
 
-def _small_rate(conn: psycopg.Connection[Any], small: int, measured: int, tenants: int) -> float:
+def _small_rate(
+    conn: psycopg.Connection[Any], small: int, measured: int, tenants: int
+) -> tuple[float, dict[str, float]]:
     """Rate with ``small`` ready: reloaded whenever drained, until ``measured`` are done."""
     queue = FAIR_QUEUE if tenants else QUEUE
     done, seconds = 0, 0.0
-    while done < measured:
-        core_cases.reset()
-        _copy(conn, small, min(tenants, small))
-        conn.execute("ANALYZE pgqueue_message")
-        core_cases.warm_up()
-        t0 = time.perf_counter()
-        done += core_cases.lease_complete_drain(CLAIM_BATCH, queue=queue)
-        seconds += time.perf_counter() - t0
-    return done / seconds
+    with WalCounter(conn) as wal:
+        while done < measured:
+            core_cases.reset()
+            _copy(conn, small, min(tenants, small))
+            conn.execute("ANALYZE pgqueue_message")
+            core_cases.warm_up()
+            with wal.timing():
+                t0 = time.perf_counter()
+                done += core_cases.lease_complete_drain(CLAIM_BATCH, queue=queue)
+                seconds += time.perf_counter() - t0
+    return done / seconds, wal.per_message(done)
 
 
 def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> dict[str, Any]:
     """Claim + complete rate (batch 100, in-process) with ``big`` ready over ``small`` ready."""
     with raw.connect(ctx.dsn) as conn:
-        small_rate = _small_rate(conn, small, measured, tenants)
+        small_rate, small_wal = _small_rate(conn, small, measured, tenants)
         core_cases.reset()
         t0 = time.perf_counter()
         _copy(conn, big, tenants)
         load_s = time.perf_counter() - t0
         conn.execute("VACUUM ANALYZE pgqueue_message")
+        # The load's and the vacuum's own writes are flushed before the timing, not during it.
+        conn.execute("CHECKPOINT")
         size = conn.execute("SELECT pg_total_relation_size('pgqueue_message')").fetchone()
-        big_rate = _claim_rate(measured, FAIR_QUEUE if tenants else QUEUE)
+        big_rate, big_wal = _claim_rate(conn, measured, FAIR_QUEUE if tenants else QUEUE)
         core_cases.reset()
     return {
         "system": PGQ,
@@ -104,6 +169,7 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         "small_rate": small_rate,
         "big_rate": big_rate,
         "ratio": big_rate / small_rate,
+        "wal": {"small": small_wal, "big": big_wal},
         "load_seconds": load_s,
         "table_mib": (size[0] if size else 0) / 2**20,
     }

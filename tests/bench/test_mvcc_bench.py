@@ -128,6 +128,19 @@ def test_backlog_table_names_ours_by_its_queue_and_a_peer_by_its_worker() -> Non
     assert "0.80 ✗" in rows[2]
 
 
+def test_backlog_table_shows_what_the_server_wrote_per_message_in_each_timing() -> None:
+    wal = {
+        "small": {"wal_kib_per_msg": 1.25, "fpi_per_msg": 0.01, "checkpoints": 0},
+        "big": {"wal_kib_per_msg": 9.5, "fpi_per_msg": 1.02, "checkpoints": 3},
+    }
+
+    row = mvcc_report.backlog_table([backlog_case(wal=wal)]).splitlines()[2]
+
+    assert "| 0.95 ✓ | 1.2 → 9.5 | 0.01 → 1.02 | 3 | 1 |" in row
+    # A case saved before the server's writes were counted.
+    assert "| 0.95 ✓ | - | - | - | 1 |" in mvcc_report.backlog_table([backlog_case()])
+
+
 def test_workers_table_shows_each_systems_worker_and_notes_procrastinates_fewer_messages() -> None:
     figures = {
         "rate": 500.0,
