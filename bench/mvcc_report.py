@@ -32,7 +32,7 @@ HEADERS = {
         "system, queue (worker) | ready (big) | timed | claim+complete/s with 1,000 ready"
         " | with the big backlog | big ÷ 1,000 (≥ 0.9)"
         " | WAL KiB/msg 1,000 → big | full-page images/msg 1,000 → big | checkpoints (big)"
-        " | live table MiB"
+        " | head walk buffers 1,000 → big | live table MiB"
     ),
     "workers": (
         "system (worker) | processes | messages | msgs/s"
@@ -176,6 +176,7 @@ def backlog_table(cases: list[dict[str, Any]]) -> str:
             _f(c["big_rate"]),
             _ok(c["ratio"], 0.9, True),
             *_wal_cells(c.get("wal")),
+            _head_cell(c.get("head_walk_buffers")),
             _f(c["table_mib"]),
         ]
         for c in cases
@@ -193,6 +194,14 @@ def _wal_cells(wal: dict[str, dict[str, float]] | None) -> list[str]:
         _span(small["fpi_per_msg"], big["fpi_per_msg"], 2),
         str(int(big["checkpoints"])),
     ]
+
+
+def _head_cell(buffers: dict[str, int] | None) -> str:
+    """The buffers of a walk of the claim order's head after each timing; "-" when not read
+    (a peer's, or a run saved before it was)."""
+    if not buffers:
+        return "-"
+    return f"{buffers['small']:,} → {buffers['big']:,}"
 
 
 def workers_table(rows: list[dict[str, Any]]) -> str:

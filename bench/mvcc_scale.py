@@ -114,6 +114,27 @@ class WalCounter:
         }
 
 
+# The walk a claim starts with: the first 100 entries of the queue's claim order (fair or
+# plain), as in the claim, without locking them. Its buffers grow with the dead index entries
+# at the head of that order: one per message processed since the last vacuum.
+_HEAD_WALK = {
+    True: "SELECT m.id FROM pgqueue_message m WHERE m.queue = %s AND m.fair_order >= 0 "
+    "ORDER BY m.priority DESC, m.fair_order, m.id LIMIT 100",
+    False: "SELECT m.id FROM pgqueue_message m WHERE m.queue = %s "
+    "AND m.attempts < m.max_attempts AND m.available_at <= now() "
+    "ORDER BY m.priority DESC, m.available_at, m.id LIMIT 100",
+}
+
+
+def head_walk_buffers(conn: psycopg.Connection[Any], queue: str, fair: bool) -> int:
+    """Shared buffers (hit or read) of one walk of the head of ``queue``'s claim order."""
+    row = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _HEAD_WALK[fair], [queue]
+    ).fetchone()
+    plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"] if row else {}
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
 def _claim_rate(
     conn: psycopg.Connection[Any], measured: int, queue: str
 ) -> tuple[float, dict[str, float]]:
@@ -128,12 +149,14 @@ def _claim_rate(
 def _small_rate(
     conn: psycopg.Connection[Any], small: int, measured: int, tenants: int
 ) -> tuple[float, dict[str, float]]:
-    """Rate with ``small`` ready: reloaded whenever drained, until ``measured`` are done."""
+    """Rate with ``small`` ready: reloaded whenever drained, until ``measured`` are done. The
+    reloads go on top of what was processed, as in a queue that lives on (no truncation in
+    between): the claims of both timings pass the dead entries of as many messages."""
     queue = FAIR_QUEUE if tenants else QUEUE
     done, seconds = 0, 0.0
+    core_cases.reset()
     with WalCounter(conn) as wal:
         while done < measured:
-            core_cases.reset()
             _copy(conn, small, min(tenants, small))
             conn.execute("ANALYZE pgqueue_message")
             core_cases.warm_up()
@@ -146,8 +169,10 @@ def _small_rate(
 
 def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> dict[str, Any]:
     """Claim + complete rate (batch 100, in-process) with ``big`` ready over ``small`` ready."""
+    queue = FAIR_QUEUE if tenants else QUEUE
     with raw.connect(ctx.dsn) as conn:
         small_rate, small_wal = _small_rate(conn, small, measured, tenants)
+        small_head = head_walk_buffers(conn, queue, bool(tenants))
         core_cases.reset()
         t0 = time.perf_counter()
         _copy(conn, big, tenants)
@@ -156,7 +181,8 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         # The load's and the vacuum's own writes are flushed before the timing, not during it.
         conn.execute("CHECKPOINT")
         size = conn.execute("SELECT pg_total_relation_size('pgqueue_message')").fetchone()
-        big_rate, big_wal = _claim_rate(conn, measured, FAIR_QUEUE if tenants else QUEUE)
+        big_rate, big_wal = _claim_rate(conn, measured, queue)
+        big_head = head_walk_buffers(conn, queue, bool(tenants))
         core_cases.reset()
     return {
         "system": PGQ,
@@ -170,6 +196,7 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         "big_rate": big_rate,
         "ratio": big_rate / small_rate,
         "wal": {"small": small_wal, "big": big_wal},
+        "head_walk_buffers": {"small": small_head, "big": big_head},
         "load_seconds": load_s,
         "table_mib": (size[0] if size else 0) / 2**20,
     }
@@ -370,10 +397,10 @@ def _peer_small(
     conn: psycopg.Connection[Any], drain: OwnDrain, table: str, small: int, measured: int
 ) -> tuple[int, float]:
     """(jobs, seconds) with ``small`` ready, loaded through the peer's batch API whenever
-    drained, until ``measured`` are done."""
+    drained, until ``measured`` are done: on top of what it processed, as ours."""
     done, seconds = 0, 0.0
+    drain.adapter.call("reset")
     while done < measured:
-        drain.adapter.call("reset")
         drain.adapter.call("load", small, 0)
         conn.execute(f"ANALYZE {table}")
         n, s = drain.take(small)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import mvcc, mvcc_report
+from bench import mvcc, mvcc_report, mvcc_scale
 from bench.context import VENVS_DIR
 from bench.private_server import unavailable_reason
 
@@ -136,9 +136,47 @@ def test_backlog_table_shows_what_the_server_wrote_per_message_in_each_timing() 
 
     row = mvcc_report.backlog_table([backlog_case(wal=wal)]).splitlines()[2]
 
-    assert "| 0.95 ✓ | 1.2 → 9.5 | 0.01 → 1.02 | 3 | 1 |" in row
+    assert "| 0.95 ✓ | 1.2 → 9.5 | 0.01 → 1.02 | 3 | - | 1 |" in row
     # A case saved before the server's writes were counted.
-    assert "| 0.95 ✓ | - | - | - | 1 |" in mvcc_report.backlog_table([backlog_case()])
+    assert "| 0.95 ✓ | - | - | - | - | 1 |" in mvcc_report.backlog_table([backlog_case()])
+
+
+def test_backlog_table_shows_the_head_walks_buffers_after_each_timing() -> None:
+    case = backlog_case(head_walk_buffers={"small": 412, "big": 1530})
+
+    row = mvcc_report.backlog_table([case]).splitlines()[2]
+
+    assert "| 412 → 1,530 | 1 |" in row
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])
+def test_the_head_walk_reads_more_buffers_with_each_message_processed_before_vacuum(
+    fair: bool,
+) -> None:
+    from django.db import connection
+
+    from django_pgqueue.models import Message
+
+    Message.objects.bulk_create(
+        Message(queue="walked", task="tests.noop", payload={}, fair_order=i if fair else None)
+        for i in range(3000)
+    )
+    connection.ensure_connection()
+    conn = connection.connection
+    conn.execute("VACUUM ANALYZE pgqueue_message")
+    clean = mvcc_scale.head_walk_buffers(conn, "walked", fair)
+
+    # Processed: gone from the table, their index entries at the head dead until vacuum.
+    first = (
+        Message.objects.filter(queue="walked").order_by("id").values_list("id", flat=True)[:2500]
+    )
+    Message.objects.filter(id__in=list(first)).delete()
+    after = mvcc_scale.head_walk_buffers(conn, "walked", fair)
+
+    assert after > clean + 5
+    conn.execute("VACUUM pgqueue_message")
+    assert mvcc_scale.head_walk_buffers(conn, "walked", fair) < after
 
 
 def test_workers_table_shows_each_systems_worker_and_notes_procrastinates_fewer_messages() -> None:
@@ -194,6 +232,9 @@ def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path)
     assert results["snapshot"][0]["commit_at"] > results["snapshot"][0]["snapshot_at"]
     assert len(results["snapshot"][0]["processed"]) > 0
     assert [c["tenants"] for c in results["backlog"]] == [0, 30]
+    # Both timings processed as many messages: their head walks pass as many dead entries.
+    for case in results["backlog"]:
+        assert case["head_walk_buffers"]["small"] > 0 and case["head_walk_buffers"]["big"] > 0
     assert [r["workers"] for r in results["workers"]] == [1, 2]
     assert "Backlog scale" in (tmp_path / "report.md").read_text()
     # The cluster's log is kept: checkpoints and autovacuum runs to set stalls against.
