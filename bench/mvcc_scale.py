@@ -81,6 +81,8 @@ class WalCounter:
         self.wal_bytes = 0.0
         self.fpi = 0
         self.checkpoints = 0
+        newer = self._value("SELECT (to_regclass('pg_stat_checkpointer') IS NOT NULL)::int")
+        self._checkpoints_sql = _CHECKPOINTS[bool(newer)]
 
     def _value(self, sql: str) -> float:
         row = self.conn.execute(sql).fetchone()
@@ -88,8 +90,7 @@ class WalCounter:
 
     def _counters(self) -> tuple[int, int]:
         time.sleep(STATS_DELAY)
-        newer = bool(self._value("SELECT (to_regclass('pg_stat_checkpointer') IS NOT NULL)::int"))
-        return int(self._value(_FPI)), int(self._value(_CHECKPOINTS[newer]))
+        return int(self._value(_FPI)), int(self._value(self._checkpoints_sql))
 
     def __enter__(self) -> WalCounter:
         self._start = self._counters()
