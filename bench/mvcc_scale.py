@@ -37,7 +37,7 @@ CLAIM_BATCH = 100
 FAIR_ROUND = 100  # messages a tenant adds to the fair backlog per turn
 
 
-def _copy(conn: psycopg.Connection[Any], n: int, tenants: int = 0) -> None:
+def load_ready(conn: psycopg.Connection[Any], n: int, tenants: int = 0) -> None:
     """``n`` ready messages by COPY, in chunks (a fair queue's through enqueue_many, which
     gives every message its place in the fair order: in rounds of at most 100 a tenant, as
     a backlog builds up while tenants take turns, so the fair order's index grows at its end)."""
@@ -129,9 +129,12 @@ _HEAD_WALK = {
 
 def head_walk_buffers(conn: psycopg.Connection[Any], queue: str, fair: bool) -> int:
     """Shared buffers (hit or read) of one walk of the head of ``queue``'s claim order."""
-    row = conn.execute(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _HEAD_WALK[fair], [queue]
-    ).fetchone()
+    return plan_buffers(conn, _HEAD_WALK[fair], [queue])
+
+
+def plan_buffers(conn: psycopg.Connection[Any], statement: str, params: list[Any]) -> int:
+    """Shared buffers (hit or read) of one run of ``statement``, from its EXPLAIN ANALYZE."""
+    row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params).fetchone()
     plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"] if row else {}
     return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
 
@@ -158,7 +161,7 @@ def _small_rate(
     core_cases.reset()
     with WalCounter(conn) as wal:
         while done < measured:
-            _copy(conn, small, min(tenants, small))
+            load_ready(conn, small, min(tenants, small))
             conn.execute("ANALYZE pgqueue_message")
             core_cases.warm_up()
             with wal.timing():
@@ -176,7 +179,7 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         small_head = head_walk_buffers(conn, queue, bool(tenants))
         core_cases.reset()
         t0 = time.perf_counter()
-        _copy(conn, big, tenants)
+        load_ready(conn, big, tenants)
         load_s = time.perf_counter() - t0
         conn.execute("VACUUM ANALYZE pgqueue_message")
         # The load's and the vacuum's own writes are flushed before the timing, not during it.
