@@ -115,21 +115,20 @@ class WalCounter:
         }
 
 
-# The walk a claim starts with: the first 100 entries of the queue's claim order (fair or
-# plain), as in the claim, without locking them. Its buffers grow with the dead index entries
-# at the head of that order: one per message processed since the last vacuum.
-_HEAD_WALK = {
-    True: "SELECT m.id FROM pgqueue_message m WHERE m.queue = %s AND m.fair_order >= 0 "
-    "ORDER BY m.priority DESC, m.fair_order, m.id LIMIT 100",
-    False: "SELECT m.id FROM pgqueue_message m WHERE m.queue = %s "
-    "AND m.attempts < m.max_attempts AND m.available_at <= now() "
-    "ORDER BY m.priority DESC, m.available_at, m.id LIMIT 100",
-}
+# The walk a fair claim starts with (the fair head in core/_flow_sql.py), without locking.
+_FAIR_HEAD_WALK = (
+    "SELECT m.id FROM pgqueue_message m WHERE m.queue = %s AND m.fair_order >= 0 "
+    "ORDER BY m.priority DESC, m.fair_order, m.id LIMIT %s"
+)
 
 
 def head_walk_buffers(conn: psycopg.Connection[Any], queue: str, fair: bool) -> int:
-    """Shared buffers (hit or read) of one walk of the head of ``queue``'s claim order."""
-    return plan_buffers(conn, _HEAD_WALK[fair], [queue])
+    """Shared buffers (hit or read) of one walk of the first 100 entries of ``queue``'s claim
+    order, fair or plain (the plain one as the worker's head watcher reads it). They grow with
+    the dead index entries at its head: one per message processed since the last vacuum."""
+    from django_pgqueue.core import _sql
+
+    return plan_buffers(conn, _FAIR_HEAD_WALK if fair else _sql.HEAD_OF_QUEUE, [queue, CLAIM_BATCH])
 
 
 def plan_buffers(conn: psycopg.Connection[Any], statement: str, params: list[Any]) -> int:
