@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import QUEUE, TASK, payload
+
+if TYPE_CHECKING:
+    from django_pgqueue.core._claim_bound import ClaimBounds
 
 
 def setup_django(dsn: str) -> None:
@@ -78,18 +81,27 @@ def enqueue_many(n: int, start: int = 0, chunk: int | None = None, queue: str = 
 
 
 def lease_complete_drain(
-    batch: int, limit: int | None = None, queue: str = QUEUE, synchronous_acks: bool = False
+    batch: int,
+    limit: int | None = None,
+    queue: str = QUEUE,
+    synchronous_acks: bool = False,
+    bounds: ClaimBounds | None = None,
 ) -> int:
+    """The worker's database work without the worker: lease a batch, run the no-op, complete.
+    The claims keep a claimer's bounds as a worker's do (``bounds``, or new ones), one of them
+    walking from the head every ``HEAD_WALK_EVERY`` seconds in the head watcher's stead."""
+    from django_pgqueue.core._claim_bound import ClaimBounds
+
+    bounds = bounds if bounds is not None else ClaimBounds()
     if synchronous_acks:
         from django.test.utils import override_settings
 
         with override_settings(PGQUEUE={**_pgqueue_settings(), "SYNCHRONOUS_ACKS": True}):
-            return _lease_complete_drain(batch, limit, queue)
-    return _lease_complete_drain(batch, limit, queue)
+            return _lease_complete_drain(batch, limit, queue, bounds)
+    return _lease_complete_drain(batch, limit, queue, bounds)
 
 
-def _lease_complete_drain(batch: int, limit: int | None, queue: str) -> int:
-    """The worker's database work without the worker: lease a batch, run the no-op, complete."""
+def _lease_complete_drain(batch: int, limit: int | None, queue: str, bounds: ClaimBounds) -> int:
     from django_pgqueue.core.transitions import complete
     from django_pgqueue.models import Message
 
@@ -97,7 +109,7 @@ def _lease_complete_drain(batch: int, limit: int | None, queue: str) -> int:
     done = 0
     while limit is None or done < limit:
         want = batch if limit is None else min(batch, limit - done)
-        leased = Message.objects.lease(queue, worker_id=worker_id, batch_size=want)
+        leased = Message.objects.lease(queue, worker_id=worker_id, batch_size=want, bounds=bounds)
         if not leased:
             return done
         for message in leased:

@@ -1,14 +1,16 @@
 """The walk a claim starts with, as messages are processed behind a big backlog: claims in
-spells on one backlog, and after each spell the buffers of one walk of the claim order's head
-and, for a fair queue, of the head probe an enqueue makes (see docs/benchmarks.md)::
+spells on one backlog, and after each spell the buffers of one walk of the claim order's head,
+for a fair queue those of the walk from the claimer's bounds that its claims make
+(``pgq_flow_head_v2``) and of the place a fair enqueue computes (see docs/benchmarks.md)::
 
     python -m bench.head_walk [--ready 2000000] [--tenants 10000] [--spells 10] [--spell 20000]
 
 ``--tenants 0`` measures the plain queue. Until vacuum removes them, every processed message
-leaves a dead entry at the head of its claim order, and each walk reads their index pages.
-Creates and drops its own database (``BENCH_HEAD_WALK_DB``, default ``pgq_head_walk_bench``)
-on ``BENCH_SERVER_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``); its
-server's autovacuum settings decide whether vacuum runs in between.
+leaves a dead entry at the head of its claim order, and each walk from the head reads their
+index pages. Creates and drops its own database (``BENCH_HEAD_WALK_DB``, default
+``pgq_head_walk_bench``) on ``BENCH_SERVER_DSN`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``); its server's autovacuum settings decide
+whether vacuum runs in between.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -25,14 +27,22 @@ from .config import QUEUE
 from .mvcc_scale import CLAIM_BATCH, FAIR_QUEUE, head_walk_buffers, load_ready, plan_buffers
 from .pg import scratch_database
 
+if TYPE_CHECKING:
+    from django_pgqueue.core._claim_bound import ClaimBounds
+
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_HEAD_WALK_DB", "pgq_head_walk_bench")
 
-# The first probe of a fair enqueue's place (sql.FAIR_ORDER_ENTRY): the head of the order.
-ENQUEUE_HEAD_PROBE = (
-    "SELECT h.fair_order FROM pgqueue_message h WHERE h.queue = %s AND h.priority = 0 "
-    "AND h.fair_order >= 0 ORDER BY h.fair_order LIMIT 1"
-)
+# The walk of the fair order a claim makes from its claimer's bounds.
+BOUNDED_WALK = "SELECT * FROM pgq_flow_head_v2(%s, %s, %s::int2[], %s::float8[], %s::int8[])"
+
+
+def _enqueue_place() -> str:
+    """The place a fair enqueue gives a message of tenant ``t0`` (sql.FAIR_ORDER_ENTRY)."""
+    from django_pgqueue.core._sql import FAIR_ORDER_ENTRY
+
+    entry = FAIR_ORDER_ENTRY.format(queue="%(queue)s", priority="0", tenant="'t0'", step="1")
+    return f"SELECT {entry}"
 
 
 def main() -> None:
@@ -48,6 +58,8 @@ def main() -> None:
 
 def run(dsn: str, ready: int, tenants: int, spells: int, spell: int) -> None:
     core_cases.setup_django(dsn)
+    from django_pgqueue.core._claim_bound import ClaimBounds
+
     fair = tenants > 0
     queue = FAIR_QUEUE if fair else QUEUE
     with raw.connect(dsn) as conn:
@@ -58,29 +70,46 @@ def run(dsn: str, ready: int, tenants: int, spells: int, spell: int) -> None:
         print()
         print(
             "| claimed so far | claim+complete/s over the spell | head walk buffers"
-            " | enqueue head probe buffers |"
+            " | walk from the bounds buffers | fair enqueue's place buffers |"
         )
-        print("|--:|--:|--:|--:|")
-        _row(conn, queue, fair, 0, None)
+        print("|--:|--:|--:|--:|--:|")
+        bounds = ClaimBounds()
+        _row(conn, queue, fair, 0, None, bounds)
         claimed = 0
         for _ in range(spells):
             core_cases.warm_up()
             t0 = time.perf_counter()
-            done = core_cases.lease_complete_drain(CLAIM_BATCH, limit=spell, queue=queue)
+            done = core_cases.lease_complete_drain(
+                CLAIM_BATCH, limit=spell, queue=queue, bounds=bounds
+            )
             rate = done / (time.perf_counter() - t0)
             claimed += done
-            _row(conn, queue, fair, claimed, rate)
+            _row(conn, queue, fair, claimed, rate, bounds)
             if done < spell:
                 break
 
 
 def _row(
-    conn: psycopg.Connection[Any], queue: str, fair: bool, claimed: int, rate: float | None
+    conn: psycopg.Connection[Any],
+    queue: str,
+    fair: bool,
+    claimed: int,
+    rate: float | None,
+    bounds: ClaimBounds,
 ) -> None:
-    probe = f"{plan_buffers(conn, ENQUEUE_HEAD_PROBE, [queue]):,}" if fair else "-"
+    from django_pgqueue.core._manager import _levels_params
+
     walk = head_walk_buffers(conn, queue, fair)
+    bounded = place = "-"
+    if fair:
+        levels = bounds.known(queue)
+        if levels:
+            params = [queue, CLAIM_BATCH, *_levels_params(levels)]
+            plan_buffers(conn, BOUNDED_WALK, params)  # the function's plan, made once
+            bounded = f"{plan_buffers(conn, BOUNDED_WALK, params):,}"
+        place = f"{plan_buffers(conn, _enqueue_place(), {'queue': queue}):,}"
     shown = "-" if rate is None else f"{rate:,.0f}"
-    print(f"| {claimed:,} | {shown} | {walk:,} | {probe} |", flush=True)
+    print(f"| {claimed:,} | {shown} | {walk:,} | {bounded} | {place} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +131,9 @@ def head_walk_buffers(conn: psycopg.Connection[Any], queue: str, fair: bool) -> 
     return plan_buffers(conn, _FAIR_HEAD_WALK if fair else _sql.HEAD_OF_QUEUE, [queue, CLAIM_BATCH])
 
 
-def plan_buffers(conn: psycopg.Connection[Any], statement: str, params: list[Any]) -> int:
+def plan_buffers(
+    conn: psycopg.Connection[Any], statement: str, params: Sequence[Any] | Mapping[str, Any]
+) -> int:
     """Shared buffers (hit or read) of one run of ``statement``, from its EXPLAIN ANALYZE."""
     row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params).fetchone()
     plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"] if row else {}

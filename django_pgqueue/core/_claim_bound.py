@@ -24,6 +24,19 @@ bound), or at a priority level no claim of this claimer has taken a message from
 claimer still walks from the head at least every :data:`HEAD_WALK_EVERY` seconds (longer
 only when that walk itself is slow), so such a message waits for that walk, never longer. A
 queue with more than :data:`MAX_LEVELS` levels is always walked from the head.
+
+A fair queue's claims (``core/_flow_sql.py``, ``pgq_flow_head_v2``) walk its fair order the
+same way, their bounds places in that order rather than times, and always from the bounds
+once known: the fair order's index is filled out of order (each tenant's next message goes
+between everyone's), so its dead entries spread over three to four times the pages of the
+plain claim index's, and a walk from its head reads them all even once they are marked. A
+level's bound moves up to the first place the claim took from it when the batch filled up
+there (with its id: a place is shared by one message of every tenant in a round): what
+others were claiming below it at the time stays within the walk, and so does a new tenant's
+message, which enters at the head of the order (a place below that only if it
+was enqueued in a transaction that committed late). A level a claim walked to its end goes
+back to the head of the level: its next message may enter at place 0. A fair queue whose
+claims pass over messages (key limits and key rates) is always walked from the head.
 """
 
 from __future__ import annotations
@@ -44,6 +57,18 @@ SLOW_HEAD_WALK = 0.02
 SLACK = 0.5
 #: Priority levels of one queue walked from their bounds at most, one index seek each.
 MAX_LEVELS = 16
+
+
+#: A message's place in a claim order, or a bound on it: its ``available_at`` in seconds since
+#: the epoch (database time), or in a fair queue its place in the fair order; then its id,
+#: which orders the messages of one place (0 in a plain claim's bounds, which compare the
+#: time alone).
+Position = tuple[float, int]
+#: A priority level and a position in it: (priority, time or place, id).
+Level = tuple[int, float, int]
+
+_BOTTOM: Position = (float("-inf"), 0)
+_TOP: Position = (float("inf"), 0)
 
 
 class ClaimBounds:
@@ -70,30 +95,43 @@ class ClaimBounds:
         self._head_walks_in_claims = head_walks_in_claims
         # Queues whose last walk from the head was slow.
         self._slow: set[str] = set()
-        # By queue, by priority level: seconds since the epoch, database time, under which
-        # no due message of that level was left unclaimed.
-        self._bounds: dict[str, dict[int, float]] = {}
+        # Fair queues: walked from their bounds whenever they are known; places as bounds.
+        self._fair: set[str] = set()
+        # By queue, by priority level: the position under which no due message of that level
+        # was left unclaimed (a Position).
+        self._bounds: dict[str, dict[int, Position]] = {}
         # By queue, by priority level: monotonic time a look at the head last lowered it.
         self._lowered: dict[str, dict[int, float]] = {}
         # Monotonic time at which the next claim of the queue walks from the head.
         self._head_due: dict[str, float] = {}
 
-    def start(self, queue: str) -> list[tuple[int, float]] | None:
+    def start(self, queue: str, *, fair: bool = False) -> list[Level] | None:
         """The levels the next claim of ``queue`` walks, highest priority first, each with
-        its bound; or None: that claim walks from the head."""
+        its bound (a :data:`Level`); or None: that claim walks from the head. ``fair``: the
+        claim walks the queue's fair order (its bounds are places in it)."""
         with self._lock:
+            if fair:
+                self._fair.add(queue)
             levels = self._bounds.get(queue)
-            if not levels or len(levels) > MAX_LEVELS or queue not in self._slow:
+            if not levels or len(levels) > MAX_LEVELS:
+                return None
+            if queue not in self._slow and queue not in self._fair:
                 return None
             if self._head_walks_in_claims and time.monotonic() >= self._head_due.get(queue, 0):
                 return None
-            return sorted(levels.items(), reverse=True)
+            return _levels(levels)
 
-    def slow_queues(self) -> list[str]:
-        """The queues whose claims walk from the bounds: their last walk from the head was
-        slow."""
+    def known(self, queue: str) -> list[Level]:
+        """The levels of ``queue`` and their bounds, highest priority first, whether or not
+        the next claim walks from them."""
         with self._lock:
-            return sorted(self._slow)
+            return _levels(self._bounds.get(queue, {}))
+
+    def bounded_queues(self) -> list[str]:
+        """The queues whose claims walk from the bounds: fair queues, and those whose last
+        walk from the head was slow."""
+        with self._lock:
+            return sorted(self._slow | self._fair)
 
     def walked_from_head(self, queue: str, seconds: float) -> None:
         """A walk from the head took ``seconds``: when the next one is due."""
@@ -104,55 +142,69 @@ class ClaimBounds:
             else:
                 self._slow.discard(queue)
 
-    def seen_from_head(self, queue: str, due: list[tuple[int, float]]) -> None:
+    def seen_from_head(self, queue: str, due: list[Level]) -> None:
         """A look at the head of ``queue``, which claimed nothing, found these messages due
-        (priority, ``available_at`` in seconds since the epoch, database time): a level's
-        bound comes down to the first of them below it, a level not known yet is added."""
+        (each as a :data:`Level`: its priority and position): a level's bound comes down to
+        the first of them below it, a level not known yet is added."""
         now = time.monotonic()
         with self._lock:
             levels = self._bounds.setdefault(queue, {})
             lowered = self._lowered.setdefault(queue, {})
-            for priority, available_at in due:
-                if available_at < levels.get(priority, float("inf")):
-                    levels[priority] = available_at
+            for priority, position, message_id in due:
+                if (position, message_id) < levels.get(priority, _TOP):
+                    levels[priority] = (position, message_id)
                     lowered[priority] = now
 
     def claimed(
         self,
         queue: str,
-        taken: list[tuple[int, float]],
+        taken: list[Level],
         claim_time: float,
         *,
         full: bool,
         began: float,
     ) -> None:
         """A claim whose transaction began at ``claim_time`` took ``taken``: each message's
-        (priority, ``available_at`` when taken), in claim order, times in seconds since the
-        epoch (database time). ``full``: the batch filled up, so the walk stopped in the
-        level of the last message taken. ``began``: monotonic time before the claim asked
-        :meth:`start`; a level lowered since then stays as it is (the claim may have walked
-        it from the bound before)."""
-        if not taken:
-            return
+        priority and position when taken (a :data:`Level`), in claim order. ``full``: the
+        batch filled up, so the walk stopped in the level of the last message taken.
+        ``began``: monotonic time before the claim asked :meth:`start`; a level lowered since
+        then stays as it is (the claim may have walked it from the bound before). A claim
+        that took nothing walked every level to its end: in a fair queue its levels go back
+        to their heads, as their next messages may enter at place 0."""
         with self._lock:
+            fair = queue in self._fair
+            if not taken and not fair:
+                return
             levels = self._bounds.setdefault(queue, {})
             lowered = self._lowered.get(queue, {})
-            for priority, _ in taken:
-                levels.setdefault(priority, float("-inf"))
+            for priority, _, _ in taken:
+                levels.setdefault(priority, _BOTTOM)
             last_level = taken[-1][0] if full else None
             for priority in levels:
                 if lowered.get(priority, float("-inf")) >= began:
                     continue
+                positions = [(position, i) for p, position, i in taken if p == priority]
+                bound: Position
                 if last_level is None or priority > last_level:
+                    if fair:
+                        # Walked to its end: its next message may enter at place 0.
+                        levels[priority] = _BOTTOM
+                        continue
                     # Walked to its end: nothing due was left in it, but for the slack.
-                    bound = claim_time - SLACK
+                    bound = (claim_time - SLACK, 0)
                 elif priority == last_level:
-                    # Nothing due was left before the last message taken from it.
-                    bound = max(due for p, due in taken if p == priority) - SLACK
+                    # Fair: the head of the level when the claim walked it (its first message
+                    # taken there). Plain: nothing due was left before the last message taken
+                    # from it, but for the slack.
+                    bound = min(positions) if fair else (max(positions)[0] - SLACK, 0)
                 else:
                     continue
                 if bound > levels[priority]:
                     levels[priority] = bound
+
+
+def _levels(bounds: dict[int, Position]) -> list[Level]:
+    return [(priority, *bounds[priority]) for priority in sorted(bounds, reverse=True)]
 
 
 def head_walk_pause(seconds: float) -> float:

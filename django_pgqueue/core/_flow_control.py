@@ -42,18 +42,20 @@ ALLOWANCE_CLAIMS = 32
 ALLOWANCE_WINDOW = 0.2
 
 # The claim of a flow-controlled queue: LEASE around the candidates function. Parameters: the
-# queue (reaper), then the function's (queue, batch, exact, settings), then LEASE's (worker,
-# visibility timeout).
+# queue (reaper), then the function's (queue, batch, exact, settings, and the levels, bounds and
+# bounds' ids: arrays as text, empty to walk the fair order from its head), then LEASE's
+# (worker, visibility timeout).
 CLAIM = _sql.LEASE.format(
     candidates=(
-        "SELECT id, lease_token, NULL::timestamptz AS available_at"
+        "SELECT id, lease_token, place"
         f" FROM {_flow_sql.CANDIDATES_FUNCTION_NAME}"
-        "(%s::text, %s::int, %s::boolean, %s::jsonb)"
+        "(%s::text, %s::int, %s::boolean, %s::jsonb, %s::int2[], %s::float8[], %s::int8[])"
     ),
     reap_limit=_sql.REAP_LIMIT,
     shared=_sql.SHARED_COLUMNS,
     leased_columns=_sql.leased_returning(),
     leased_order=_sql.LEASED_OUT_OF_ORDER,
+    walk_position="c.place",
 )
 
 
@@ -80,6 +82,13 @@ class FlowConfig:
         return bool(
             self.key_concurrency_limit or self.key_concurrency_limits or self.key_rate_limit
         )
+
+    @property
+    def walks_from_bounds(self) -> bool:
+        """Claims take the fair order's head as it is, passing over no message in it (no key
+        limit or key rate skips a tenant): so a claimer may walk it from its bounds
+        (``core/_claim_bound.py``)."""
+        return self.keyed and not self.key_limited
 
     @property
     def limited(self) -> bool:
@@ -113,11 +122,19 @@ class FlowConfig:
 
 
 def claim_params(
-    config: FlowConfig, queue: str, worker_id: str, limit: int, vt: float, exact: bool
+    config: FlowConfig,
+    queue: str,
+    worker_id: str,
+    limit: int,
+    vt: float,
+    exact: bool,
+    levels: tuple[str, str, str] = ("{}", "{}", "{}"),
 ) -> list[Any]:
     """The parameters of :data:`CLAIM`; ``exact`` (a claim inside the caller's transaction)
-    counts every limit and reserves no allowance."""
-    return [queue, queue, limit, exact, config.settings_json, worker_id, vt]
+    counts every limit and reserves no allowance; ``levels``: the priority levels, their
+    bounds in the fair order and the bounds' ids, as array literals (the default, none: from
+    the head)."""
+    return [queue, queue, limit, exact, config.settings_json, *levels, worker_id, vt]
 
 
 # Every claim and enqueue asks for its queue's FlowConfig: built once per queue named in the

@@ -1,10 +1,11 @@
 """The SQL of flow control (``_flow_control.py``): one function, created by the migration.
 
 A queue with fairness, limits or rates is claimed by ``sql.LEASE`` whose candidates come from
-``pgq_flow_candidates_v1(queue, wanted, exact, settings)``: the messages to lease, locked, in
-the order to lease them. The function is PL/pgSQL because its steps depend on each other:
-under READ COMMITTED every statement in it takes a fresh snapshot, so after it has waited for
-the queue's lock it sees everything committed before that, and each step reads as plain SQL.
+``pgq_flow_candidates_v2(queue, wanted, exact, settings, levels, bounds, after)``: the
+messages to lease, locked, in the order to lease them, each with its place in the fair order.
+The function is PL/pgSQL because its steps depend on each other: under READ COMMITTED every
+statement in it takes a fresh snapshot, so after it has waited for the queue's lock it sees
+everything committed before that, and each step reads as plain SQL.
 ``settings`` is the queue's settings as JSON (``FlowConfig.settings_json``), so one prepared
 claim text serves every flow-controlled queue.
 
@@ -19,7 +20,9 @@ The steps (see ``docs/explanation/design.md``, "Fair queues and limits"):
    leaves, then reserves the session's next allowance;
 3. the head of the fair order (or of the plain claim order) ``FOR UPDATE SKIP LOCKED``; what
    fell due outside the order competes with it at the place it takes there, and only what
-   is not leased now has that place written;
+   is not leased now has that place written. The fair order is walked from the claimer's
+   bounds when it gives some (``levels``, ``bounds``, ``after``: a place and an id per
+   priority level, see ``core/_claim_bound.py``), else from its head;
 4. bookkeeping: the allowance's units, the rate's tokens.
 
 Why the limits hold: exact claims take turns (the queue's advisory lock, held until they
@@ -38,15 +41,16 @@ from __future__ import annotations
 from ._sql import FAIR_ORDER_ENTRY
 
 #: The version in the function's name: a change of its text is a new name and a migration.
-CANDIDATES_FUNCTION_NAME = "pgq_flow_candidates_v1"
+CANDIDATES_FUNCTION_NAME = "pgq_flow_candidates_v2"
 
 #: The first key of the queues' advisory locks (the second is the queue name's hash).
 LOCK_CLASS = 0x70677100
 
 CANDIDATES_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {CANDIDATES_FUNCTION_NAME}(
-    p_queue text, p_wanted int, p_exact boolean, p_settings jsonb)
-RETURNS TABLE (id bigint, lease_token uuid)
+    p_queue text, p_wanted int, p_exact boolean, p_settings jsonb,
+    p_levels smallint[], p_bounds float8[], p_after bigint[])
+RETURNS TABLE (id bigint, lease_token uuid, place float8)
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 #variable_conflict use_column
@@ -174,7 +178,7 @@ BEGIN
     IF budget > 0 AND NOT keyed THEN
         -- The plain claim order.
         RETURN QUERY
-        SELECT m.id, m.lease_token FROM pgqueue_message m
+        SELECT m.id, m.lease_token, NULL::float8 FROM pgqueue_message m
         WHERE m.queue = p_queue AND m.attempts < m.max_attempts AND m.available_at <= now()
         ORDER BY m.priority DESC, m.available_at, m.id
         LIMIT budget
@@ -187,32 +191,30 @@ BEGIN
         -- are looked for among the oldest ready ones by one claim in 20, and by any claim
         -- that comes back short.
         IF due_waiting OR random() < 0.05 THEN
-            due := ARRAY(SELECT d FROM pgq_flow_due_v1(
+            due := ARRAY(SELECT d FROM pgq_flow_due_v2(
                 p_queue, weights, CASE WHEN due_waiting THEN budget + 32 ELSE 0 END, 32) d);
         END IF;
         IF cardinality(due) = 0 AND NOT per_key THEN
             RETURN QUERY
-            SELECT m.id, m.lease_token FROM pgqueue_message m
-            WHERE m.queue = p_queue AND m.fair_order >= 0
-            ORDER BY m.priority DESC, m.fair_order, m.id
-            LIMIT budget
-            FOR UPDATE SKIP LOCKED;
+            SELECT h.id, h.lease_token, h.place
+            FROM pgq_flow_head_v2(p_queue, budget, p_levels, p_bounds, p_after) h;
             GET DIAGNOSTICS taken = ROW_COUNT;
             IF taken < budget THEN
                 -- Short of the batch: rows written without a place (raw SQL, or from
                 -- before fairness was switched on) among the oldest ready ones.
-                due := ARRAY(SELECT d FROM pgq_flow_due_v1(p_queue, weights, 0, 32) d);
+                due := ARRAY(SELECT d FROM pgq_flow_due_v2(p_queue, weights, 0, 32) d);
                 chosen := ARRAY(SELECT d FROM unnest(due) d
                                 ORDER BY d.priority DESC, d.place, d.id
                                 LIMIT budget - taken);
             END IF;
         ELSE
-            chosen := pgq_flow_choose_v1(p_queue, budget, due, per_key,
-                                         key_limit, key_limits, key_rate, reserved, busy);
+            chosen := pgq_flow_choose_v2(p_queue, budget, due, per_key, key_limit, key_limits,
+                                         key_rate, reserved, busy, p_levels, p_bounds, p_after);
             IF cardinality(chosen) < budget THEN
-                due := due || ARRAY(SELECT d FROM pgq_flow_due_v1(p_queue, weights, 0, 32) d);
-                chosen := pgq_flow_choose_v1(p_queue, budget, due, per_key,
-                                             key_limit, key_limits, key_rate, reserved, busy);
+                due := due || ARRAY(SELECT d FROM pgq_flow_due_v2(p_queue, weights, 0, 32) d);
+                chosen := pgq_flow_choose_v2(p_queue, budget, due, per_key, key_limit,
+                                             key_limits, key_rate, reserved, busy, p_levels,
+                                             p_bounds, p_after);
             END IF;
         END IF;
         IF cardinality(due) > 0 THEN
@@ -227,7 +229,7 @@ BEGIN
                 p_queue, ARRAY(SELECT c.tenant FROM unnest(chosen) c), key_rate);
         END IF;
         taken := taken + cardinality(chosen);
-        RETURN QUERY SELECT c.id, c.lease_token FROM unnest(chosen) c;
+        RETURN QUERY SELECT c.id, c.lease_token, c.place FROM unnest(chosen) c;
     END IF;
 
     IF NOT limited THEN
@@ -284,16 +286,57 @@ EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 """
 
-# The fair choice: the head of the fair order (locked ``SKIP LOCKED``) and the candidates
+# The head of the fair order, locked ``SKIP LOCKED``, at most ``p_reach`` messages in fair order:
+# walked from the index head, or (``p_levels`` not empty) each priority level walked from its
+# bound (``p_bounds``: a place in the fair order, ``p_after``: the id the walk starts from at
+# that place; core/_claim_bound.py), highest first, one index seek each, so that the dead entries below a bound are never read. The bounded walk has
+# no outer ORDER BY: the levels come in the order given and each walk in index order, and the
+# outer LIMIT stops the walks, and their locks, once it is reached.
+HEAD_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_flow_head_v2(
+    p_queue text, p_reach int, p_levels smallint[], p_bounds float8[], p_after bigint[])
+RETURNS SETOF pgq_flow_candidate_v1
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF coalesce(cardinality(p_levels), 0) = 0 THEN
+        RETURN QUERY
+        SELECT m.id, m.lease_token, m.tenant::text, m.priority, m.fair_order
+        FROM pgqueue_message m
+        WHERE m.queue = p_queue AND m.fair_order >= 0
+        ORDER BY m.priority DESC, m.fair_order, m.id
+        LIMIT p_reach
+        FOR UPDATE SKIP LOCKED;
+    ELSE
+        RETURN QUERY
+        SELECT h.id, h.lease_token, h.tenant, h.priority, h.fair_order
+        FROM unnest(p_levels, p_bounds, p_after) AS level(priority, bound, after_id)
+        CROSS JOIN LATERAL (
+            SELECT m.id, m.lease_token, m.tenant::text AS tenant, m.priority, m.fair_order
+            FROM pgqueue_message m
+            WHERE m.queue = p_queue AND m.priority = level.priority
+              AND m.fair_order >= 0 AND (m.fair_order, m.id) >= (level.bound, level.after_id)
+            ORDER BY m.fair_order, m.id
+            LIMIT p_reach
+            FOR UPDATE SKIP LOCKED) h
+        LIMIT p_reach;
+    END IF;
+END
+$fn$;
+"""
+
+# The fair choice: the head of the fair order (``pgq_flow_head_v2``, from the bounds given) and the candidates
 # from outside it (``p_due``, locked already), in fair order, at most ``p_budget``. With key
 # limits or a key rate each tenant takes at most what they leave it: its limit less its leases
 # in flight (``p_busy``: tenant -> count) and the units of other sessions' allowances
 # (``p_reserved``, each of which may go to any one tenant), and its rate's whole tokens. When
 # that passes over some, the head is read again twice as far.
 CHOOSE_FUNCTION = """
-CREATE OR REPLACE FUNCTION pgq_flow_choose_v1(
+CREATE OR REPLACE FUNCTION pgq_flow_choose_v2(
     p_queue text, p_budget int, p_due pgq_flow_candidate_v1[], p_key_limited boolean,
-    p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int, p_busy jsonb)
+    p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int, p_busy jsonb,
+    p_levels smallint[], p_bounds float8[], p_after bigint[])
 RETURNS pgq_flow_candidate_v1[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -304,14 +347,8 @@ DECLARE
     chosen pgq_flow_candidate_v1[];
 BEGIN
     LOOP
-        head := ARRAY(
-            SELECT ROW(m.id, m.lease_token, m.tenant, m.priority, m.fair_order)
-                       ::pgq_flow_candidate_v1
-            FROM pgqueue_message m
-            WHERE m.queue = p_queue AND m.fair_order >= 0
-            ORDER BY m.priority DESC, m.fair_order, m.id
-            LIMIT reach
-            FOR UPDATE SKIP LOCKED);
+        head := ARRAY(SELECT h FROM pgq_flow_head_v2(p_queue, reach, p_levels, p_bounds,
+                                                     p_after) h);
         IF NOT p_key_limited THEN
             RETURN ARRAY(SELECT c FROM unnest(head || p_due) c
                          ORDER BY c.priority DESC, c.place, c.id
@@ -367,7 +404,7 @@ _DUE_ENTRY = FAIR_ORDER_ENTRY.format(
     queue="p_queue", priority="g.priority", tenant="g.tenant", step="g.step"
 )
 DUE_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION pgq_flow_due_v1(
+CREATE OR REPLACE FUNCTION pgq_flow_due_v2(
     p_queue text, p_weights jsonb, p_due_limit int, p_unplaced_window int)
 RETURNS SETOF pgq_flow_candidate_v1
 LANGUAGE plpgsql VOLATILE
@@ -456,8 +493,9 @@ $fn$;
 DEFINITIONS = {
     "pgq_flow_candidate_v1": CANDIDATE_TYPE,
     "pgq_flow_tokens_v1": TOKENS_FUNCTION,
-    "pgq_flow_due_v1": DUE_FUNCTION,
-    "pgq_flow_choose_v1": CHOOSE_FUNCTION,
+    "pgq_flow_due_v2": DUE_FUNCTION,
+    "pgq_flow_head_v2": HEAD_FUNCTION,
+    "pgq_flow_choose_v2": CHOOSE_FUNCTION,
     "pgq_flow_spend_keys_v1": SPEND_KEYS_FUNCTION,
     CANDIDATES_FUNCTION_NAME: CANDIDATES_FUNCTION,
 }

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from ..conf import get_settings
 from ..exceptions import LeaseError
 from . import _flow_control, _sql
-from ._claim_bound import ClaimBounds
+from ._claim_bound import ClaimBounds, Level
 from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
 from ._flow_control import flow_config
 from ._prepared import can_prepare, driver_path, execute_prepared, run_on_driver
@@ -159,17 +159,19 @@ class MessageManager(models.Manager["Message"]):
         self, queue: str, bounds: ClaimBounds, *, using: str | None = None, rows: int = 100
     ) -> float:
         """Read the first ``rows`` messages a claim of ``queue`` from the head of the claim
-        index would take, without claiming them, and tell ``bounds`` what was seen and how
+        index (of a fair queue: of its fair order) would take, without claiming them, and tell ``bounds`` what was seen and how
         long it took (:meth:`ClaimBounds.seen_from_head`): the claims that walk from the
         bounds then take what fell due below them. For a ``ClaimBounds`` made with
         ``head_walks_in_claims=False``, from a connection of its own. Returns the seconds
         the look took."""
         validate_queue_name(queue)
         alias = using or get_settings().DATABASE_ALIAS
+        flow = flow_config(queue)
+        fair = flow is not None and flow.walks_from_bounds
         began = time.monotonic()
         with connections[alias].cursor() as cursor:
-            cursor.execute(_sql.HEAD_OF_QUEUE, [queue, rows])
-            due = [(priority, available_at) for priority, available_at in cursor.fetchall()]
+            cursor.execute(_sql.FAIR_HEAD_OF_QUEUE if fair else _sql.HEAD_OF_QUEUE, [queue, rows])
+            due = [(priority, position, message_id) for priority, position, message_id in cursor]
         seconds = time.monotonic() - began
         bounds.walked_from_head(queue, seconds)
         bounds.seen_from_head(queue, due)
@@ -186,31 +188,34 @@ class MessageManager(models.Manager["Message"]):
         hold: bool,
     ) -> list[Any]:
         flow = flow_config(queue)
+        if flow is not None and not flow.walks_from_bounds:
+            bounds = None  # its claims follow no fair order, or pass over messages in it
+        began = time.monotonic()
+        levels = None if bounds is None else bounds.start(queue, fair=flow is not None)
         if flow is not None:
             # Opt-in per queue: the candidates come from the flow-control function
             # (_flow_control.py); inside a transaction every limit is counted exactly.
             exact = hold or connections[alias].in_atomic_block
-            params = _flow_control.claim_params(flow, queue, worker_id, limit, vt, exact)
-            return self._run_claim(alias, _flow_control.CLAIM, params, hold)
-        began = time.monotonic()
-        levels = None if bounds is None else bounds.start(queue)
-        if levels is not None:
+            statement = _flow_control.CLAIM
+            params = _flow_control.claim_params(
+                flow, queue, worker_id, limit, vt, exact, _levels_params(levels or [])
+            )
+        elif levels is not None:
             statement = self._bounded_lease_statement(limit)
-            params = [queue, *_levels_params(levels), queue, queue, worker_id, vt]
-            rows = self._run_claim(alias, statement, params, hold)
+            priorities, floors, _ = _levels_params(levels)
+            params = [queue, priorities, floors, queue, queue, worker_id, vt]
         else:
             statement, candidate_params = self._lease_statement(alias, queue, limit)
             params = [queue, *candidate_params, worker_id, vt]
-            walk_began = time.monotonic()
-            rows = self._run_claim(alias, statement, params, hold)
-            if bounds is not None:
-                bounds.walked_from_head(queue, time.monotonic() - walk_began)
+        walk_began = time.monotonic()
+        rows = self._run_claim(alias, statement, params, hold)
+        if bounds is not None and levels is None:
+            bounds.walked_from_head(queue, time.monotonic() - walk_began)
         if bounds is not None:
             claimed = [row for row in rows if row[0] == "claimed"]
-            if claimed:
-                taken = [(row[_PRIORITY_AT], row[-1]) for row in claimed]
-                claim_time = claimed[0][_CLAIM_TIME_AT] / 1e6
-                bounds.claimed(queue, taken, claim_time, full=len(claimed) == limit, began=began)
+            taken = [(row[_PRIORITY_AT], row[-1], row[_ID_AT]) for row in claimed]
+            claim_time = claimed[0][_CLAIM_TIME_AT] / 1e6 if claimed else 0.0
+            bounds.claimed(queue, taken, claim_time, full=len(claimed) == limit, began=began)
         return rows
 
     def _run_claim(self, alias: str, statement: str, params: list[Any], hold: bool) -> list[Any]:
@@ -258,7 +263,7 @@ class MessageManager(models.Manager["Message"]):
                     values[worker_at],
                 )
                 continue
-            *columns, redelivered, _position, _was_due_at = values
+            *columns, redelivered, _position, _walk_position = values
             message = self._from_row(columns, alias, load_time, decode)
             message.redelivered = redelivered
             if redelivered:
@@ -330,6 +335,7 @@ _PAYLOAD_AT = _sql.LEASED_COLUMNS.index("payload")
 # microseconds since the epoch.
 _CLAIM_TIME_AT = 1 + _sql.LEASED_COLUMNS.index("leased_at")
 _PRIORITY_AT = 1 + _sql.LEASED_COLUMNS.index("priority")
+_ID_AT = 1 + _sql.LEASED_COLUMNS.index("id")
 
 _TIMESTAMPS_AT = tuple(_sql.LEASED_COLUMNS.index(name) for name in _sql.LEASED_TIMESTAMPS)
 
@@ -342,6 +348,7 @@ def _plain_claim(candidates: str) -> str:
         shared=_sql.SHARED_COLUMNS,
         leased_columns=_sql.leased_returning(),
         leased_order=_sql.LEASED_ORDER,
+        walk_position=_sql.WALKED_AT,
     )
 
 
@@ -379,11 +386,13 @@ def _sql_type(value: Any) -> str:
     raise TypeError(f"unexpected claim parameter {value!r}")
 
 
-def _levels_params(levels: list[tuple[int, float]]) -> tuple[str, str]:
-    """``sql.CANDIDATES_FROM``'s levels and bounds, as array literals (text parameters)."""
-    priorities = ",".join(str(priority) for priority, _ in levels)
-    floors = ",".join(repr(bound) for _, bound in levels)
-    return "{" + priorities + "}", "{" + floors + "}"
+def _levels_params(levels: list[Level]) -> tuple[str, str, str]:
+    """The levels, their bounds and the bounds' ids, as array literals (text parameters) of
+    ``sql.CANDIDATES_FROM`` (the first two) and of the flow-control claim."""
+    priorities = ",".join(str(priority) for priority, _, _ in levels)
+    floors = ",".join(repr(bound) for _, bound, _ in levels)
+    ids = ",".join(str(message_id) for _, _, message_id in levels)
+    return "{" + priorities + "}", "{" + floors + "}", "{" + ids + "}"
 
 
 def _run_prepared_claim(

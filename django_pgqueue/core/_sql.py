@@ -89,13 +89,14 @@ ENQUEUE_AND_NOTIFY = enqueue_and_notify(ENQUEUE)
 ENQUEUE_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_DEDUP)
 
 
-# A message's place when it enters its queue's fair order (see FAIR_CANDIDATE_CTES): max(the
-# head of the order, the tenant's newest place + its step). Three index probes; the third only
-# for messages without a tenant (a one-time filter skips it otherwise).
-FAIR_ORDER_ENTRY = """GREATEST(
-    COALESCE((SELECT h.fair_order FROM pgqueue_message h
-              WHERE h.queue = {queue} AND h.priority = {priority} AND h.fair_order >= 0
-              ORDER BY h.fair_order LIMIT 1), 0),
+# A message's place when it enters its queue's fair order (core/_flow_sql.py): the tenant's
+# newest place + its step, or the head of the order when the tenant has none there.
+# That is max(the head, the tenant's newest place + its step), since a tenant's places are at
+# or after the head; but COALESCE stops at the first that is not NULL, so the head, whose walk
+# passes the dead entries of every message claimed since the last vacuum, is probed only for
+# a tenant with nothing waiting. The second probe is for messages without a tenant (a
+# one-time filter skips it otherwise).
+FAIR_ORDER_ENTRY = """COALESCE(
     (SELECT t.fair_order + {step} FROM pgqueue_message t
      WHERE t.queue = {queue} AND t.tenant = {tenant} AND t.priority = {priority}
        AND t.fair_order >= 0
@@ -103,7 +104,11 @@ FAIR_ORDER_ENTRY = """GREATEST(
     (SELECT t.fair_order + {step} FROM pgqueue_message t
      WHERE {tenant} IS NULL AND t.queue = {queue} AND t.tenant IS NULL
        AND t.priority = {priority} AND t.fair_order >= 0
-     ORDER BY t.fair_order DESC LIMIT 1))"""
+     ORDER BY t.fair_order DESC LIMIT 1),
+    (SELECT h.fair_order FROM pgqueue_message h
+     WHERE h.queue = {queue} AND h.priority = {priority} AND h.fair_order >= 0
+     ORDER BY h.fair_order LIMIT 1),
+    0)"""
 
 
 # Enqueue into a fair queue: the message takes its place in the fair order at once when it is
@@ -180,9 +185,13 @@ NOTIFY_QUEUES = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)
 REAP_LIMIT = 100
 
 # The claim. ``{candidates}`` is the ORM's ``select_for_update(skip_locked=True)`` query from
-# ``MessageManager.lease`` (it selects ``id, lease_token``); ``{reap_limit}`` bounds the reaper;
-# ``{leased_order}`` is a leased message's ``fair_order``: -1 (out of the fair order while
-# leased) in a fair queue's claim, else LEASED_ORDER.
+# ``MessageManager.lease`` (it selects ``id, lease_token, available_at``), CANDIDATES_FROM, or
+# the flow-control function (``id, lease_token, place``); ``{walk_position}`` is where each
+# candidate was in the walk of its claim order (``available_at`` in seconds since the epoch,
+# or the place in the fair order), which the claimer's bounds move up to
+# (core/_claim_bound.py); ``{reap_limit}`` bounds the reaper; ``{leased_order}`` is a leased
+# message's ``fair_order``: -1 (out of the fair order while leased) in a fair queue's claim,
+# else LEASED_ORDER.
 # One statement does both jobs:
 #   1. the reaper, for leases that ran out on their last attempt: attempts count at claim, so
 #      a message that kills its worker every time is buried here (reason ``lease_expired``),
@@ -237,7 +246,7 @@ WITH exhausted AS (
     {candidates}
 ), numbered AS (
     -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
-    SELECT id, lease_token, available_at, row_number() OVER () AS position FROM candidates
+    SELECT candidates.*, row_number() OVER () AS position FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
     -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
@@ -261,7 +270,7 @@ WITH exhausted AS (
     -- table was small would otherwise look each row up by walking that index.
       AND m.available_at <= statement_timestamp() AND m.attempts - m.max_attempts < 0
     RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position,
-              extract(epoch FROM c.available_at)::float8 AS was_due_at
+              {walk_position} AS walk_position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
@@ -293,11 +302,21 @@ CANDIDATES_FROM = """SELECT m.id, m.lease_token, m.available_at
     LIMIT {limit}"""
 
 # The first messages a claim from the head would take, looked at without claiming them
-# (``MessageManager.look_from_head``): each one's priority and ``available_at`` (seconds since
-# the epoch). Parameters: the queue, how many.
-HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8 FROM pgqueue_message
+# (``MessageManager.look_from_head``): each one's priority, ``available_at`` (seconds since
+# the epoch) and id. Parameters: the queue, how many.
+HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8, id FROM pgqueue_message
     WHERE queue = %s AND attempts < max_attempts AND available_at <= statement_timestamp()
     ORDER BY priority DESC, available_at, id
+    LIMIT %s"""
+
+# LEASE's ``{walk_position}`` in a plain claim (its candidates' ``available_at``).
+WALKED_AT = "extract(epoch FROM c.available_at)::float8"
+
+# HEAD_OF_QUEUE in a fair queue whose claims walk its fair order from bounds: each message's
+# priority, place in that order (``pgq_flow_head_v2``) and id.
+FAIR_HEAD_OF_QUEUE = """SELECT priority, fair_order, id FROM pgqueue_message
+    WHERE queue = %s AND fair_order >= 0
+    ORDER BY priority DESC, fair_order, id
     LIMIT %s"""
 
 # A leased message's ``fair_order``: -1 in flow-controlled claims (out of any fair order, and

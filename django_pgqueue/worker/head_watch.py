@@ -38,7 +38,7 @@ class HeadWatcher(threading.Thread):
     def run(self) -> None:
         pause = HEAD_WALK_EVERY
         while not self._stop_event.wait(pause):
-            queues = self.bounds.slow_queues()
+            queues = self.bounds.bounded_queues()
             if not queues:
                 connections.close_all()  # this thread's own
                 pause = HEAD_WALK_EVERY

@@ -7,6 +7,7 @@ import itertools
 import json
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection, connections, transaction
@@ -14,6 +15,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.core import _flow_control, transitions
+from django_pgqueue.core._claim_bound import ClaimBounds
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowAllowance, FlowRate, Message
 from tests.plans import buffers, explain_prepared, nested_plans, unbounded_reads
@@ -22,9 +24,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 FAIR = {"BACKOFF_JITTER": 0.0, "QUEUES": {"fair": {"FAIRNESS": True}}}
 
+# The claimer's bounds each test's claims keep (core/_claim_bound.py), or None: every test runs
+# twice, its claims walking the fair order from the head, and from the bounds as a worker's do.
+_bounds: ClaimBounds | None = None
+
+
+@pytest.fixture(autouse=True, params=["from the head", "from bounds"])
+def claimer(request: pytest.FixtureRequest) -> Iterator[None]:
+    global _bounds
+    _bounds = ClaimBounds() if request.param == "from bounds" else None
+    yield
+    _bounds = None
+
 
 def lease(n: int = 1, queue: str = "fair", worker: str = "w1") -> list[Message]:
-    return Message.objects.lease(queue, worker_id=worker, batch_size=n)
+    return Message.objects.lease(queue, worker_id=worker, batch_size=n, bounds=_bounds)
 
 
 def enqueue_many(tenant: str | None, count: int, queue: str = "fair", **kwargs) -> list[int]:

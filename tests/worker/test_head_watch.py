@@ -55,13 +55,13 @@ def test_the_watcher_looks_only_while_claims_walk_from_bounds():
     django_pgqueue.enqueue("t", {"n": 0})
     assert len(claim(bounds)) == 1  # well under half a second: not slow
     bounds.walked_from_head("default", 0.6)  # as a walk over many dead entries would be
-    assert bounds.slow_queues() == ["default"]
+    assert bounds.bounded_queues() == ["default"]
     stop = threading.Event()
     watcher = HeadWatcher(alias="default", bounds=bounds, stop=stop)
     watcher.start()
     try:
         wait_for_looks(watcher, 1)  # fast: the claims walk from the head again...
-        assert bounds.slow_queues() == []
+        assert bounds.bounded_queues() == []
         assert bounds.start("default") is None
         time.sleep(2.5 * HEAD_WALK_EVERY)
         assert watcher.looks == 1  # ...and the watcher stops looking
