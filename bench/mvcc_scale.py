@@ -173,7 +173,8 @@ def _small_rate(
 
 
 def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> dict[str, Any]:
-    """Claim + complete rate (batch 100, in-process) with ``big`` ready over ``small`` ready."""
+    """Claim + complete rate (batch 100, in-process, with a claimer's bounds as a worker's) with
+    ``big`` ready over ``small`` ready."""
     queue = FAIR_QUEUE if tenants else QUEUE
     with raw.connect(ctx.dsn) as conn:
         small_rate, small_wal = _small_rate(conn, small, measured, tenants)
@@ -191,7 +192,7 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         core_cases.reset()
     return {
         "system": PGQ,
-        "worker": "lease() + complete(), batch 100, in-process",
+        "worker": "lease() with bounds + complete(), batch 100, in-process",
         "tenants": tenants,
         "small": small,
         "big": big,

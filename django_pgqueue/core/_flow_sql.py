@@ -286,12 +286,13 @@ EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 """
 
-# The head of the fair order, locked ``SKIP LOCKED``, at most ``p_reach`` messages in fair order:
-# walked from the index head, or (``p_levels`` not empty) each priority level walked from its
-# bound (``p_bounds``: a place in the fair order, ``p_after``: the id the walk starts from at
-# that place; core/_claim_bound.py), highest first, one index seek each, so that the dead entries below a bound are never read. The bounded walk has
-# no outer ORDER BY: the levels come in the order given and each walk in index order, and the
-# outer LIMIT stops the walks, and their locks, once it is reached.
+# The head of the fair order, locked ``SKIP LOCKED``, at most ``p_reach`` messages in fair
+# order: walked from the index head, or (``p_levels`` not empty) each priority level walked from
+# its bound (``p_bounds``: a place in the fair order, ``p_after``: the id the walk starts from at
+# that place; core/_claim_bound.py), highest first, one index seek each, so that the dead
+# entries below a bound are never read. The bounded walk has no outer ORDER BY: the levels come
+# in the order given and each walk in index order, and the outer LIMIT stops the walks, and
+# their locks, once it is reached.
 HEAD_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_flow_head_v2(
     p_queue text, p_reach int, p_levels smallint[], p_bounds float8[], p_after bigint[])
@@ -326,12 +327,12 @@ END
 $fn$;
 """
 
-# The fair choice: the head of the fair order (``pgq_flow_head_v2``, from the bounds given) and the candidates
-# from outside it (``p_due``, locked already), in fair order, at most ``p_budget``. With key
-# limits or a key rate each tenant takes at most what they leave it: its limit less its leases
-# in flight (``p_busy``: tenant -> count) and the units of other sessions' allowances
-# (``p_reserved``, each of which may go to any one tenant), and its rate's whole tokens. When
-# that passes over some, the head is read again twice as far.
+# The fair choice: the head of the fair order (``pgq_flow_head_v2``, from the bounds given) and
+# the candidates from outside it (``p_due``, locked already), in fair order, at most
+# ``p_budget``. With key limits or a key rate each tenant takes at most what they leave it: its
+# limit less its leases in flight (``p_busy``: tenant -> count) and the units of other
+# sessions' allowances (``p_reserved``, each of which may go to any one tenant), and its rate's
+# whole tokens. When that passes over some, the head is read again twice as far.
 CHOOSE_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_flow_choose_v2(
     p_queue text, p_budget int, p_due pgq_flow_candidate_v1[], p_key_limited boolean,

@@ -159,9 +159,10 @@ class MessageManager(models.Manager["Message"]):
         self, queue: str, bounds: ClaimBounds, *, using: str | None = None, rows: int = 100
     ) -> float:
         """Read the first ``rows`` messages a claim of ``queue`` from the head of the claim
-        index (of a fair queue: of its fair order) would take, without claiming them, and tell ``bounds`` what was seen and how
-        long it took (:meth:`ClaimBounds.seen_from_head`): the claims that walk from the
-        bounds then take what fell due below them. For a ``ClaimBounds`` made with
+        index (of a fair queue: of its fair order) would take, without claiming them, and
+        tell ``bounds`` what was seen and how long it took
+        (:meth:`ClaimBounds.seen_from_head`): the claims that walk from the bounds then take
+        what fell due below them. For a ``ClaimBounds`` made with
         ``head_walks_in_claims=False``, from a connection of its own. Returns the seconds
         the look took."""
         validate_queue_name(queue)

@@ -304,7 +304,8 @@ CANDIDATES_FROM = """SELECT m.id, m.lease_token, m.available_at
 # The first messages a claim from the head would take, looked at without claiming them
 # (``MessageManager.look_from_head``): each one's priority, ``available_at`` (seconds since
 # the epoch) and id. Parameters: the queue, how many.
-HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8, id FROM pgqueue_message
+HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8, id
+    FROM pgqueue_message
     WHERE queue = %s AND attempts < max_attempts AND available_at <= statement_timestamp()
     ORDER BY priority DESC, available_at, id
     LIMIT %s"""

@@ -1,9 +1,11 @@
 """The worker's head watcher: while its claims walk from their bounds, it looks at the head of
-each such queue's claim index, in its own thread and on its own connection.
+each such queue's claim index (of a fair queue: of its fair order), in its own thread and on
+its own connection.
 
 A claim that walks from its bounds (``core/_claim_bound.py``) cannot see a message that fell
 due below them: one enqueued in a transaction that committed late, with a ``run_after`` in
-the past, at a priority the worker has not taken yet. A look from the head finds those, but
+the past, at a priority the worker has not taken yet, or in a fair queue one whose claim
+rolled back. A look from the head finds those, but
 while a long transaction keeps dead entries there, that look is slow, and a claim that made
 it would hold up every claim of the worker (they take turns) for as long. So the watcher
 makes it beside the claims and lowers the bounds to what it found: the next claim takes it.

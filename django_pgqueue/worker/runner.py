@@ -11,9 +11,10 @@ Threads and the connection each one uses:
   session: an idle worker claims there (``Worker._claim_on_notify``);
 - ``maintenance``: retention every ``RETENTION_INTERVAL`` (``maintenance.py``), when this
   worker's turn comes; its own Django connection, closed between runs;
-- ``head watcher``: while claims walk the claim index from their bounds (a long transaction
-  elsewhere keeps dead entries at its head), looks at the head for what fell due below them
-  (``head_watch.py``); its own Django connection, held only meanwhile;
+- ``head watcher``: while claims walk from their bounds (a fair queue's fair order, or a
+  claim index at whose head a long transaction elsewhere keeps dead entries), looks at the
+  head for what fell due below them (``head_watch.py``); its own Django connection, held
+  only meanwhile;
 - ``handler-N`` threads and one ``async-handlers`` event loop: run the handlers (a handler's
   own queries use that thread's connection);
 - ``http`` (with ``--metrics-port`` / ``--health-port``): answers scrapes and probes from what

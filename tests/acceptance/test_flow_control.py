@@ -266,6 +266,31 @@ def test_a_heavy_tenant_does_not_delay_a_light_one(workers: Workers, flow_log: P
     assert all(pos < 2 * (k + 1) + 2 for k, pos in enumerate(sorted(positions))), positions
 
 
+def test_a_fair_message_committed_late_runs_while_a_backlog_is_worked_off(workers: Workers):
+    """The worker walks the fair order from its bounds: a message that took its place at the
+    head of the order in a transaction that commits after the bounds moved past it is found
+    by the worker's head watcher, and runs long before the backlog is done."""
+    with override_settings(PGQUEUE=flow_settings.PGQUEUE):
+        bodies = (
+            {"queue": "flow-fair", "key": "heavy", "seq": n, "sleep": 0.005} for n in range(3000)
+        )
+        django_pgqueue.enqueue_many("flow.record", bodies, queue="flow-fair", tenant="heavy")
+    archived = ArchivedMessage.objects.filter(queue="flow-fair")
+    with transaction.atomic():
+        [late] = enqueue("flow-fair", "late", 1)
+        assert Message.objects.get(pk=late).fair_order == 0  # the head of the order
+        workers.start("flow-fair", extra=("--concurrency", "2", "--batch-size", "20"))
+        deadline = time.monotonic() + 60
+        while archived.count() < 300:
+            assert time.monotonic() < deadline, "the worker did not start"
+            time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while not archived.filter(message_id=late).exists():
+        assert time.monotonic() < deadline, "the late message did not run"
+        time.sleep(0.05)
+    assert Message.objects.filter(queue="flow-fair", tenant="heavy").count() > 500
+
+
 def test_a_rate_limit_holds_across_workers(workers: Workers):
     enqueue("flow-rate", None, 60)
     procs = [
