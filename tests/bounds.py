@@ -4,8 +4,11 @@ the worker's head watcher."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from django.db import connection
+from django.db import connection, transaction
 
 import django_pgqueue
 from django_pgqueue.core._claim_bound import ClaimBounds
@@ -31,3 +34,31 @@ def bounded(bounds: ClaimBounds) -> ClaimBounds:
     assert claim(bounds) == [first]
     assert bounds.start("default") is not None
     return bounds
+
+
+@contextmanager
+def committed_late(enqueue: Callable[[], list[int]]) -> Iterator[list[int]]:
+    """Runs ``enqueue`` in a transaction of another connection that stays open for the body
+    of the ``with`` and commits at its end; yields the ids it returned."""
+    enqueued, committed, go = threading.Event(), threading.Event(), threading.Event()
+    late: list[int] = []
+
+    def enqueue_in_a_long_transaction() -> None:
+        try:
+            with transaction.atomic():
+                late.extend(enqueue())
+                enqueued.set()
+                go.wait(30)
+        finally:
+            connection.close()
+            committed.set()
+
+    writer = threading.Thread(target=enqueue_in_a_long_transaction)
+    writer.start()
+    assert enqueued.wait(30)
+    try:
+        yield late
+    finally:
+        go.set()
+        assert committed.wait(30)
+        writer.join()

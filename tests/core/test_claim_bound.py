@@ -18,7 +18,7 @@ from django_pgqueue.core import _sql, transitions
 from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, MAX_LEVELS, SLACK, ClaimBounds
 from django_pgqueue.core._manager import _levels_params
 from django_pgqueue.models import Message
-from tests.bounds import bounded, claim, db_now
+from tests.bounds import bounded, claim, committed_late, db_now
 from tests.conftest import connection_kwargs
 from tests.plans import buffers, explain_prepared, nodes, unbounded_reads
 
@@ -36,27 +36,9 @@ def test_a_message_run_after_a_time_before_the_bound_is_claimed_all_the_same():
 
 
 def test_a_message_enqueued_before_the_bound_and_committed_after_it_is_claimed():
-    enqueued, committed, go = threading.Event(), threading.Event(), threading.Event()
-    late: list[int] = []
-
-    def enqueue_in_a_long_transaction() -> None:
-        try:
-            with transaction.atomic():
-                late.append(django_pgqueue.enqueue("t", {"n": "late"}).id)
-                enqueued.set()
-                go.wait(30)
-        finally:
-            connection.close()
-            committed.set()
-
-    writer = threading.Thread(target=enqueue_in_a_long_transaction)
-    writer.start()
-    assert enqueued.wait(30)
-    time.sleep(SLACK + 0.2)  # its available_at falls below the bound the next claim sets
-    bounds = bounded(ClaimBounds(slow_head_walk=0.0))
-    go.set()
-    assert committed.wait(30)
-    writer.join()
+    with committed_late(lambda: [django_pgqueue.enqueue("t", {"n": "late"}).id]) as late:
+        time.sleep(SLACK + 0.2)  # its available_at falls below the bound the next claim sets
+        bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     assert claim(bounds) == []
     time.sleep(HEAD_WALK_EVERY)
     assert claim(bounds) == late
@@ -260,27 +242,10 @@ def test_a_drained_fair_order_is_walked_from_its_head_again():
 def test_a_fair_message_enqueued_in_a_late_transaction_is_claimed_after_a_look_at_the_head():
     bounds = ClaimBounds(head_walks_in_claims=False)
     enqueue_fair("a", 20)
-    enqueued, go, committed = threading.Event(), threading.Event(), threading.Event()
-    late: list[int] = []
-
-    def enqueue_in_a_long_transaction() -> None:
-        try:
-            with transaction.atomic():
-                late.extend(enqueue_fair("late", 1))  # at the head of the order: place 0
-                enqueued.set()
-                go.wait(30)
-        finally:
-            connection.close()
-            committed.set()
-
-    writer = threading.Thread(target=enqueue_in_a_long_transaction)
-    writer.start()
-    assert enqueued.wait(30)
-    for _ in range(3):
-        assert len(fair_claim(bounds)) == 4
-    go.set()
-    assert committed.wait(30)
-    writer.join()
+    # At the head of the order: place 0.
+    with committed_late(lambda: enqueue_fair("late", 1)) as late:
+        for _ in range(3):
+            assert len(fair_claim(bounds)) == 4
     assert places(bounds) == [(0, 8.0)]
     assert late[0] not in {m.id for m in fair_claim(bounds)}  # below the bound
     Message.objects.look_from_head("fair", bounds)
