@@ -183,7 +183,6 @@ class ClaimBounds:
             for priority in levels:
                 if lowered.get(priority, float("-inf")) >= began:
                     continue
-                positions = [(position, i) for p, position, i in taken if p == priority]
                 bound: Position
                 if last_level is None or priority > last_level:
                     if fair:
@@ -196,6 +195,7 @@ class ClaimBounds:
                     # Fair: the head of the level when the claim walked it (its first message
                     # taken there). Plain: nothing due was left before the last message taken
                     # from it, but for the slack.
+                    positions = [(position, i) for p, position, i in taken if p == priority]
                     bound = min(positions) if fair else (max(positions)[0] - SLACK, 0)
                 else:
                     continue
