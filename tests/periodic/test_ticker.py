@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -31,6 +32,25 @@ def make_due(name: str, ago: dt.timedelta) -> None:
         )
 
 
+def make_due_on_its_latest_slot(name: str, every: float = 60) -> dt.datetime:
+    """The time seam: the schedule is due at its latest slot on its grid (database time);
+    returns that slot. Waits out a slot boundary that is about to pass, so that no later
+    slot comes due before the ticker runs."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s - mod(extract(epoch FROM now()), %s)", [every, every])
+        to_next_boundary = float(cursor.fetchone()[0])
+        if to_next_boundary < 2:
+            time.sleep(to_next_boundary + 0.1)
+        cursor.execute(
+            "UPDATE pgqueue_periodic"
+            " SET next_run_at = to_timestamp(floor(extract(epoch FROM now()) / %s) * %s)"
+            " WHERE name = %s RETURNING next_run_at",
+            [every, every, name],
+        )
+        slot: dt.datetime = cursor.fetchone()[0]
+    return slot
+
+
 def slots_enqueued(name: str = "minutely") -> list[str]:
     return sorted(
         m.payload["slot"]
@@ -48,8 +68,7 @@ def test_a_new_schedule_waits_for_its_next_slot_then_enqueues_it_once() -> None:
     assert 0 <= wait <= ticker.check_interval
     assert not Message.objects.exists()
 
-    make_due("minutely", dt.timedelta(seconds=1))
-    due_slot = PeriodicSchedule.objects.get(name="minutely").next_run_at
+    due_slot = make_due_on_its_latest_slot("minutely")
     ticker.run_due()
     [message] = Message.objects.all()
     assert message.task == "tests.echo" and message.queue == "periodic"
