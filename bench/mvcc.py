@@ -12,6 +12,7 @@ its own system's run.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import threading
@@ -98,6 +99,7 @@ class Plan:
     rate: float = 0.0  # offered msgs/s for every system instead of load x its capacity
     export_dir: Path | None = None  # run pgq_pipeline export over the middle half (ours)
     export_cpu: str = "normal"  # the export's CPU priority, a key of EXPORT_CPU
+    export_every: float = 0.0  # seconds between the passes of one --every export; 0: a process each
 
     @property
     def window(self) -> tuple[float, float]:
@@ -428,7 +430,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                 if plan.snapshot:
                     holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
                 if plan.export_dir and name == "pgq":
-                    export = Exporter(ctx, plan.export_dir, plan.export_cpu)
+                    export = Exporter(ctx, plan.export_dir, plan.export_cpu, plan.export_every)
                 snapshot_at = time.time() - sampler.t0
                 explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
@@ -440,7 +442,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                     if export.failed:
                         raise RuntimeError(
                             f"pgq_pipeline export failed {export.failed} times: see "
-                            "logs/pgq-pipeline-export.log in the results folder"
+                            f"logs/{Exporter.LOG}.log in the results folder"
                         )
                 commit_at = time.time() - sampler.t0
             producing.join()
@@ -472,6 +474,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         "export": bool(plan.export_dir) and name == "pgq",
         "export_runs": export.runs if export is not None else 0,
         "export_cpu": plan.export_cpu,
+        "export_every": plan.export_every,
         "backlog": sampler.backlog,
         "samples": sampler.samples,
         "processed": [t for t, _ in pairs],
@@ -532,22 +535,33 @@ EXPORT_CPU = {
 
 
 class Exporter:
-    """``pgq_pipeline export`` over and over (Spark, local[1]) while it runs, at the CPU
-    priority ``cpu`` (a key of ``EXPORT_CPU``)."""
+    """``pgq_pipeline export`` (Spark, local[1]) while it runs, at the CPU priority ``cpu``
+    (a key of ``EXPORT_CPU``): one ``--every EVERY`` process whose passes share one Spark
+    session, or, with ``every`` 0, one process per pass started back to back."""
 
-    def __init__(self, ctx: Context, destination: Path, cpu: str = "normal") -> None:
+    def __init__(
+        self, ctx: Context, destination: Path, cpu: str = "normal", every: float = 0.0
+    ) -> None:
         self.ctx = ctx
         self.destination = destination
         self.cpu = cpu
+        self.every = every
         self._stop = threading.Event()
-        self.runs = 0
+        self.runs = 0  # passes that exported rows, read from the log once stopped
         self.failed = 0
+        self._log = ctx.out_dir / "logs" / f"{self.LOG}.log"
+        self._log_start = self._log.stat().st_size if self._log.exists() else 0
         self._proc: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def spawn(ctx: Context, destination: Path, cpu: str = "normal") -> subprocess.Popen[str]:
+    LOG = "pgq-pipeline-export"
+
+    @classmethod
+    def spawn(
+        cls, ctx: Context, destination: Path, cpu: str = "normal", every: float = 0.0
+    ) -> subprocess.Popen[str]:
+        repeat = ["--every", f"{every:g}"] if every else []
         return ctx.spawn(
             [
                 *EXPORT_CPU[cpu],
@@ -559,8 +573,9 @@ class Exporter:
                 "local[1]",
                 "export",
                 str(destination),
+                *repeat,
             ],
-            "pgq-pipeline-export",
+            cls.LOG,
             pipe_stdout=False,
         )
 
@@ -571,27 +586,34 @@ class Exporter:
         if cls.spawn(ctx, destination, cpu).wait() != 0:
             raise RuntimeError(
                 "pgq_pipeline export failed before the run: see "
-                "logs/pgq-pipeline-export.log in the results folder"
+                f"logs/{cls.LOG}.log in the results folder"
             )
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._proc = self.spawn(self.ctx, self.destination, self.cpu)
+            self._proc = self.spawn(self.ctx, self.destination, self.cpu, self.every)
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1
-            else:
-                self.runs += 1
 
     def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._proc is not None and self._proc.poll() is None:
+            # SIGTERM: a --every process ends after its running pass; a single pass stops.
             self._proc.terminate()
             try:
-                self._proc.wait(60)
+                self._proc.wait(120)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._thread.join(60)
+        with open(self._log, errors="replace") as log:
+            log.seek(self._log_start)
+            lines = log.read().splitlines()
+        self.runs = sum(1 for line in lines if re.match(r"export #\d+: ", line))
+        # A --every pass that failed and was retried says so in the log.
+        self.failed += sum(1 for line in lines if line.startswith("export: pass failed"))
 
 
 # --- figures -----------------------------------------------------------------------------

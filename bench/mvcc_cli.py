@@ -7,14 +7,16 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
-                         [--export-cpu normal|low|idle]
+                         [--export-cpu normal|low|idle] [--export-every 10]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
-export     ours at 70% with `pgq_pipeline export` (Spark) looping over the middle half, at
-           --export-cpu priority (idle: SCHED_IDLE; low: nice 19; normal)
+export     ours at 70% with `pgq_pipeline export` (Spark) over the middle half: one
+           `--every` process, a pass each --export-every seconds in one Spark session (0: a
+           process per pass, back to back), at --export-cpu priority (idle: SCHED_IDLE; low:
+           nice 19; normal)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
            workers with --backlog ready too
@@ -94,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(mvcc.EXPORT_CPU),
         default="normal",
         help="the export's CPU priority: idle (SCHED_IDLE), low (nice 19) or normal",
+    )
+    parser.add_argument(
+        "--export-every",
+        type=float,
+        default=10.0,
+        help="seconds between the export's passes in one process (0: a process per pass)",
     )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
@@ -219,7 +227,13 @@ def run_scenarios(
     if "export" in wanted:
         print(f"== export: pgq ({args.minutes:g} min)", flush=True)
         with tempfile.TemporaryDirectory(prefix="pgq-mvcc-export-") as destination:
-            plan = replace(base, load=0.7, export_dir=Path(destination), export_cpu=args.export_cpu)
+            plan = replace(
+                base,
+                load=0.7,
+                export_dir=Path(destination),
+                export_cpu=args.export_cpu,
+                export_every=args.export_every,
+            )
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)
     if "backlog" in wanted:

@@ -7,13 +7,18 @@ import argparse
 import json
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..conf import get_settings
 from .committed import local_directory
 from .errors import BadInput, PipelineError
 from .progress import Writer, printer
 from .session import SECRET_KEY
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from .export import ExportResult
 
 LEAN_LOCAL_EXPORT_CONF = {
     "spark.ui.enabled": "false",
@@ -84,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="Length of the destination's writer lease, renewed while the run works; a killed "
         "run's lease expires after it and the next run takes over (default 60).",
+    )
+    export.add_argument(
+        "--every",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="Keep running: a pass every SECONDS, all in one Spark session (one JVM start, not "
+        "one per pass). SIGTERM or SIGINT stops it after the running pass.",
     )
 
     compact = jobs.add_parser(
@@ -164,6 +177,16 @@ def _octal_mode(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not an octal mode such as 600") from None
 
 
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of seconds > 0 (e.g. 30), not {value!r}")
+    return seconds
+
+
 def _aware(value: str) -> datetime:
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
@@ -217,22 +240,8 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
             # No Spark needed: the driver merges local files with pyarrow.
             return _compact(options, out, report, alias, None)
         if job == "export":
-            from .export import nothing_to_export
-
-            sources = options.get("source") or ["archive", "dead"]
-            if nothing_to_export(options["destination"], sources, alias):
-                # Decided from PostgreSQL alone: no Spark start-up for a run with nothing to do.
-                summary = {"run": None, "rows": 0, "ranges": 0, "verified": 0, "mismatched": []}
-                text = f"export: nothing new to export to {options['destination']}"
-                return _emit(options, out, summary, text, 0)
-            from .lease import refuse_if_held
-
-            refuse_if_held(options["destination"], alias or get_settings().DATABASE_ALIAS)
+            return _export_command(options, out, err, report, alias)
         conf = spark_conf(options.get("spark_conf") or [], err)
-        if job == "export" and (options.get("master") or "local").startswith("local"):
-            # Embedded export: Python tasks do the work, the JVM only schedules them, so a
-            # JVM that starts lean (no UI, no optimizing JIT) is time won. --spark-conf wins.
-            conf = {**LEAN_LOCAL_EXPORT_CONF, **conf}
         if job == "enqueue":  # refuse bad arguments before paying for Spark's start
             from .enqueue import check_batch_id, check_target, input_format
 
@@ -251,53 +260,8 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
             conf=conf,
             conf_file=options.get("spark_conf_file"),
         )
-        master = str(spark.sparkContext.master)
         if job == "compact":
             return _compact(options, out, report, alias, spark)
-        if job == "export":
-            from .export import export
-
-            exported = export(
-                spark,
-                options["destination"],
-                sources=options.get("source") or ["archive", "dead"],
-                range_size=options.get("range_size") or 50_000,
-                ranges_per_job=options.get("ranges_per_job"),
-                horizon_wait=options.get("horizon_wait", 30.0),
-                report=report,
-                using=options.get("database"),
-                master=master,
-                file_mode=options.get("file_mode") or 0o600,
-                lease_seconds=options.get("lease_seconds") or 60.0,
-            )
-            summary = {
-                "run": exported.run_id,
-                "rows": exported.rows_exported,
-                "ranges": exported.ranges_exported,
-                "verified": exported.ranges_verified,
-                "mismatched": exported.mismatched,
-                "horizons": exported.horizons,
-                "waited_for": exported.waited_for,
-                "took_over_from": exported.took_over_from,
-                "leftovers_removed": exported.leftovers_removed,
-                "warnings": exported.warnings,
-                "seconds": round(exported.seconds, 3),
-                "rows_per_second": round(exported.rows_per_second),
-            }
-            text = (
-                f"export #{exported.run_id}: {exported.rows_exported:,} rows in "
-                f"{exported.ranges_exported} ranges ({exported.ranges_verified} verified), "
-                f"{exported.rows_per_second:,.0f} rows/s"
-            )
-            if exported.took_over_from is not None:
-                text += f"; took over from run #{exported.took_over_from} (marked failed)"
-            if exported.leftovers_removed:
-                text += f"; removed {exported.leftovers_removed} files an interrupted run left"
-            if exported.mismatched:
-                text += "; changed while exported, re-run: " + ", ".join(exported.mismatched)
-            for warning in exported.warnings:
-                text += f"\nwarning: {warning}"
-            return _emit(options, out, summary, text, 1 if exported.mismatched else 0)
         if job == "stats":
             from .stats import stats
 
@@ -370,6 +334,113 @@ def run(options: dict[str, Any], out: Writer, err: Writer) -> int:
     except PipelineError as exc:
         err.write(f"error: {exc}\n")
         return 2
+
+
+def _export_command(
+    options: dict[str, Any], out: Writer, err: Writer, report: Any, alias: str | None
+) -> int:
+    """One export pass, or (``--every``) one pass after another sharing one SparkSession."""
+    from .session import build_session
+
+    conf = spark_conf(options.get("spark_conf") or [], err)
+    if (options.get("master") or "local").startswith("local"):
+        # Embedded export: Python tasks do the work, the JVM only schedules them, so a
+        # JVM that starts lean (no UI, no optimizing JIT) is time won. --spark-conf wins.
+        conf = {**LEAN_LOCAL_EXPORT_CONF, **conf}
+    destination = options["destination"]
+    database = alias or get_settings().DATABASE_ALIAS
+    sessions: list[SparkSession] = []  # started by the first pass with work, then kept
+
+    def export_pass() -> int:
+        from .export import export, nothing_to_export
+        from .lease import refuse_if_held
+
+        sources = options.get("source") or ["archive", "dead"]
+        if nothing_to_export(destination, sources, alias):
+            # Decided from PostgreSQL alone: no Spark start-up for a pass with nothing to do.
+            summary: dict[str, Any] = {
+                "run": None,
+                "rows": 0,
+                "ranges": 0,
+                "verified": 0,
+                "mismatched": [],
+            }
+            return _emit(
+                options, out, summary, f"export: nothing new to export to {destination}", 0
+            )
+        refuse_if_held(destination, database)
+        if not sessions:
+            sessions.append(
+                build_session(
+                    options.get("master"),
+                    app_name="pgq_pipeline export",
+                    conf=conf,
+                    conf_file=options.get("spark_conf_file"),
+                )
+            )
+        spark = sessions[0]
+        exported = export(
+            spark,
+            destination,
+            sources=sources,
+            range_size=options.get("range_size") or 50_000,
+            ranges_per_job=options.get("ranges_per_job"),
+            horizon_wait=options.get("horizon_wait", 30.0),
+            report=report,
+            using=options.get("database"),
+            master=str(spark.sparkContext.master),
+            file_mode=options.get("file_mode") or 0o600,
+            lease_seconds=options.get("lease_seconds") or 60.0,
+        )
+        return _emit(
+            options,
+            out,
+            export_summary(exported),
+            export_text(exported),
+            1 if exported.mismatched else 0,
+        )
+
+    every = options.get("every")
+    if every is None:
+        return export_pass()
+    from .follow import follow
+
+    # A pass with mismatched ranges is not an end: the next pass exports them again.
+    return follow(export_pass, every, alias=database, report=report)
+
+
+def export_summary(exported: ExportResult) -> dict[str, Any]:
+    return {
+        "run": exported.run_id,
+        "rows": exported.rows_exported,
+        "ranges": exported.ranges_exported,
+        "verified": exported.ranges_verified,
+        "mismatched": exported.mismatched,
+        "horizons": exported.horizons,
+        "waited_for": exported.waited_for,
+        "took_over_from": exported.took_over_from,
+        "leftovers_removed": exported.leftovers_removed,
+        "warnings": exported.warnings,
+        "seconds": round(exported.seconds, 3),
+        "rows_per_second": round(exported.rows_per_second),
+    }
+
+
+def export_text(exported: ExportResult) -> str:
+    text = (
+        f"export #{exported.run_id}: {exported.rows_exported:,} rows in "
+        f"{exported.ranges_exported} ranges ({exported.ranges_verified} verified), "
+        f"{exported.rows_per_second:,.0f} rows/s"
+    )
+    if exported.took_over_from is not None:
+        text += f"; took over from run #{exported.took_over_from} (marked failed)"
+    if exported.leftovers_removed:
+        text += f"; removed {exported.leftovers_removed} files an interrupted run left"
+    if exported.mismatched:
+        text += "; changed while exported, re-run: " + ", ".join(exported.mismatched)
+    for warning in exported.warnings:
+        text += f"\nwarning: {warning}"
+    return text
 
 
 def _compact(

@@ -89,14 +89,16 @@ def test_report_marks_a_missed_target() -> None:
     assert "0.40 ✓" in table
 
 
-def test_an_export_row_says_how_many_exports_ran_and_at_what_cpu_priority() -> None:
+def test_an_export_row_says_how_the_export_ran_and_at_what_cpu_priority() -> None:
     run = {**synthetic_run(rate_during=100.0), "system": "django-pgqueue", "load": 0.7}
     run |= {"export": True, "export_runs": 12, "export_cpu": "idle"}
     run["figures"] = mvcc.figures(run)
+    following = run | {"export_every": 10.0, "export_cpu": "normal"}
 
-    table = mvcc_report.snapshot_table([run])
+    table = mvcc_report.snapshot_table([run, following])
 
-    assert "| django-pgqueue + pgq_pipeline export (12 runs, CPU idle) |" in table
+    assert "| django-pgqueue + pgq_pipeline export (12 passes, CPU idle) |" in table
+    assert "| django-pgqueue + pgq_pipeline export (--every 10, 12 passes, CPU normal) |" in table
 
 
 def backlog_case(**overrides: object) -> dict[str, object]:
