@@ -539,6 +539,8 @@ class Exporter:
     (a key of ``EXPORT_CPU``): one ``--every EVERY`` process whose passes share one Spark
     session, or, with ``every`` 0, one process per pass started back to back."""
 
+    LOG = "pgq-pipeline-export"
+
     def __init__(
         self, ctx: Context, destination: Path, cpu: str = "normal", every: float = 0.0
     ) -> None:
@@ -554,8 +556,6 @@ class Exporter:
         self._proc: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-
-    LOG = "pgq-pipeline-export"
 
     @classmethod
     def spawn(

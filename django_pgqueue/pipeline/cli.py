@@ -178,13 +178,14 @@ def _octal_mode(value: str) -> int:
 
 
 def _seconds(value: str) -> float:
+    from .follow import check_every
+
     try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"a number of seconds > 0 (e.g. 30), not {value!r}")
-    return seconds
+        return check_every(float(value))
+    except (ValueError, PipelineError):
+        raise argparse.ArgumentTypeError(
+            f"a number of seconds > 0 (e.g. 30), not {value!r}"
+        ) from None
 
 
 def _aware(value: str) -> datetime:

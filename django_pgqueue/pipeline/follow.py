@@ -28,8 +28,8 @@ RETRIED = (DestinationBusy, LeaseLost, DatabaseError)
 
 
 def check_every(seconds: float) -> float:
-    if not seconds > 0:
-        raise PipelineError(f"--every takes a number of seconds > 0, got {seconds:g}.")
+    if not 0 < seconds < float("inf"):
+        raise PipelineError(f"--every takes a number of seconds > 0 (e.g. 30), got {seconds:g}.")
     return seconds
 
 
