@@ -100,6 +100,7 @@ class Plan:
     export_dir: Path | None = None  # run pgq_pipeline export over the middle half (ours)
     export_cpu: str = "normal"  # the export's CPU priority, a key of EXPORT_CPU
     export_every: float = 0.0  # seconds between the passes of one --every export; 0: a process each
+    export_max_ranges: int = 0  # --max-ranges of each pass; 0: all
 
     @property
     def window(self) -> tuple[float, float]:
@@ -430,7 +431,13 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                 if plan.snapshot:
                     holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
                 if plan.export_dir and name == "pgq":
-                    export = Exporter(ctx, plan.export_dir, plan.export_cpu, plan.export_every)
+                    export = Exporter(
+                        ctx,
+                        plan.export_dir,
+                        plan.export_cpu,
+                        plan.export_every,
+                        plan.export_max_ranges,
+                    )
                 snapshot_at = time.time() - sampler.t0
                 explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
@@ -475,6 +482,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
         "export_runs": export.runs if export is not None else 0,
         "export_cpu": plan.export_cpu,
         "export_every": plan.export_every,
+        "export_max_ranges": plan.export_max_ranges,
         "backlog": sampler.backlog,
         "samples": sampler.samples,
         "processed": [t for t, _ in pairs],
@@ -537,17 +545,24 @@ EXPORT_CPU = {
 class Exporter:
     """``pgq_pipeline export`` (Spark, local[1]) while it runs, at the CPU priority ``cpu``
     (a key of ``EXPORT_CPU``): one ``--every EVERY`` process whose passes share one Spark
-    session, or, with ``every`` 0, one process per pass started back to back."""
+    session, or, with ``every`` 0, one process per pass started back to back; each pass
+    exports at most ``max_ranges`` ranges of each source (0: all)."""
 
     LOG = "pgq-pipeline-export"
 
     def __init__(
-        self, ctx: Context, destination: Path, cpu: str = "normal", every: float = 0.0
+        self,
+        ctx: Context,
+        destination: Path,
+        cpu: str = "normal",
+        every: float = 0.0,
+        max_ranges: int = 0,
     ) -> None:
         self.ctx = ctx
         self.destination = destination
         self.cpu = cpu
         self.every = every
+        self.max_ranges = max_ranges
         self._stop = threading.Event()
         self.runs = 0  # passes that exported rows, read from the log once stopped
         self.failed = 0
@@ -559,9 +574,15 @@ class Exporter:
 
     @classmethod
     def spawn(
-        cls, ctx: Context, destination: Path, cpu: str = "normal", every: float = 0.0
+        cls,
+        ctx: Context,
+        destination: Path,
+        cpu: str = "normal",
+        every: float = 0.0,
+        max_ranges: int = 0,
     ) -> subprocess.Popen[str]:
         repeat = ["--every", f"{every:g}"] if every else []
+        bounded = ["--max-ranges", str(max_ranges)] if max_ranges else []
         return ctx.spawn(
             [
                 *EXPORT_CPU[cpu],
@@ -574,6 +595,7 @@ class Exporter:
                 "export",
                 str(destination),
                 *repeat,
+                *bounded,
             ],
             cls.LOG,
             pipe_stdout=False,
@@ -591,7 +613,9 @@ class Exporter:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._proc = self.spawn(self.ctx, self.destination, self.cpu, self.every)
+            self._proc = self.spawn(
+                self.ctx, self.destination, self.cpu, self.every, self.max_ranges
+            )
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1

@@ -8,6 +8,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
                          [--export-cpu normal|low|idle] [--export-every 10]
+                         [--export-max-ranges 2]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
@@ -15,8 +16,9 @@ sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
 export     ours at 70% with `pgq_pipeline export` (Spark) over the middle half: one
            `--every` process, a pass each --export-every seconds in one Spark session (0: a
-           process per pass, back to back), at --export-cpu priority (idle: SCHED_IDLE; low:
-           nice 19; normal)
+           process per pass, back to back), each pass at most --export-max-ranges ranges of
+           each source (0: all), at --export-cpu priority (idle: SCHED_IDLE; low: nice 19;
+           normal)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
            workers with --backlog ready too
@@ -102,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds between the export's passes in one process (0: a process per pass)",
+    )
+    parser.add_argument(
+        "--export-max-ranges",
+        type=int,
+        default=2,
+        help="ranges of each source a pass exports at most (pgq_pipeline export --max-ranges; "
+        "0: all)",
     )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
@@ -233,6 +242,7 @@ def run_scenarios(
                 export_dir=Path(destination),
                 export_cpu=args.export_cpu,
                 export_every=args.export_every,
+                export_max_ranges=args.export_max_ranges,
             )
             results["export"] = [mvcc.run_system(ctx, "pgq", plan)]
         _save(results, out)

@@ -103,6 +103,8 @@ def sustained_table(runs: list[dict[str, Any]]) -> str:
 def _export_label(run: dict[str, Any]) -> str:
     every = run.get("export_every") or 0
     how = f"--every {every:g}, " if every else ""
+    if run.get("export_max_ranges"):
+        how += f"--max-ranges {run['export_max_ranges']}, "
     return (
         f" + pgq_pipeline export ({how}{run.get('export_runs', 0)} passes,"
         f" CPU {run.get('export_cpu', 'normal')})"

@@ -71,6 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Ranges per Spark job (default: 4 x the cluster's default parallelism).",
     )
     export.add_argument(
+        "--max-ranges",
+        type=_max_ranges,
+        default=None,
+        metavar="N",
+        help="Export at most N ranges of each source, oldest first; the rest waits for the "
+        "next run (default: all). With --every, it bounds the export's pace: a backlog is "
+        "caught up N ranges per pass.",
+    )
+    export.add_argument(
         "--horizon-wait",
         type=float,
         default=30.0,
@@ -186,6 +195,17 @@ def _seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(
             f"a number of seconds > 0 (e.g. 30), not {value!r}"
         ) from None
+
+
+def _max_ranges(value: str) -> int:
+    from .export import check_max_ranges
+
+    try:
+        number = int(value)
+        check_max_ranges(number)
+    except (ValueError, PipelineError):
+        raise argparse.ArgumentTypeError(f"a whole number >= 1, not {value!r}") from None
+    return number
 
 
 def _aware(value: str) -> datetime:
@@ -364,6 +384,7 @@ def _export_command(
                 "rows": 0,
                 "ranges": 0,
                 "verified": 0,
+                "left": 0,
                 "mismatched": [],
             }
             return _emit(
@@ -386,6 +407,7 @@ def _export_command(
             sources=sources,
             range_size=options.get("range_size") or 50_000,
             ranges_per_job=options.get("ranges_per_job"),
+            max_ranges=options.get("max_ranges"),
             horizon_wait=options.get("horizon_wait", 30.0),
             report=report,
             using=options.get("database"),
@@ -416,6 +438,7 @@ def export_summary(exported: ExportResult) -> dict[str, Any]:
         "rows": exported.rows_exported,
         "ranges": exported.ranges_exported,
         "verified": exported.ranges_verified,
+        "left": exported.ranges_left,
         "mismatched": exported.mismatched,
         "horizons": exported.horizons,
         "waited_for": exported.waited_for,
@@ -433,6 +456,8 @@ def export_text(exported: ExportResult) -> str:
         f"{exported.ranges_exported} ranges ({exported.ranges_verified} verified), "
         f"{exported.rows_per_second:,.0f} rows/s"
     )
+    if exported.ranges_left:
+        text += f"; {exported.ranges_left} ranges left for the next run (--max-ranges)"
     if exported.took_over_from is not None:
         text += f"; took over from run #{exported.took_over_from} (marked failed)"
     if exported.leftovers_removed:

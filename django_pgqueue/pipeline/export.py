@@ -75,6 +75,7 @@ class ExportResult:
     rows_exported: int = 0
     ranges_exported: int = 0
     ranges_verified: int = 0
+    ranges_left: int = 0  # planned, left for the next run by ``max_ranges``
     mismatched: list[str] = field(default_factory=list)
     horizons: dict[str, int] = field(default_factory=dict)
     waited_for: list[str] = field(default_factory=list)
@@ -86,6 +87,12 @@ class ExportResult:
     @property
     def rows_per_second(self) -> float:
         return self.rows_exported / self.seconds if self.seconds > 0 else 0.0
+
+
+def check_max_ranges(max_ranges: int | None) -> int | None:
+    if max_ranges is not None and max_ranges < 1:
+        raise PipelineError(f"max_ranges must be >= 1 (or None for all), got {max_ranges}")
+    return max_ranges
 
 
 def check_file_mode(mode: int) -> int:
@@ -105,6 +112,7 @@ def export(
     sources: Iterable[str] = ("archive", "dead"),
     range_size: int = DEFAULT_RANGE_SIZE,
     ranges_per_job: int | None = None,
+    max_ranges: int | None = None,
     horizon_wait: float = 30.0,
     report: Callable[[str], None] | None = None,
     using: str | None = None,
@@ -115,12 +123,14 @@ def export(
     """Export every archive / dead row below the safe horizon that is not exported yet.
 
     Re-running adds nothing; after a crash the next run re-does only the ranges that were not
-    committed, after deleting what the crashed run left. Raises :class:`ForeignOutput` when
-    ``destination`` holds files not written here and :class:`DestinationBusy` when another
-    run holds its lease.
+    committed, after deleting what the crashed run left. ``max_ranges`` bounds how many
+    ranges of each source one run exports, oldest first; the rest waits for the next run.
+    Raises :class:`ForeignOutput` when ``destination`` holds files not written here and
+    :class:`DestinationBusy` when another run holds its lease.
     """
     if range_size < 1:
         raise PipelineError(f"range_size must be >= 1, got {range_size}")
+    check_max_ranges(max_ranges)
     check_file_mode(file_mode)
     alias = using or get_settings().DATABASE_ALIAS
     destination = destination.rstrip("/")
@@ -156,7 +166,9 @@ def export(
                     r.attempts or r.status != ExportRangeStatus.PENDING for r in pending
                 ):
                     result.leftovers_removed += remove_leftovers(committer, source, pending)
-                todo.append((source, pending))
+                taken = pending[:max_ranges]
+                result.ranges_left += len(pending) - len(taken)
+                todo.append((source, taken))
             run.archive_horizon = result.horizons.get("archive")
             run.dead_horizon = result.horizons.get("dead")
             run.ranges_total = sum(len(ranges) for _, ranges in todo)

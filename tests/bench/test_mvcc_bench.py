@@ -94,11 +94,16 @@ def test_an_export_row_says_how_the_export_ran_and_at_what_cpu_priority() -> Non
     run |= {"export": True, "export_runs": 12, "export_cpu": "idle"}
     run["figures"] = mvcc.figures(run)
     following = run | {"export_every": 10.0, "export_cpu": "normal"}
+    bounded = following | {"export_max_ranges": 2}
 
-    table = mvcc_report.snapshot_table([run, following])
+    table = mvcc_report.snapshot_table([run, following, bounded])
 
     assert "| django-pgqueue + pgq_pipeline export (12 passes, CPU idle) |" in table
     assert "| django-pgqueue + pgq_pipeline export (--every 10, 12 passes, CPU normal) |" in table
+    assert (
+        "| django-pgqueue + pgq_pipeline export (--every 10, --max-ranges 2, 12 passes,"
+        " CPU normal) |" in table
+    )
 
 
 def backlog_case(**overrides: object) -> dict[str, object]:

@@ -36,6 +36,7 @@ def test_export_stats_and_prune_through_the_command(spark: Any, tmp_path: Path) 
     progress = err.getvalue().splitlines()
     assert progress and all("rows/s" in line and "left" in line for line in progress)
     assert "0 left" in progress[-1]
+    assert summary["left"] == 0
 
     call_command(
         "pgq_pipeline", "stats", "--since", "2026-10-01T00:00+00:00",
@@ -49,6 +50,12 @@ def test_export_stats_and_prune_through_the_command(spark: Any, tmp_path: Path) 
     assert not ArchivedMessage.objects.exists()
     with pytest.raises(CommandError, match="prune failed"):
         call_command("pgq_pipeline", "prune", "--destination", destination, stdout=out, stderr=err)
+
+
+@pytest.mark.parametrize("max_ranges", ["0", "-1", "two", "1.5"])
+def test_max_ranges_takes_a_whole_number_of_at_least_one(max_ranges: str) -> None:
+    with pytest.raises(CommandError, match="a whole number >= 1"):
+        call_command("pgq_pipeline", "export", "/tmp/x", "--max-ranges", max_ranges)
 
 
 def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

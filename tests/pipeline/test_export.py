@@ -10,8 +10,8 @@ import pytest
 from django_pgqueue.pipeline import export as export_module
 from django_pgqueue.pipeline.commit import LocalCommitter
 from django_pgqueue.pipeline.committed import read_committed
-from django_pgqueue.pipeline.errors import ForeignOutput
-from django_pgqueue.pipeline.export import export, read_export
+from django_pgqueue.pipeline.errors import ForeignOutput, PipelineError
+from django_pgqueue.pipeline.export import export, nothing_to_export, read_export
 from django_pgqueue.pipeline.models import ExportRange, ExportRangeStatus, ExportRun
 
 from .conftest import fill_archive, fill_dead, run_sql
@@ -78,6 +78,45 @@ def test_second_export_adds_nothing_and_new_rows_go_in_new_ranges(
     assert third.rows_exported == 100
     ids = [row[0] for row in exported_archive(spark, destination)]
     assert len(ids) == len(set(ids)) == 600
+
+
+def test_max_ranges_exports_the_oldest_ranges_of_each_source_and_leaves_the_rest(
+    spark: Any, tmp_path: Path
+) -> None:
+    fill_archive(1_000)
+    fill_dead(300)
+    destination = str(tmp_path / "out")
+
+    first = export(spark, destination, range_size=200, max_ranges=2)
+
+    planned = {
+        name: list(ExportRange.objects.filter(source=name).order_by("lo"))
+        for name in ("archive", "dead")
+    }
+    for name, ranges in planned.items():
+        assert len(ranges) > 2, name
+        assert [r.status for r in ranges[:2]] == [ExportRangeStatus.VERIFIED] * 2
+        assert {r.status for r in ranges[2:]} == {ExportRangeStatus.PENDING}
+    assert first.ranges_exported == 4 and first.mismatched == []
+    assert first.ranges_left == sum(len(ranges) - 2 for ranges in planned.values())
+    in_first_ranges = sum(
+        run_sql(
+            f"SELECT count(*) FROM pgqueue_{name} WHERE id >= %s AND id < %s",
+            [ranges[0].lo, ranges[1].hi],
+        )[0][0]
+        for name, ranges in planned.items()
+    )
+    assert first.rows_exported == in_first_ranges
+    assert not nothing_to_export(destination, ["archive", "dead"])
+
+    runs = 1
+    while export(spark, destination, range_size=200, max_ranges=2).ranges_left:
+        runs += 1
+    assert runs + 1 == (max(len(ranges) for ranges in planned.values()) + 1) // 2
+    assert exported_archive(spark, destination) == [tuple(r) for r in run_sql(ARCHIVE_SQL)]
+    assert nothing_to_export(destination, ["archive", "dead"])
+    with pytest.raises(PipelineError, match="max_ranges must be >= 1"):
+        export(spark, destination, max_ranges=0)
 
 
 def test_crash_mid_commit_leaves_readers_the_committed_ranges_and_resumes_cleanly(
