@@ -384,7 +384,7 @@ def _export_command(
                 "rows": 0,
                 "ranges": 0,
                 "verified": 0,
-                "left": 0,
+                "ids_left": 0,
                 "mismatched": [],
             }
             return _emit(
@@ -438,7 +438,7 @@ def export_summary(exported: ExportResult) -> dict[str, Any]:
         "rows": exported.rows_exported,
         "ranges": exported.ranges_exported,
         "verified": exported.ranges_verified,
-        "left": exported.ranges_left,
+        "ids_left": exported.ids_left,
         "mismatched": exported.mismatched,
         "horizons": exported.horizons,
         "waited_for": exported.waited_for,
@@ -456,8 +456,8 @@ def export_text(exported: ExportResult) -> str:
         f"{exported.ranges_exported} ranges ({exported.ranges_verified} verified), "
         f"{exported.rows_per_second:,.0f} rows/s"
     )
-    if exported.ranges_left:
-        text += f"; {exported.ranges_left} ranges left for the next run (--max-ranges)"
+    if exported.ids_left:
+        text += f"; {exported.ids_left:,} ids left for the next run (--max-ranges)"
     if exported.took_over_from is not None:
         text += f"; took over from run #{exported.took_over_from} (marked failed)"
     if exported.leftovers_removed:

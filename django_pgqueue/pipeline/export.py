@@ -75,7 +75,7 @@ class ExportResult:
     rows_exported: int = 0
     ranges_exported: int = 0
     ranges_verified: int = 0
-    ranges_left: int = 0  # planned, left for the next run by ``max_ranges``
+    ids_left: int = 0  # ids below the safe horizon left for the next run by max_ranges
     mismatched: list[str] = field(default_factory=list)
     horizons: dict[str, int] = field(default_factory=dict)
     waited_for: list[str] = field(default_factory=list)
@@ -153,21 +153,25 @@ def export(
                 horizon, waited = safe_horizon(source, alias, horizon_wait)
                 result.horizons[source.name] = horizon
                 result.waited_for += waited
-                plan_ranges(run, source, horizon, range_size, alias)
-                result.warnings += reconcile_manifests(committer, source, destination, alias)
-                recheck_recent(source, destination, alias)
-                pending = list(
+                unfinished = (
                     ExportRange.objects.using(alias)
                     .filter(destination=destination, source=source.name)
                     .exclude(status__in=[ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED])
-                    .order_by("lo")
                 )
+                # A bounded run plans only the ranges it exports: a run's last range ends at
+                # its horizon, so ranges planned and left would make later ranges short.
+                limit = None if max_ranges is None else max(0, max_ranges - unfinished.count())
+                planned_to = plan_ranges(run, source, horizon, range_size, alias, limit)
+                result.warnings += reconcile_manifests(committer, source, destination, alias)
+                recheck_recent(source, destination, alias)
+                pending = list(unfinished.order_by("lo"))
                 if cleanup or any(
                     r.attempts or r.status != ExportRangeStatus.PENDING for r in pending
                 ):
                     result.leftovers_removed += remove_leftovers(committer, source, pending)
-                taken = pending[:max_ranges]
-                result.ranges_left += len(pending) - len(taken)
+                taken = pending if max_ranges is None else pending[:max_ranges]
+                left = pending[len(taken) :]
+                result.ids_left += max(0, horizon - planned_to) + sum(r.hi - r.lo for r in left)
                 todo.append((source, taken))
             run.archive_horizon = result.horizons.get("archive")
             run.dead_horizon = result.horizons.get("dead")
@@ -369,9 +373,15 @@ def safe_horizon(source: SourceTable, alias: str, wait: float) -> tuple[int, lis
 
 
 def plan_ranges(
-    run: ExportRun, source: SourceTable, horizon: int, range_size: int, alias: str
+    run: ExportRun,
+    source: SourceTable,
+    horizon: int,
+    range_size: int,
+    alias: str,
+    limit: int | None = None,
 ) -> int:
-    """Create pending ranges from the watermark up to ``horizon``; returns how many."""
+    """Create pending ranges (at most ``limit``) from the watermark towards ``horizon``;
+    returns the id up to which ranges are now planned."""
     ranges = ExportRange.objects.using(alias).filter(
         destination=run.destination, source=source.name
     )
@@ -381,11 +391,11 @@ def plan_ranges(
             cursor.execute(f"SELECT min(id) FROM {source.table} WHERE id < %s", [horizon])
             first = cursor.fetchone()[0]
         if first is None:
-            return 0
+            return horizon
         watermark = int(first)
-    planned = []
+    planned: list[ExportRange] = []
     lo = watermark
-    while lo < horizon:
+    while lo < horizon and (limit is None or len(planned) < limit):
         # Aligned bounds: ranges stay the same size whatever the first id was.
         hi = min((lo // range_size + 1) * range_size, horizon)
         planned.append(
@@ -393,7 +403,7 @@ def plan_ranges(
         )
         lo = hi
     ExportRange.objects.using(alias).bulk_create(planned, batch_size=1000)
-    return len(planned)
+    return lo
 
 
 def source_figures(

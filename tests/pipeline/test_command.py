@@ -36,7 +36,7 @@ def test_export_stats_and_prune_through_the_command(spark: Any, tmp_path: Path) 
     progress = err.getvalue().splitlines()
     assert progress and all("rows/s" in line and "left" in line for line in progress)
     assert "0 left" in progress[-1]
-    assert summary["left"] == 0
+    assert summary["ids_left"] == 0
 
     call_command(
         "pgq_pipeline", "stats", "--since", "2026-10-01T00:00+00:00",
