@@ -8,7 +8,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
                          [--export-cpu normal|low|idle] [--export-every 10]
-                         [--export-max-ranges 2]
+                         [--export-max-ranges N]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
@@ -108,9 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--export-max-ranges",
         type=int,
-        default=2,
+        default=0,
         help="ranges of each source a pass exports at most (pgq_pipeline export --max-ranges; "
-        "0: all)",
+        "0: all, the default)",
     )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
