@@ -409,7 +409,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
             capacity = measure_capacity(ctx, system, plan)
             wait_until(lambda: _backlog(watch, shape) == 0, 120, 0.5)
             if plan.export_dir and name == "pgq":
-                Exporter.check(ctx, plan.export_dir, plan.export_cpu)
+                Exporter.check(ctx, plan.export_dir, ExportHow(cpu=plan.export_cpu))
             watch.execute("SELECT pg_stat_statements_reset()")
             offered = plan.rate or plan.load * capacity
             n_each = max(1, int(offered / PRODUCERS * plan.seconds))
@@ -431,13 +431,8 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                 if plan.snapshot:
                     holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
                 if plan.export_dir and name == "pgq":
-                    export = Exporter(
-                        ctx,
-                        plan.export_dir,
-                        plan.export_cpu,
-                        plan.export_every,
-                        plan.export_max_ranges,
-                    )
+                    how = ExportHow(plan.export_cpu, plan.export_every, plan.export_max_ranges)
+                    export = Exporter(ctx, plan.export_dir, how)
                 snapshot_at = time.time() - sampler.t0
                 explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
@@ -542,27 +537,26 @@ EXPORT_CPU = {
 }
 
 
+@dataclass(frozen=True)
+class ExportHow:
+    """How the bench runs ``pgq_pipeline export``."""
+
+    cpu: str = "normal"  # CPU priority, a key of EXPORT_CPU
+    every: float = 0.0  # one --every process with passes this far apart; 0: a process per pass
+    max_ranges: int = 0  # --max-ranges of each pass; 0: all
+
+
 class Exporter:
-    """``pgq_pipeline export`` (Spark, local[1]) while it runs, at the CPU priority ``cpu``
-    (a key of ``EXPORT_CPU``): one ``--every EVERY`` process whose passes share one Spark
-    session, or, with ``every`` 0, one process per pass started back to back; each pass
-    exports at most ``max_ranges`` ranges of each source (0: all)."""
+    """``pgq_pipeline export`` (Spark, local[1]) while it runs, as ``how`` says: one ``--every``
+    process whose passes share one Spark session, or one process per pass started back to
+    back."""
 
     LOG = "pgq-pipeline-export"
 
-    def __init__(
-        self,
-        ctx: Context,
-        destination: Path,
-        cpu: str = "normal",
-        every: float = 0.0,
-        max_ranges: int = 0,
-    ) -> None:
+    def __init__(self, ctx: Context, destination: Path, how: ExportHow) -> None:
         self.ctx = ctx
         self.destination = destination
-        self.cpu = cpu
-        self.every = every
-        self.max_ranges = max_ranges
+        self.how = how
         self._stop = threading.Event()
         self.runs = 0  # passes that exported rows, read from the log once stopped
         self.failed = 0
@@ -573,19 +567,12 @@ class Exporter:
         self._thread.start()
 
     @classmethod
-    def spawn(
-        cls,
-        ctx: Context,
-        destination: Path,
-        cpu: str = "normal",
-        every: float = 0.0,
-        max_ranges: int = 0,
-    ) -> subprocess.Popen[str]:
-        repeat = ["--every", f"{every:g}"] if every else []
-        bounded = ["--max-ranges", str(max_ranges)] if max_ranges else []
+    def spawn(cls, ctx: Context, destination: Path, how: ExportHow) -> subprocess.Popen[str]:
+        repeat = ["--every", f"{how.every:g}"] if how.every else []
+        bounded = ["--max-ranges", str(how.max_ranges)] if how.max_ranges else []
         return ctx.spawn(
             [
-                *EXPORT_CPU[cpu],
+                *EXPORT_CPU[how.cpu],
                 ctx.python,
                 "-m",
                 "django",
@@ -602,10 +589,10 @@ class Exporter:
         )
 
     @classmethod
-    def check(cls, ctx: Context, destination: Path, cpu: str = "normal") -> None:
+    def check(cls, ctx: Context, destination: Path, how: ExportHow) -> None:
         """One export before the run: a missing JDBC driver or Java fails here, not after
         the load has run for minutes."""
-        if cls.spawn(ctx, destination, cpu).wait() != 0:
+        if cls.spawn(ctx, destination, how).wait() != 0:
             raise RuntimeError(
                 "pgq_pipeline export failed before the run: see "
                 f"logs/{cls.LOG}.log in the results folder"
@@ -613,9 +600,7 @@ class Exporter:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._proc = self.spawn(
-                self.ctx, self.destination, self.cpu, self.every, self.max_ranges
-            )
+            self._proc = self.spawn(self.ctx, self.destination, self.how)
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1
