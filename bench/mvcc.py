@@ -243,6 +243,18 @@ def system_buffers(conn: psycopg.Connection[Any], pattern: str) -> int:
     return int(row[0]) if row else 0
 
 
+# What the cluster's client backends are doing, at one look: the export's (its COPY of a range)
+# apart from the rest (the queue's). An active backend with no wait event is on a CPU or
+# waiting for one.
+WAITS = """
+SELECT CASE WHEN query ILIKE 'copy%%' THEN 'export' ELSE 'queue' END,
+       COALESCE(wait_event_type || ':' || wait_event, 'running'), count(*)
+FROM pg_stat_activity
+WHERE state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+GROUP BY 1, 2
+"""
+
+
 def top_statements(conn: psycopg.Connection[Any], limit: int = 12) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT calls, rows, shared_blks_hit + shared_blks_read, left(query, 300) "
@@ -266,8 +278,15 @@ class Sampler:
     t0: float = field(default_factory=time.time)
     backlog: list[tuple[float, int]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    #: The running export, whose process tree's CPU each sample reads.
+    exporter: Exporter | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    # Backends seen in each state (``WAITS``) over all looks so far, and the looks.
+    _waits: dict[str, int] = field(default_factory=dict)
+    _looks: int = 0
+    # The export's processes' own CPU seconds, as last read: one that ended keeps its figure.
+    _export_cpu: dict[int, float] = field(default_factory=dict)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -285,10 +304,22 @@ class Sampler:
                 now = time.time() - self.t0
                 row = conn.execute(self.shape.backlog_sql).fetchone()
                 self.backlog.append((now, int(row[0]) if row else 0))
+                self._looks += 1
+                for who, what, count in conn.execute(WAITS).fetchall():
+                    key = f"{who} {what}"
+                    self._waits[key] = self._waits.get(key, 0) + int(count)
                 if now >= next_heavy:
                     self.samples.append(self.heavy(conn, now))
                     next_heavy = now + self.sample
                 self._stop.wait(BACKLOG_TICK)
+
+    def export_cpu_seconds(self) -> float:
+        """CPU seconds of the export's processes so far, each as last seen alive (a process
+        that lived between two samples is missed)."""
+        if self.exporter is not None:
+            for pid in self.exporter.pids():
+                self._export_cpu[pid] = cpu_seconds([pid], children=False)
+        return sum(self._export_cpu.values())
 
     def heavy(self, conn: psycopg.Connection[Any], now: float) -> dict[str, Any]:
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -297,10 +328,15 @@ class Sampler:
         calls, buffers = claim_counters(conn, self.shape.claim_like)
         return {
             "t": now,
-            # CPU seconds so far: the cluster's processes, the worker's, the machine's.
+            # CPU seconds so far: the cluster's processes, the worker's, the export's, the
+            # machine's (busy, and idle waiting for the disk).
             "server_cpu": cpu_seconds(server_pids(conn)),
             "worker_cpu": cpu_seconds(self.worker_pids),
-            "machine_busy": machine_busy_seconds(),
+            "export_cpu": self.export_cpu_seconds(),
+            **machine_seconds(),
+            **disk_counters(),
+            "waits": dict(self._waits),
+            "wait_looks": self._looks,
             "tables": {
                 name: {
                     "live": live,
@@ -362,8 +398,9 @@ class SnapshotHolder:
         self.conn.close()
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of processes (and their reaped children), seconds."""
+def cpu_seconds(pids: list[int], *, children: bool = True) -> float:
+    """utime + stime of processes (and, with ``children``, of their reaped children),
+    seconds."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in pids:
@@ -371,31 +408,62 @@ def cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        total += sum(int(x) for x in fields[11:15])
+        total += sum(int(x) for x in fields[11 : 15 if children else 13])
     return total / tick
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process descended from it."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
 
 
 def server_pids(conn: psycopg.Connection[Any]) -> list[int]:
     """The private cluster's processes: the postmaster and its children."""
     data = conn.execute("SHOW data_directory").fetchone()
     assert data is not None
-    master = int((Path(data[0]) / "postmaster.pid").read_text().split()[0])
-    pids = [master]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == master:
-            pids.append(int(stat.parent.name))
-    return pids
+    return process_tree(int((Path(data[0]) / "postmaster.pid").read_text().split()[0]))
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds this machine has been busy (all cores, all processes): /proc/stat."""
+def machine_seconds() -> dict[str, float]:
+    """CPU seconds this machine's cores (all of them, all processes) have been busy, and idle
+    with a disk request outstanding (iowait), so far: /proc/stat."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    idle, iowait = fields[3], fields[4]
+    return {
+        "machine_busy": (sum(fields[:8]) - idle - iowait) / tick,
+        "machine_iowait": iowait / tick,
+    }
+
+
+SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own size
+
+
+def disk_counters() -> dict[str, float]:
+    """Bytes read and written, and seconds with a request in flight, of this machine's disks
+    (whole devices, not their partitions) so far: /proc/diskstats."""
+    read = written = busy_ms = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        fields = line.split()
+        name = fields[2]
+        if name.startswith(("loop", "ram")) or not Path(f"/sys/block/{name}").exists():
+            continue
+        read += int(fields[5]) * SECTOR
+        written += int(fields[9]) * SECTOR
+        busy_ms += int(fields[12])
+    return {"disk_read": read, "disk_written": written, "disk_busy": busy_ms / 1000}
 
 
 def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None) -> dict[str, Any]:
@@ -432,7 +500,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
                     holder = SnapshotHolder(ctx.dsn, shape.backlog_sql)
                 if plan.export_dir and name == "pgq":
                     how = ExportHow(plan.export_cpu, plan.export_every, plan.export_max_ranges)
-                    export = Exporter(ctx, plan.export_dir, how)
+                    export = sampler.exporter = Exporter(ctx, plan.export_dir, how)
                 snapshot_at = time.time() - sampler.t0
                 explain_calm = explain_claim(watch, system)
                 _sleep_until(sampler.t0 + end)
@@ -604,6 +672,11 @@ class Exporter:
             # A run cut short by stop() is not a failure; any other non-zero exit is.
             if self._proc.wait() != 0 and not self._stop.is_set():
                 self.failed += 1
+
+    def pids(self) -> list[int]:
+        """The running pass's processes: the command, its JVM and Spark's Python workers."""
+        proc = self._proc
+        return process_tree(proc.pid) if proc is not None and proc.poll() is None else []
 
     def stop(self) -> None:
         if self._stop.is_set():

@@ -8,7 +8,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
                          [--export-cpu normal|low|idle] [--export-every 10]
-                         [--export-max-ranges N]
+                         [--export-max-ranges N] [--export-under DIR]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
 
@@ -18,7 +18,8 @@ export     ours at 70% with `pgq_pipeline export` (Spark) over the middle half: 
            `--every` process, a pass each --export-every seconds in one Spark session (0: a
            process per pass, back to back), each pass at most --export-max-ranges ranges of
            each source (0: all), at --export-cpu priority (idle: SCHED_IDLE; low: nice 19;
-           normal)
+           normal), into a destination made under --export-under; its report goes on
+           minute by minute (python -m bench.mvcc_timeline gives it for any run)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
            workers with --backlog ready too
@@ -41,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import core_cases, mvcc, mvcc_report, mvcc_scale
+from . import core_cases, mvcc, mvcc_report, mvcc_scale, mvcc_timeline
 from .config import QUICK
 from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
 from .measure import Recorder, UdpCollector
@@ -112,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
         help="ranges of each source a pass exports at most (pgq_pipeline export --max-ranges; "
         "0: all, the default)",
     )
+    parser.add_argument(
+        "--export-under",
+        default="",
+        metavar="DIR",
+        help="the folder the export's destination is made in (default: the temporary folder; "
+        "/dev/shm keeps its Parquet files off the disk)",
+    )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument(
@@ -175,13 +183,20 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = round(time.time() - started)
     results["loadavg_end"] = os.getloadavg()
     _save(results, out_dir)
-    markdown = mvcc_report.markdown(results)
-    (out_dir / "report.md").write_text(markdown)
-    print(markdown)
+    write_report(results, out_dir)
     if not args.no_plots:
         draw_plots("mvcc_plots.py", out_dir)
     print(f"results: {out_dir}")
     return 0
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> None:
+    """``report.md``: the tables, and the export's runs minute by minute (what a window's
+    figure hides: when the queue slowed, and what the machine did then)."""
+    timelines = [mvcc_timeline.report(run, 60.0) for run in results.get("export", [])]
+    markdown = "\n\n".join([mvcc_report.markdown(results), *timelines])
+    (out_dir / "report.md").write_text(markdown)
+    print(markdown)
 
 
 def report_again(out_dir: Path, plots: bool) -> int:
@@ -191,9 +206,7 @@ def report_again(out_dir: Path, plots: bool) -> int:
         for run in results.get(name, []):
             run["figures"] = mvcc.figures(run)
     _save(results, out_dir)
-    markdown = mvcc_report.markdown(results)
-    (out_dir / "report.md").write_text(markdown)
-    print(markdown)
+    write_report(results, out_dir)
     if plots:
         draw_plots("mvcc_plots.py", out_dir)
     return 0
@@ -235,7 +248,8 @@ def run_scenarios(
             print(f"   {json.dumps(_rounded(run['figures']))}", flush=True)
     if "export" in wanted:
         print(f"== export: pgq ({args.minutes:g} min)", flush=True)
-        with tempfile.TemporaryDirectory(prefix="pgq-mvcc-export-") as destination:
+        under = args.export_under or None
+        with tempfile.TemporaryDirectory(prefix="pgq-mvcc-export-", dir=under) as destination:
             plan = replace(
                 base,
                 load=0.7,

@@ -247,7 +247,12 @@ def markdown(results: dict[str, Any]) -> str:
             snapshot_cpu_table(results["snapshot"]),
         ]
     if results.get("export"):
-        parts += ["## pgq_pipeline export over the middle half", snapshot_table(results["export"])]
+        parts += [
+            "## pgq_pipeline export over the middle half",
+            snapshot_table(results["export"]),
+            "CPU, before the export and over the last third of its window:",
+            snapshot_cpu_table(results["export"]),
+        ]
     if results.get("backlog"):
         parts += ["## Backlog scale", backlog_table(results["backlog"])]
     if results.get("workers"):

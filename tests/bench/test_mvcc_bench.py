@@ -4,6 +4,8 @@ cluster, and their ratios computed from a run's series."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -236,6 +238,12 @@ def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path)
     results = json.loads((tmp_path / "mvcc.json").read_text())
     assert results["postgres"]["work_mem"] == "8192kB"
     assert [r["key"] for r in results["sustained"]] == ["pgq"]
+    # Each sample reads what the cluster's backends were doing, the disks and iowait.
+    first, last = results["sustained"][0]["samples"][0], results["sustained"][0]["samples"][-1]
+    assert last["wait_looks"] > first["wait_looks"]
+    assert sum(n for key, n in last["waits"].items() if key.startswith("queue ")) > 0
+    assert last["disk_written"] >= first["disk_written"] > 0
+    assert last["machine_iowait"] >= first["machine_iowait"]
     assert results["snapshot"][0]["commit_at"] > results["snapshot"][0]["snapshot_at"]
     assert len(results["snapshot"][0]["processed"]) > 0
     assert [c["tenants"] for c in results["backlog"]] == [0, 30]
@@ -303,3 +311,18 @@ def test_each_export_cpu_priority_starts_a_process_at_that_priority(cpu: str) ->
 
     assert ("SCHED_IDLE" in policy) == (cpu == "idle")
     assert policy.split()[-1] == ("19" if cpu == "low" else "0")
+
+
+def test_a_process_tree_holds_the_root_and_its_descendants() -> None:
+    parent = subprocess.Popen(["sh", "-c", "sh -c 'sleep 30 & wait' & wait"])
+    try:
+        mvcc.wait_until(lambda: len(mvcc.process_tree(parent.pid)) == 3, 10, 0.05)
+        tree = mvcc.process_tree(parent.pid)
+        names = [Path(f"/proc/{pid}/comm").read_text().strip() for pid in tree]
+    finally:
+        for pid in reversed(mvcc.process_tree(parent.pid)):
+            os.kill(pid, signal.SIGKILL)
+        parent.wait()
+
+    assert tree[0] == parent.pid
+    assert sorted(names) == ["sh", "sh", "sleep"]
