@@ -80,6 +80,30 @@ def test_second_export_adds_nothing_and_new_rows_go_in_new_ranges(
     assert len(ids) == len(set(ids)) == 600
 
 
+def test_a_row_committed_late_into_an_exported_range_is_exported_by_the_next_run(
+    spark: Any, tmp_path: Path
+) -> None:
+    # A writer drew an id, then the rows after it committed and were exported first.
+    late_id = run_sql("SELECT nextval(pg_get_serial_sequence('pgqueue_archive', 'id'))")[0][0]
+    fill_archive(300)
+    destination = str(tmp_path / "out")
+    assert export(spark, destination, sources=["archive"], range_size=1_000).mismatched == []
+    run_sql(
+        "INSERT INTO pgqueue_archive (id, message_id, queue, task, payload, enqueued_at,"
+        " attempts, max_attempts, errors, started_at, finished_at, worker_id)"
+        " SELECT %s, 1, 'q1', 't', '{}', ts, 1, 3, '[]', ts, ts, 'w1'"
+        " FROM (SELECT timestamptz '2026-10-01 12:00+00') AS t(ts)",
+        [late_id],
+    )
+    assert not nothing_to_export(destination, ["archive"])
+
+    again = export(spark, destination, sources=["archive"], range_size=1_000)
+
+    assert again.mismatched == [] and again.rows_exported == 301
+    ids = [row[0] for row in exported_archive(spark, destination)]
+    assert ids == sorted(ids) and len(ids) == 301 and late_id in ids
+
+
 def test_max_ranges_exports_the_oldest_ranges_of_each_source_and_leaves_the_rest(
     spark: Any, tmp_path: Path
 ) -> None:
