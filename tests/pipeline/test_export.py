@@ -83,7 +83,12 @@ def test_second_export_adds_nothing_and_new_rows_go_in_new_ranges(
 def test_a_row_committed_late_into_an_exported_range_is_exported_by_the_next_run(
     spark: Any, tmp_path: Path
 ) -> None:
-    # A writer drew an id, then the rows after it committed and were exported first.
+    # A writer drew an id, then the rows after it committed and were exported first. The ids
+    # straddle a range bound, so one range holds the late row and part of the others.
+    run_sql(
+        "SELECT setval(pg_get_serial_sequence('pgqueue_archive', 'id'),"
+        " (nextval(pg_get_serial_sequence('pgqueue_archive', 'id')) / 1000 + 1) * 1000 + 849)"
+    )
     late_id = run_sql("SELECT nextval(pg_get_serial_sequence('pgqueue_archive', 'id'))")[0][0]
     fill_archive(300)
     destination = str(tmp_path / "out")
@@ -99,7 +104,14 @@ def test_a_row_committed_late_into_an_exported_range_is_exported_by_the_next_run
 
     again = export(spark, destination, sources=["archive"], range_size=1_000)
 
-    assert again.mismatched == [] and again.rows_exported == 301
+    # Only the range holding the late row is exported again, whole.
+    late_range = ExportRange.objects.get(source="archive", lo__lte=late_id, hi__gt=late_id)
+    in_late_range = run_sql(
+        "SELECT count(*) FROM pgqueue_archive WHERE id >= %s AND id < %s",
+        [late_range.lo, late_range.hi],
+    )[0][0]
+    assert in_late_range == 150
+    assert again.mismatched == [] and again.rows_exported == in_late_range
     ids = [row[0] for row in exported_archive(spark, destination)]
     assert ids == sorted(ids) and len(ids) == 301 and late_id in ids
 
