@@ -444,17 +444,24 @@ def recheck_recent(source: SourceTable, destination: str, alias: str) -> None:
     A range whose rows were pruned through another destination is left as it is: its files
     here are the copy of rows the database no longer has.
     """
+    for record in changed_recent_ranges(source, destination, alias):
+        record.status = ExportRangeStatus.MISMATCH
+        record.save(using=alias, update_fields=["status"])
+
+
+def changed_recent_ranges(source: SourceTable, destination: str, alias: str) -> list[ExportRange]:
+    """The newest unpruned verified ranges whose row count in the database has changed."""
     recent = (
         ExportRange.objects.using(alias)
         .filter(destination=destination, source=source.name, status=ExportRangeStatus.VERIFIED)
         .order_by("-lo")[:RECHECK_RANGES]
     )
-    for record in recent:
-        if pruned_elsewhere(record, alias):
-            continue
-        if source_count(source, record.lo, record.hi, alias) != record.source_rows:
-            record.status = ExportRangeStatus.MISMATCH
-            record.save(using=alias, update_fields=["status"])
+    return [
+        record
+        for record in recent
+        if not pruned_elsewhere(record, alias)
+        and source_count(source, record.lo, record.hi, alias) != record.source_rows
+    ]
 
 
 def pruned_elsewhere(record: ExportRange, alias: str) -> bool:
@@ -706,9 +713,6 @@ def nothing_to_export(destination: str, sources: Iterable[str], using: str | Non
         present = committer.manifest_names(source.name)
         if any(f"{lo}-{hi}.json" not in present for lo, hi in verified.values_list("lo", "hi")):
             return False
-        for record in verified.order_by("-lo")[:RECHECK_RANGES]:
-            if pruned_elsewhere(record, alias):
-                continue
-            if source_count(source, record.lo, record.hi, alias) != record.source_rows:
-                return False
+        if changed_recent_ranges(source, destination, alias):
+            return False
     return True
