@@ -1,9 +1,10 @@
-"""The exported columns of each source table and the row checksum both engines compute.
+"""The exported columns of each source table and the row hash in SQL and in Spark.
 
-The checksum of a range is ``count(*)`` plus the sum of a 32-bit row hash, the first 8 hex
-digits of ``md5`` over a canonical text form of every column. PostgreSQL computes it over the
-table (:func:`sql_row_hash`), Spark over the Parquet files it wrote (:func:`spark_row_hash`);
-the two texts are built to be byte-identical, so equal sums mean the files hold those rows.
+The checksum of a range is its row count plus the sum of a 32-bit row hash, the first 8 hex
+digits of ``md5`` over a canonical text form of every column (:mod:`rowhash`, which computes
+it in Python). PostgreSQL computes it over the table (:func:`sql_row_hash`: prune, as it
+deletes), Spark over Parquet files (:func:`spark_row_hash`); the texts are built to be
+byte-identical, so equal sums mean the files hold those rows.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..models import ARCHIVE_TABLE, DEAD_TABLE
+from .rowhash import NULL_MARK, SEPARATOR
 
 Kind = Literal["int", "text", "json", "ts"]
-NULL_MARK = "\\N"
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,11 @@ def sql_row_hash(source: SourceTable, alias: str = "") -> str:
             text = f"((extract(epoch FROM {column}) * 1000000)::bigint)::text"
         else:
             text = f"{column}::text"
+        # NULL_MARK as an escape string: the same text whatever standard_conforming_strings.
         parts.append(f"coalesce({text}, E'\\\\N')")
     # concat_ws builds the text in one pass (no NULL reaches it, so nothing is skipped): the
     # same text as chained ``||``, without an intermediate string per column.
-    canonical = f"concat_ws('|', {', '.join(parts)})"
+    canonical = f"concat_ws('{SEPARATOR}', {', '.join(parts)})"
     return f"(('x' || substr(md5({canonical}), 1, 8))::bit(32)::bigint)"
 
 
@@ -102,5 +104,5 @@ def spark_row_hash(source: SourceTable) -> Any:
         column = F.col(name)
         text = F.unix_micros(column).cast("string") if kind == "ts" else column.cast("string")
         parts.append(F.coalesce(text, F.lit(NULL_MARK)))
-    canonical = F.concat_ws("|", *parts)
+    canonical = F.concat_ws(SEPARATOR, *parts)
     return F.conv(F.substring(F.md5(canonical), 1, 8), 16, 10).cast("bigint")

@@ -5,10 +5,10 @@ Layout: ``<destination>/<archive|dead>/queue=<q>/day=<YYYY-MM-DD>/id_range=<lo>/
 committed range under ``<destination>/_committed/`` (:mod:`committed`, :mod:`commit`).
 
 One run writes a destination at a time: it holds the destination's lease (:mod:`lease`).
-Each range is one Spark task: one psycopg ``COPY`` of the range with PostgreSQL's hash of each
-row (one short statement: count and checksum are of exactly the rows read), pyarrow writes
-the files under temporary names and the ids written are read back (:mod:`rangeio`); the
-driver then commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
+Each range is one Spark task: one psycopg ``COPY`` of the range (one short statement), the
+row hash of the text read, pyarrow writes the files under temporary names and they are read
+back, hashed and their ids compared with the rows read (:mod:`rangeio`); the driver then
+commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
 ranges are read by Spark's JDBC source, one predicate each, and written by Spark's writer,
 then verified by reading the files back through Spark. Either way nothing holds a snapshot
 open for the whole export, so the primary's xmin is never pinned. See docs/how-to/pipeline.md
@@ -533,17 +533,17 @@ def export_batch(
         got = figures[record.lo]
         record.source_rows, record.source_checksum = got.rows, got.checksum
         record.min_at, record.max_at = _from_micros(got.oldest_us), _from_micros(got.newest_us)
-        # The files hold exactly the rows read (ids read back one to one), and those rows'
-        # checksum is PostgreSQL's, taken in the same snapshot as the read.
+        # Verified: the files, read back, hold as many rows with the same checksum as the
+        # database sent, and (direct writes) exactly the ids read.
         record.parquet_rows = got.parquet_rows
-        record.parquet_checksum = got.checksum if got.ids_match else -1
+        record.parquet_checksum = got.parquet_checksum if got.ids_match else -1
         if (got.rows, got.checksum) == (record.parquet_rows, record.parquet_checksum):
             manifest = Manifest(
                 source=source.name,
                 lo=record.lo,
                 hi=record.hi,
-                rows=got.rows,
-                checksum=got.checksum,
+                rows=got.parquet_rows,
+                checksum=got.parquet_checksum,
                 run=run.pk,
                 files=tuple(
                     committer.committed_file(source.name, final_name(path), rows, size, sha)
@@ -599,15 +599,14 @@ def write_ranges_direct(
     """One Spark task per range: psycopg COPY -> Arrow -> Parquet, written by the task itself.
 
     Rather than the JDBC source plus Spark's partitioned writer: no JVM row conversion, no
-    partitionBy sort, and the checksum is computed by PostgreSQL in the read's own statement
-    instead of by reading the files back through Spark.
+    partitionBy sort, and the rows are hashed by the task (what the database sent and what
+    the files hold) rather than by PostgreSQL or by reading the files back through Spark.
     """
     job = RangeJob(
         dsn=psycopg_dsn(alias),
         table=source.table,
         columns=tuple(source.columns),
         time_column=source.time_column,
-        checksum_sql=sql_row_hash(source),
         root=directory,
         file_mode=file_mode,
     )
@@ -654,7 +653,8 @@ def write_ranges_with_spark(
             oldest_us=_to_micros(oldest),
             newest_us=_to_micros(newest),
             parquet_rows=sum(f.rows for f in files),
-            ids_match=sum(f.checksum for f in files) == checksum,
+            parquet_checksum=sum(f.checksum for f in files),
+            ids_match=True,  # Spark's writer's files are checked by count and checksum only
             files=tuple((f.path, f.rows, f.bytes, f.sha256) for f in files),
         )
     return figures

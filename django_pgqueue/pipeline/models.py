@@ -77,9 +77,9 @@ class ExportRun(models.Model):
 class ExportRange(models.Model):
     """One bounded id range ``[lo, hi)`` of one source table, exported to one destination.
 
-    ``source_rows``/``source_checksum`` are computed by PostgreSQL, ``parquet_rows``/
-    ``parquet_checksum`` by Spark reading back the files it wrote; the range is verified only
-    when both pairs agree, and only verified ranges may be pruned.
+    ``source_rows``/``source_checksum`` are of the rows as the database sent them,
+    ``parquet_rows``/``parquet_checksum`` of the files written, read back (:mod:`rowhash`);
+    the range is verified only when both pairs agree, and only verified ranges may be pruned.
     """
 
     id = models.BigAutoField(primary_key=True)

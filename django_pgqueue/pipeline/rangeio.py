@@ -3,11 +3,12 @@
 Runs inside Spark's Python workers (one Spark partition per range), so it imports neither
 Django nor pyspark: the driver hands it a libpq connection string and plain SQL.
 
-Per range, one ``COPY`` statement reads the rows (CSV, timestamps as epoch microseconds) with
-PostgreSQL's hash of each row next to them, so the range's checksum is PostgreSQL's over
-exactly the rows read, in the same scan. The rows are parsed by pyarrow, written as
-``queue=/day=/id_range=`` Parquet files, and the ids of the files written are read back and
-compared one to one with the rows read.
+Per range, one ``COPY`` statement reads the rows (CSV, timestamps as epoch microseconds).
+The range's source checksum is the row hash (:mod:`rowhash`) of that text, read by Python's
+CSV parser; pyarrow parses the same text and writes it as ``queue=/day=/id_range=`` Parquet
+files, which are read back: their checksum is taken from what is on disk, and their ids are
+compared one to one with the rows read. The hashing runs here, in the export's process,
+so PostgreSQL's share of an export is reading the rows.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .committed import TEMP_PREFIX, arrow_schema, directory_mode, file_sha256
-
-#: The extra column of the COPY: PostgreSQL's hash of the row (columns.sql_row_hash).
-ROW_HASH = "_pgq_row_hash"
+from .rowhash import NULL_MARK, arrow_checksum, csv_checksum
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,6 @@ class RangeJob:
     table: str
     columns: tuple[tuple[str, str], ...]  # (name, kind) as in columns.SourceTable
     time_column: str
-    checksum_sql: str  # columns.sql_row_hash(source)
     root: str  # local directory of this source's export
     file_mode: int = 0o600  # permissions of the files; directories get the matching 0700 form
 
@@ -41,10 +39,11 @@ class RangeJob:
 class RangeFigures:
     lo: int
     rows: int
-    checksum: int
+    checksum: int  # of the rows as PostgreSQL sent them
     oldest_us: int | None
     newest_us: int | None
     parquet_rows: int
+    parquet_checksum: int  # of the rows in the files, read back from disk
     ids_match: bool
     #: (path under a temporary name, rows, bytes, sha256) of each file written
     files: tuple[tuple[str, int, int, str], ...]
@@ -71,35 +70,34 @@ def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[A
     buffer = bytearray()
     with conn.transaction():
         with conn.cursor().copy(
-            f"COPY (SELECT {select_list(job.columns)}, {job.checksum_sql} FROM {job.table} "
-            f"WHERE id >= {int(lo)} AND id < {int(hi)}) TO STDOUT (FORMAT csv)"
+            f"COPY (SELECT {select_list(job.columns)} FROM {job.table} "
+            f"WHERE id >= {int(lo)} AND id < {int(hi)}) TO STDOUT (FORMAT csv, NULL E'\\\\N')"
         ) as copy:
             for data in copy:
                 buffer += data
     schema = arrow_schema(job.columns)
     if not buffer:  # an empty range is a normal state (pyarrow refuses an empty CSV)
         return schema.empty_table(), (0, 0, None, None)
+    data = bytes(buffer)
+    rows, checksum = csv_checksum(data)
     # Timestamps travel as epoch microseconds: no time zone or text format in between.
     wire = {f.name: (pa.int64() if pa.types.is_timestamp(f.type) else f.type) for f in schema}
-    wire[ROW_HASH] = pa.int64()
     table = pacsv.read_csv(
-        pa.BufferReader(bytes(buffer)),
-        read_options=pacsv.ReadOptions(column_names=[*(name for name, _ in job.columns), ROW_HASH]),
-        # Text columns may hold newlines; PostgreSQL's CSV NULL is an unquoted empty field
-        # and its empty string a quoted one.
+        pa.BufferReader(data),
+        read_options=pacsv.ReadOptions(column_names=[name for name, _ in job.columns]),
+        # Text columns may hold newlines. NULL is an unquoted \N; PostgreSQL quotes a text
+        # equal to \N, and writes an empty text as an empty field.
         parse_options=pacsv.ParseOptions(newlines_in_values=True),
         convert_options=pacsv.ConvertOptions(
-            column_types=wire, strings_can_be_null=True, quoted_strings_can_be_null=False
+            column_types=wire,
+            null_values=[NULL_MARK],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
         ),
     )
     bounds = pc.min_max(table[job.time_column])
-    figures = (
-        table.num_rows,
-        pc.sum(table[ROW_HASH]).as_py() or 0,
-        bounds["min"].as_py(),
-        bounds["max"].as_py(),
-    )
-    return table.drop_columns([ROW_HASH]).cast(schema), figures
+    figures = (rows, checksum, bounds["min"].as_py(), bounds["max"].as_py())
+    return table.cast(schema), figures
 
 
 def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
@@ -139,15 +137,17 @@ def write_partitioned(table: Any, root: str, lo: int) -> list[tuple[str, int]]:
     return written
 
 
-def ids_on_disk(paths: list[str]) -> Any:
-    """The ``id`` column of the files, read back from disk."""
+def read_back(paths: list[str], root: str, schema: Any) -> Any:
+    """The rows of the files as readers see them: read back from disk, ``queue`` from the
+    files' directories."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as ds
 
-    chunks = [
-        chunk for path in paths for chunk in pq.ParquetFile(path).read(columns=["id"])["id"].chunks
-    ]
-    return pa.concat_arrays(chunks or [pa.array([], pa.int64())])
+    if not paths:
+        return schema.empty_table()
+    partitioning = ds.partitioning(pa.schema([("queue", pa.string())]), flavor="hive")
+    files = ds.dataset(paths, format="parquet", partitioning=partitioning, partition_base_dir=root)
+    return files.to_table(columns=schema.names)
 
 
 def _sorted(values: Any) -> Any:
@@ -160,8 +160,9 @@ def export_range(job: RangeJob, conn: Any, lo: int, hi: int) -> RangeFigures:
     table, (rows, checksum, oldest, newest) = read_range(job, conn, lo, hi)
     written = write_range(job, table, lo) if table.num_rows else []
     paths = [path for path, _ in written]
-    back = ids_on_disk(paths)
-    ids_match = len(back) == table.num_rows and _sorted(back).equals(
+    back = read_back(paths, job.root, table.schema)
+    parquet_rows, parquet_checksum = arrow_checksum(back, job.columns)
+    ids_match = back.num_rows == table.num_rows and _sorted(back["id"].combine_chunks()).equals(
         _sorted(table["id"].combine_chunks())
     )
     return RangeFigures(
@@ -170,7 +171,8 @@ def export_range(job: RangeJob, conn: Any, lo: int, hi: int) -> RangeFigures:
         checksum=int(checksum),
         oldest_us=None if oldest is None else int(oldest),
         newest_us=None if newest is None else int(newest),
-        parquet_rows=len(back),
+        parquet_rows=int(parquet_rows),
+        parquet_checksum=int(parquet_checksum),
         ids_match=bool(ids_match),
         files=tuple((path, n, os.path.getsize(path), file_sha256(path)) for path, n in written),
     )
