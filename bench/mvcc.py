@@ -597,8 +597,15 @@ def explain_claim(conn: psycopg.Connection[Any], system: System) -> dict[str, st
 
 # The export's CPU priority, as a command prefix: where Spark shares the producers' and
 # workers' cores, "idle" (SCHED_IDLE) and "low" (nice 19) tell how much of what the load feels
-# is Spark's CPU and how much the export's work in the database.
+# is Spark's CPU and how much the export's work in the database. Where the kernel groups
+# processes by session (autogroup), a thread's nice counts only inside its own session's group,
+# and every PostgreSQL backend leads a session of its own: "low" and "idle" then rank Spark
+# below the producers and the worker but not below the server. "background" starts the export
+# in a session of its own and sets that session's group to nice 19 (where the kernel has no
+# autogroup, that step is skipped and plain nice 19 applies).
+_OWN_LOW_GROUP = '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$@"'
 EXPORT_CPU = {
+    "background": ["setsid", "sh", "-c", _OWN_LOW_GROUP, "sh"],
     "idle": ["chrt", "--idle", "0"],
     "low": ["nice", "-n", "19"],
     "normal": [],

@@ -7,7 +7,7 @@ python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,expo
                          [--workers-n 200000]
                          [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
                          [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
-                         [--export-cpu normal|low|idle] [--export-every 10]
+                         [--export-cpu normal|low|idle|background] [--export-every 10]
                          [--export-max-ranges N] [--export-under DIR]
                          [--server-setting NAME=VALUE ...]
 python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
@@ -18,7 +18,8 @@ export     ours at 70% with `pgq_pipeline export` (Spark) over the middle half: 
            `--every` process, a pass each --export-every seconds in one Spark session (0: a
            process per pass, back to back), each pass at most --export-max-ranges ranges of
            each source (0: all), at --export-cpu priority (idle: SCHED_IDLE; low: nice 19;
-           normal), into a destination made under --export-under; its report goes on
+           background: a session of its own whose autogroup is at nice 19; normal), into a
+           destination made under --export-under; its report goes on
            minute by minute (python -m bench.mvcc_timeline gives it for any run)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
@@ -98,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
         "--export-cpu",
         choices=sorted(mvcc.EXPORT_CPU),
         default="normal",
-        help="the export's CPU priority: idle (SCHED_IDLE), low (nice 19) or normal",
+        help="the export's CPU priority: idle (SCHED_IDLE), low (nice 19), background (a "
+        "session of its own, its autogroup at nice 19) or normal",
     )
     parser.add_argument(
         "--export-every",
