@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -303,14 +304,38 @@ def test_the_peers_run_in_the_backlog_and_workers_scenarios(tmp_path: Path) -> N
 @pytest.mark.parametrize("cpu", sorted(mvcc.EXPORT_CPU))
 def test_each_export_cpu_priority_starts_a_process_at_that_priority(cpu: str) -> None:
     policy = subprocess.run(
-        [*mvcc.EXPORT_CPU[cpu], "sh", "-c", "chrt -p $$; cut -d' ' -f19 /proc/$$/stat"],
+        [
+            *mvcc.EXPORT_CPU[cpu],
+            "sh",
+            "-c",
+            "chrt -p $$; cat /proc/$$/autogroup 2>/dev/null; ps -o sid= -p $$; echo $$; "
+            "cut -d' ' -f19 /proc/$$/stat",
+        ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    *_, session, pid, nice = policy.split()
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
     assert ("SCHED_IDLE" in policy) == (cpu == "idle")
-    assert policy.split()[-1] == ("19" if cpu == "low" else "0")
+    assert nice == ("19" if cpu in ("low", "background") else "0")
+    assert (session == pid) == (cpu == "background")
+    if cpu == "background" and autogroup.exists() and autogroup.read_text().strip() == "1":
+        assert "nice 19" in policy
+
+
+def test_the_cpu_priority_bench_prints_a_row_per_priority() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.cpu_priority", "--seconds", "0.2", "--backends", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert rows[1:] == sorted(mvcc.EXPORT_CPU)
 
 
 def test_a_process_tree_holds_the_root_and_its_descendants() -> None:
