@@ -58,8 +58,15 @@ def measure(prefix: list[str], loops: int, seconds: float) -> tuple[float, float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--backends", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--seconds", type=float, default=8.0, help="how long each priority's loops run"
+    )
+    parser.add_argument(
+        "--backends",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="busy loops standing for backends, and as many under the priority (default: cores)",
+    )
     args = parser.parse_args()
     print(
         f"{os.cpu_count()} cores, autogroup {autogroup_enabled()}; {args.backends} "
