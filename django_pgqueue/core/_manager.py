@@ -22,7 +22,7 @@ from ._flow_control import flow_config
 from ._prepared import can_prepare, driver_path, execute_prepared, run_on_driver
 from ._registry import notify_dead
 from ._timestamps import TimestampLoader
-from ._validation import storable_text, validate_queue_name
+from ._validation import printable, storable_text, validate_queue_name
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -258,7 +258,7 @@ class MessageManager(models.Manager["Message"]):
                     "Message %s (%s on %s) dead-lettered: lease_expired after %s attempts "
                     "(last worker %s).",
                     values[0],
-                    values[2],
+                    printable(values[2]),
                     values[1],
                     values[attempts_at],
                     values[worker_at],
@@ -272,7 +272,7 @@ class MessageManager(models.Manager["Message"]):
                     "Message %s (%s on %s) redelivered: its previous lease expired "
                     "(attempt %s of %s).",
                     message.id,
-                    message.task,
+                    printable(message.task),
                     message.queue,
                     message.attempts,
                     message.max_attempts,

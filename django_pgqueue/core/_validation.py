@@ -20,6 +20,7 @@ __all__ = [
     "RUN_AFTER_LATEST",
     "QueueNameError",
     "encode_payload",
+    "printable",
     "storable_text",
     "validate_delay",
     "validate_priority",
@@ -37,6 +38,9 @@ _QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN)
 # escaped backslash followed by "u0000" is not mistaken for it).
 _NUL_ESCAPE_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 TASK_NAME_MAX_LENGTH = 255
+# C0 controls (newline, ESC, ...), DEL, C1 controls and the Unicode line and paragraph
+# separators: in a task name each could end a log line early or drive a terminal.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 DEDUP_KEY_MAX_LENGTH = 255
 TENANT_MAX_LENGTH = 255
 
@@ -86,7 +90,26 @@ def validate_task_name(name: object) -> str:
             f"Invalid task name {name!r}: a non-empty string of at most "
             f"{TASK_NAME_MAX_LENGTH} characters."
         )
-    return storable_text(name, "task")
+    storable_text(name, "task")
+    control = _CONTROL_RE.search(name)
+    if control is not None:
+        raise InvalidMessage(
+            f"Invalid task name {name!r}: it contains the control character "
+            f"U+{ord(control.group()):04X} at character {control.start()}; task names are "
+            "logged and shown, so control characters are not allowed."
+        )
+    return name
+
+
+def printable(text: str) -> str:
+    """``text`` for a log line, with each character that is not printable (newline, ESC,
+    ...) written as its Python escape: a task name stored by other means than ``enqueue``
+    can neither start a fake log line nor send a terminal a command."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
 
 
 def validate_optional_key(value: object, what: str, max_length: int) -> str | None:

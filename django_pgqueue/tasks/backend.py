@@ -19,7 +19,12 @@ from django.db import transaction
 
 from ..conf import get_settings
 from ..core._enqueue import PreparedMessage, prepare_message, write_message
-from ..core._validation import QUEUE_NAME_PATTERN, TASK_NAME_MAX_LENGTH, validate_queue_name
+from ..core._validation import (
+    QUEUE_NAME_PATTERN,
+    TASK_NAME_MAX_LENGTH,
+    validate_queue_name,
+    validate_task_name,
+)
 from ..exceptions import InvalidMessage
 from .framework import (
     BaseTaskBackend,
@@ -190,6 +195,10 @@ class PgQueueBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"Task path {task.module_path!r} is longer than {TASK_NAME_MAX_LENGTH} characters."
             )
+        try:
+            validate_task_name(task.module_path)
+        except InvalidMessage as exc:
+            raise InvalidTaskMessage(str(exc)) from None
         if isinstance(task, PgQueueTask):
             for key, (is_valid, expected) in _OPTION_RULES.items():
                 value = getattr(task, key)

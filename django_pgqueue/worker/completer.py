@@ -25,6 +25,7 @@ from django.db import DataError
 
 from ..core import transitions
 from ..core._registry import notify_dead
+from ..core._validation import printable
 from ..exceptions import ResultNotSerializable
 from ..metrics.instruments import Instruments
 from ..models import DeadReason
@@ -292,7 +293,7 @@ class Completer:
                 logger.warning(
                     "Message %s (%s on %s) dead-lettered: %s after %s of %s attempts: %s%s",
                     message.id,
-                    message.task,
+                    printable(message.task),
                     message.queue,
                     attempt.final_reason,
                     message.attempts,
@@ -304,7 +305,7 @@ class Completer:
                 logger.info(
                     "Message %s (%s on %s) failed attempt %s of %s (%s%s); retrying in %.1fs.",
                     message.id,
-                    message.task,
+                    printable(message.task),
                     message.queue,
                     message.attempts,
                     message.max_attempts,

@@ -35,6 +35,7 @@ from django.db import connections
 from ..conf import get_settings
 from ..core import transitions
 from ..core._registry import Handler
+from ..core._validation import printable
 from ..exceptions import PgQueueError, ResultNotSerializable
 from ..metrics.instruments import Instruments
 from ..models import DeadReason
@@ -251,7 +252,7 @@ class Executor:
                 "Message %s (%s on %s) timed out after %ss on attempt %s of %s; its thread "
                 "keeps running until the handler returns, and its result will be dropped.",
                 job.message.id,
-                job.message.task,
+                printable(job.message.task),
                 job.message.queue,
                 job.timeout,
                 job.message.attempts,
@@ -361,7 +362,7 @@ class Executor:
             logger.warning(
                 "Message %s (%s on %s) not run: its lease was lost before it started.",
                 job.message.id,
-                job.message.task,
+                printable(job.message.task),
                 job.message.queue,
             )
         except Exception as exc:
@@ -370,7 +371,7 @@ class Executor:
                 "Message %s (%s on %s) not run: recording its start failed (%s: %s); it runs "
                 "again once its lease expires.",
                 job.message.id,
-                job.message.task,
+                printable(job.message.task),
                 job.message.queue,
                 type(exc).__name__,
                 exc,

@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from ..conf import get_settings
+from ..core._validation import printable
 from ..exceptions import ResultNotSerializable
 
 #: What ``jsonb`` refuses in a string: U+0000, and a surrogate that is not half of a pair.
@@ -135,5 +136,5 @@ def log_excerpt(text: str | None, limit: int) -> str:
     """
     if not text or limit <= 0:
         return ""
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[:limit] + "…"
