@@ -5,6 +5,10 @@ Plain Python under one lock, so the threads that record (handlers, the completer
 loop and the listener) never touch ``prometheus_client``, an optional dependency: the
 worker's metrics endpoint turns a :meth:`Instruments.snapshot` into Prometheus samples when
 it is scraped (``exposition.py``).
+
+The ``task`` label is a registered task name or :data:`UNREGISTERED_TASK`: whoever enqueues
+chooses task names, and a series for each unknown one would grow the scrape for the
+worker's life.
 """
 
 from __future__ import annotations
@@ -14,12 +18,21 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..core._registry import registry
+
 #: Upper bounds (seconds) of the handler run time buckets; ``+Inf`` follows.
 DURATION_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 )  # fmt: skip
 #: Upper bounds of the claim batch size buckets (0: a claim that found nothing).
 BATCH_BUCKETS: tuple[float, ...] = (0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 10000)
+#: The ``task`` label of every message whose task has no handler registered in this worker.
+UNREGISTERED_TASK = "(unregistered)"
+
+
+def task_label(task: str) -> str:
+    """``task`` when this worker registered a handler for it, else :data:`UNREGISTERED_TASK`."""
+    return task if registry.get(task) is not None else UNREGISTERED_TASK
 
 
 @dataclass
@@ -70,8 +83,8 @@ class Instruments:
     def archived(self, keys: list[tuple[str, str]]) -> None:
         """Messages archived after their handler succeeded, as ``(queue, task)`` each."""
         with self._lock:
-            for key in keys:
-                self._processed[key] += 1
+            for queue, task in keys:
+                self._processed[queue, task_label(task)] += 1
 
     def failures(
         self,
@@ -81,18 +94,19 @@ class Instruments:
     ) -> None:
         """Failed attempts recorded; those that will run again; those dead-lettered."""
         with self._lock:
-            for key in failed:
-                self._failed[key] += 1
-            for key in retried:
-                self._retried[key] += 1
-            for dead_key in dead:
-                self._dead[dead_key] += 1
+            for queue, task in failed:
+                self._failed[queue, task_label(task)] += 1
+            for queue, task in retried:
+                self._retried[queue, task_label(task)] += 1
+            for queue, task, reason in dead:
+                self._dead[queue, task_label(task), reason] += 1
 
     def handler_ran(self, queue: str, task: str, seconds: float) -> None:
+        key = (queue, task_label(task))
         with self._lock:
-            histogram = self._durations.get((queue, task))
+            histogram = self._durations.get(key)
             if histogram is None:
-                histogram = self._durations[(queue, task)] = Histogram(DURATION_BUCKETS)
+                histogram = self._durations[key] = Histogram(DURATION_BUCKETS)
             histogram.observe(seconds)
 
     def claimed(self, queue: str, size: int) -> None:

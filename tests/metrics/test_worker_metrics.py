@@ -82,6 +82,36 @@ def test_a_worker_counts_what_it_did_by_task(spawn_worker: Spawn) -> None:  # no
     assert worker.wait() == 0
 
 
+def test_unregistered_task_names_share_one_label_value(spawn_worker: Spawn) -> None:  # noqa: F811
+    # Whoever enqueues chooses task names: each unknown one must not become its own series.
+    worker = spawn_worker("--metrics-port", "0", "--queue", "u").ready()
+    port = endpoint_port(worker, "/metrics")
+    django_pgqueue.enqueue_many("tests.echo", [1, 2], queue="u")
+    for i in range(200):
+        django_pgqueue.enqueue(f"nobody.registered-{i}", {}, queue="u")
+    wait_for(lambda: DeadMessage.objects.count() == 200, timeout=30)
+    wait_for(lambda: ArchivedMessage.objects.count() == 2, timeout=30)
+    dead_series = "pgqueue_worker_messages_dead_total"
+    samples = wait_for(
+        lambda: (
+            (s := scrape(port)).get(
+                (dead_series, (("queue", "u"), ("reason", "rejected"), ("task", "(unregistered)")))
+            )
+            == 200
+            and s
+        )
+    )
+    tasks = {dict(labels).get("task") for _, labels in samples}
+    assert tasks == {None, "(unregistered)", "tests.echo"}, sorted(map(str, tasks))
+    failed = [key for key in samples if key[0] == "pgqueue_worker_messages_failed_total"]
+    assert failed == [
+        ("pgqueue_worker_messages_failed_total", (("queue", "u"), ("task", "(unregistered)")))
+    ]
+    assert len(samples) < 100  # every series of this worker, whatever the senders named
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
 def test_a_killed_listen_connection_is_counted(
     spawn_worker: Spawn,  # noqa: F811
     admin_conn: object,
