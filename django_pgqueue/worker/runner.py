@@ -104,8 +104,8 @@ class WorkerOptions:
     metrics_port: int | None = None
     #: Serve ``/healthz`` and ``/readyz`` on this port (may be the metrics port).
     health_port: int | None = None
-    #: The address both endpoints listen on.
-    http_host: str = "0.0.0.0"
+    #: The address both endpoints listen on (by default this host only).
+    http_host: str = endpoints.DEFAULT_HOST
     #: Seconds without a successful database round trip after which the health probes fail.
     health_db_timeout: float | None = None
 

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
+from ...worker.endpoints import DEFAULT_HOST
 from ...worker.runner import Worker, WorkerOptions
 
 
@@ -162,9 +163,11 @@ class Command(BaseCommand):
         )
         endpoints.add_argument(
             "--http-host",
-            default="0.0.0.0",
+            default=DEFAULT_HOST,
             metavar="ADDRESS",
-            help="The address the metrics and health endpoints listen on. Default 0.0.0.0.",
+            help=f"The address the metrics and health endpoints listen on. Default {DEFAULT_HOST} "
+            "(this host only); 0.0.0.0 for every IPv4 interface, e.g. for Kubernetes probes "
+            "and a Prometheus scrape from another pod.",
         )
         endpoints.add_argument(
             "--health-db-timeout",
