@@ -153,8 +153,8 @@ def test_by_default_only_this_host_can_connect(
     assert f"on http://{shown}:" in line
     port = endpoint_port(worker, "/healthz")
     assert probe(port, "/healthz")[0] == 200
-    # Another address of this machine (all of 127/8 is the loopback interface on Linux):
-    # an address an interface other than 127.0.0.1 stands for.
+    # 127.0.0.2 is this machine too (Linux routes all of 127/8 to the loopback interface),
+    # but not the address 127.0.0.1: it stands for a connection from elsewhere.
     try:
         socket.create_connection(("127.0.0.2", port), timeout=5).close()
         reachable = True
