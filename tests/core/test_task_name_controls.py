@@ -16,6 +16,7 @@ import django_pgqueue
 from django_pgqueue.core._validation import printable
 from django_pgqueue.exceptions import InvalidMessage
 from django_pgqueue.models import Message
+from django_pgqueue.periodic import periodic
 from django_pgqueue.pipeline.enqueue import check_target
 from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.tasks import PgQueueTask
@@ -73,6 +74,11 @@ def test_the_tasks_backend_refuses_a_task_path_with_control_characters() -> None
     with pytest.raises(InvalidMessage, match="control character U\\+000A"):
         task_backends["default"].enqueue(loose, (1,), {})
     assert Message.objects.count() == 0
+
+
+def test_a_periodic_schedule_refuses_control_characters() -> None:
+    with pytest.raises(InvalidMessage, match="control character U\\+001B"):
+        periodic(every=60, task="report\x1b[2J")(lambda payload: None)
 
 
 def test_the_pipeline_target_refuses_control_characters() -> None:
