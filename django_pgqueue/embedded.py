@@ -99,23 +99,33 @@ def _version_key(folder: str) -> tuple[int, ...]:
     return tuple(int(d) for d in digits)
 
 
-def no_server_message(reason: str, data_dir: Path) -> str:
+def no_server_message(reason: str, data_dir: Path, binaries: Path | None = None) -> str:
     """What to do when no PostgreSQL can be had: the exact commands."""
+    ways = []
     if sys.version_info < (3, 13):
-        embedded = "pip install 'django-pgqueue-mq[embedded]' (an embedded PostgreSQL)\n  - "
+        ways.append("pip install 'django-pgqueue-mq[embedded]' (an embedded PostgreSQL)")
+    ways.append(
+        "point DATABASE_URL at a server you have, e.g. "
+        "export DATABASE_URL=postgres://postgres:PASSWORD@127.0.0.1:5432/postgres"
+    )
+    if binaries is None:
+        ways.append(
+            "install PostgreSQL (Debian/Ubuntu: sudo apt-get install postgresql; macOS: brew "
+            "install postgresql@16) and run as a user other than root: a server is started "
+            f"from its binaries in {data_dir}"
+        )
     else:
-        embedded = ""
+        ways.append(
+            f"run as a user other than root: a server is started from {binaries} in {data_dir}"
+        )
+    ways.append(
+        "or start the installed service and let your user in: sudo service postgresql start "
+        '&& sudo -u postgres createuser --superuser "$USER" (scripts/demo.sh and '
+        "scripts/test.sh then find it on its socket)"
+    )
     return (
         f"DATABASE_URL is not set and no PostgreSQL can be started here: {reason}. "
-        "Do one of these, then run the command again:\n"
-        f"  - {embedded}point DATABASE_URL at a server you have, e.g. "
-        "export DATABASE_URL=postgres://postgres:PASSWORD@127.0.0.1:5432/postgres\n"
-        "  - install PostgreSQL (Debian/Ubuntu: sudo apt-get install postgresql; macOS: brew "
-        "install postgresql@16) and run as a user other than root: a server is started from "
-        f"its binaries in {data_dir}\n"
-        "  - or start the installed service and let your user in: sudo service postgresql "
-        'start && sudo -u postgres createuser --superuser "$USER" (scripts/demo.sh and '
-        "scripts/test.sh then find it on its socket)"
+        "Do one of these, then run the command again:\n" + "\n".join(f"  - {w}" for w in ways)
     )
 
 
@@ -137,7 +147,9 @@ def machine_database(data_dir: str | os.PathLike[str], *, name: str = "postgres"
         )
     if os.geteuid() == 0:
         raise ImproperlyConfigured(
-            no_server_message(f"PostgreSQL's binaries ({binaries}) refuse to run as root", path)
+            no_server_message(
+                f"PostgreSQL's binaries ({binaries}) refuse to run as root", path, binaries
+            )
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path.parent / f".{path.name}.lock"):
