@@ -41,7 +41,8 @@ def test_the_minimum_django_patch_releases_are_the_requirements() -> None:
 def test_install_from_a_checkout_or_a_wheel_before_the_first_release() -> None:
     assert 'pip install -e "./django-pgqueue[binary]"' in README
     assert "python -m build" in README
-    assert "pip install dist/django_pgqueue_mq-*.whl" in README
+    assert 'wheel="$(echo "$PWD"/dist/django_pgqueue_mq-*.whl)"' in README
+    assert 'pip install "$wheel[binary]"' in README
 
 
 def test_the_settings_read_databases_from_the_environment_with_django_environ(
