@@ -352,10 +352,9 @@ class _Run:
             try:
                 total += self._delete_from(source, table, condition, params)
             except DatabaseError as exc:
+                denied = getattr(exc.__cause__, "sqlstate", None) == NO_PRIVILEGE
                 needs = (
-                    " (the role needs SELECT and DELETE on it: see " + ROLES_DOC + ")"
-                    if getattr(exc.__cause__, "sqlstate", None) == NO_PRIVILEGE
-                    else ""
+                    f" (the role needs SELECT and DELETE on it: see {ROLES_DOC})" if denied else ""
                 )
                 self.problem(
                     f"{source}: expired rows of {target} not deleted: {error_text(exc)}{needs}"
