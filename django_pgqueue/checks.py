@@ -8,8 +8,10 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from django.db import DatabaseError, connections
 
-from .conf import settings_problems
+from .conf import get_settings, settings_problems
+from .core import _partitions
 
 POSTGRES_ENGINES = ("django.db.backends.postgresql",)
 
@@ -49,6 +51,39 @@ def check_settings(
     return [
         checks.Error(str(problem), id=f"django_pgqueue.{problem.check_id}")
         for problem in settings_problems(getattr(settings, "PGQUEUE", None))
+    ]
+
+
+@checks.register(checks.Tags.database)
+def check_partition_privileges(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[checks.CheckMessage]:
+    """W001: the workers run retention, but their role cannot create the archive's days.
+
+    A database check: it runs with ``manage.py check --database <alias>`` (and ``migrate``),
+    connected as that alias's role."""
+    alias = _queue_alias()
+    if alias not in (databases or ()) or settings_problems(getattr(settings, "PGQUEUE", None)):
+        return []
+    if get_settings().RETENTION_INTERVAL is None:
+        return []
+    try:
+        with connections[alias].cursor() as cursor:
+            missing = _partitions.missing_ddl_privilege(cursor)
+    except DatabaseError:
+        return []  # Unreachable or not migrated: other checks and commands say so.
+    if missing is None:
+        return []
+    return [
+        checks.Warning(
+            f"Retention runs in the workers (RETENTION_INTERVAL), but {missing}: the workers "
+            "cannot create the archive's day partitions ahead nor drop expired days.",
+            hint="Run `manage.py pgq_prune --partitions-only` daily as the owner role, or run "
+            "the workers as the owner; see how-to/database-roles in the docs.",
+            id="django_pgqueue.W001",
+        )
     ]
 
 

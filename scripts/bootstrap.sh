@@ -8,28 +8,26 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRAS="${1:-dev}"
 VENV="$REPO_DIR/.venv"
 
-find_python() {
-    # 3.12 first: the embedded PostgreSQL wheel (pgserver) is published up to 3.12.
-    local candidates=(python3.12)
-    for dir in "$HOME"/.pyenv/versions/3.12* /root/.pyenv/versions/3.12* "$HOME"/.pyenv/versions/3.13* /root/.pyenv/versions/3.13*; do
-        [ -x "$dir/bin/python" ] && candidates+=("$dir/bin/python")
-    done
-    for py in "${candidates[@]}"; do
-        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
-            command -v "$py"
-            return 0
-        fi
-    done
-    return 1
-}
+source "$REPO_DIR/scripts/find_python.sh"
 
 if [ ! -x "$VENV/bin/python" ]; then
     PYTHON="$(find_python)" || {
-        echo "django-pgqueue needs Python 3.12 or newer (python3.12 / python3.13 not found)." >&2
+        cat >&2 <<'TEXT'
+django-pgqueue needs Python 3.12 or newer (3.12 or 3.13 are tested). Install one, then run
+this again:
+    Debian/Ubuntu:  sudo apt-get install python3.12 python3.12-venv   (or python3.13 ...)
+    macOS:          brew install python@3.12
+    pyenv:          pyenv install 3.12
+TEXT
         exit 1
     }
     echo "==> creating $VENV with $PYTHON ($("$PYTHON" --version))"
-    "$PYTHON" -m venv "$VENV"
+    "$PYTHON" -m venv "$VENV" || {
+        rm -rf "$VENV"
+        echo "could not create $VENV with $PYTHON: on Debian/Ubuntu install its venv module" \
+            "(sudo apt-get install python3.$(python_minor "$PYTHON")-venv) and run this again" >&2
+        exit 1
+    }
 fi
 
 # pip's own output goes to .venv/pip.log; the terminal gets one line per package, so a long

@@ -7,7 +7,8 @@
 #                                  worker beside it (Ctrl-C stops both)
 #   bash scripts/demo.sh --stop    stop the embedded PostgreSQL
 # DATABASE_URL set -> that server; unset -> an embedded PostgreSQL keeping its data in .pgdata/,
-# which keeps running for the next command until --stop.
+# which keeps running for the next command until --stop (Python 3.13: the machine's
+# PostgreSQL, see scripts/find_database.sh).
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
@@ -29,6 +30,7 @@ case "$mode" in
 esac
 # What the example site needs, not the test and lint tools: a first run installs little.
 source scripts/bootstrap.sh "binary,embedded,example"
+source scripts/find_database.sh
 
 # The example site has DEBUG off and no SECRET_KEY unless told: the demo tells it, and the
 # commands it prints carry the same values, so they work in a new shell.

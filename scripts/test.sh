@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Sets itself up: virtualenv, dependencies, a PostgreSQL.
 #   DATABASE_URL set   -> tests use that server (the test database is created and dropped)
-#   DATABASE_URL unset -> an embedded PostgreSQL is started in .pgdata/
+#   DATABASE_URL unset -> an embedded PostgreSQL is started in .pgdata/ (Python 3.13: the
+#                         machine's PostgreSQL, see scripts/find_database.sh)
 #   PGQUEUE_TEST_DB    -> the test database's name (default test_pgqueue); give each checkout
 #                         its own when several run their suites against one server
 # System packages (Java and the JDBC driver for the Spark tests, Chromium for the admin browser
@@ -16,6 +17,7 @@ if [ "${1:-}" = "--install-system-deps" ]; then
     shift
 fi
 source scripts/bootstrap.sh "dev,spark"
+source scripts/find_database.sh
 
 if ! missing="$(bash scripts/system-deps.sh --check)"; then
     echo "==> system packages some tests need are missing:"

@@ -99,6 +99,22 @@ def today(cursor: Any) -> date:
     return cursor.fetchone()[0]
 
 
+def missing_ddl_privilege(cursor: Any) -> str | None:
+    """Why this session's role cannot create or drop the archive's days, or None when it can
+    (or when the archive does not exist yet)."""
+    cursor.execute(_retention_sql.DDL_PRIVILEGES)
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    role, owns, owner, can_create, schema = row
+    missing = []
+    if not owns:
+        missing.append(f'is not the owner of table {ARCHIVE_TABLE} (owner: "{owner}")')
+    if not can_create:
+        missing.append(f'lacks CREATE on schema "{schema}"')
+    return f'role "{role}" ' + " and ".join(missing) if missing else None
+
+
 def _with_lock_timeout(connection: Any, statements: list[str]) -> None:
     """Run ``statements`` in one transaction that waits at most SHORT_LOCK_TIMEOUT for each
     lock, tried LOCK_TRIES times: a reader holding the archive makes it wait, never queue for

@@ -17,6 +17,11 @@ bound is dropped or deleted. Core knows guards only through this registry.
 Workers run :func:`maintain` every ``RETENTION_INTERVAL``: one of them per interval (a
 compare-and-set of ``pgqueue_maintenance.next_run_at`` in database time), and never beside
 another run (an advisory lock, also taken by ``manage.py pgq_prune``).
+
+A run has two kinds of steps: the day partitions (DDL: only the archive's owner may) and the
+row deletes (DML). A step that cannot run is one line in the report's ``problems``, and the
+others still run: a role with DML grants only expires dead letters and short retentions while
+the owner creates and drops days from cron (``pgq_prune --partitions-only``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from psycopg import sql as pgsql
 
 from ..conf import PgQueueSettings, get_settings
@@ -52,6 +57,11 @@ DEAD_TABLE = "pgqueue_dead"
 JOB = "retention"
 #: The advisory lock held while retention runs (one key, this app's own).
 LOCK_KEY = 0x7067_7265_7400_0001
+
+#: Where a problem line sends the operator.
+ROLES_DOC = "how-to/database-roles in the docs"
+#: SQLSTATE insufficient_privilege.
+NO_PRIVILEGE = "42501"
 
 #: ``guard(source, database alias)`` -> the id below which rows of ``source`` ("archive" or
 #: "dead") may be expired, or None when it has no objection.
@@ -139,6 +149,8 @@ class RetentionReport:
     #: Another run held the lock: this one did nothing.
     busy: bool = False
     steps: list[Step] = field(default_factory=list)
+    #: Steps that could not run, one line each (a missing privilege, a failed statement).
+    problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -149,10 +161,17 @@ class RetentionReport:
         if self.busy:
             return ["Another retention run is in progress (a worker or pgq_prune); nothing done."]
         lines = [step.line(self.dry_run) for step in self.steps]
-        return lines or ["Nothing to expire."]
+        return lines or ([] if self.problems else ["Nothing to expire."])
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "rows_expired": self.rows_expired}
+
+
+def error_text(exc: DatabaseError) -> str:
+    """The server's one-line message: what failed and on which object."""
+    diag = getattr(exc.__cause__, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    return primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def drop_after(conf: PgQueueSettings) -> float | None:
@@ -183,12 +202,31 @@ class _Run:
     def step(self, *args: Any, **kwargs: Any) -> None:
         self.report.steps.append(Step(*args, **kwargs))
 
+    def problem(self, line: str) -> None:
+        self.report.problems.append(line)
+
     def queues(self, table: str) -> list[str]:
         with self.connection.cursor() as cursor:
             cursor.execute(_retention_sql.fill(_retention_sql.QUEUES_OF, table=table))
             return [row[0] for row in cursor.fetchall()]
 
-    # -- the archive ---------------------------------------------------------------------------
+    # -- the archive's days (DDL) ----------------------------------------------------------------
+
+    def maintain_days(self) -> None:
+        """Create the days ahead, drop the expired ones: when this role may, else one line."""
+        with self.connection.cursor() as cursor:
+            missing = _partitions.missing_ddl_privilege(cursor)
+        if missing is not None:
+            self.problem(
+                f"archive: day partitions not created or dropped: {missing}; run `manage.py "
+                f"pgq_prune --partitions-only` as the owner (see {ROLES_DOC})"
+            )
+            return
+        try:
+            self.create_ahead()
+            self.expire_days()
+        except DatabaseError as exc:
+            self.problem(f"archive: day partitions: {error_text(exc)}")
 
     def create_ahead(self) -> None:
         with self.connection.cursor() as cursor:
@@ -199,21 +237,39 @@ class _Run:
         for name in _partitions.ensure_days(self.connection, first, last):
             self.step("archive", "create", name)
 
-    def expire_archive(self) -> None:
+    def expire_days(self) -> None:
+        """Drop whole the days older than the longest archive retention in force."""
         bound = guard_bound("archive", self.alias)
         whole = drop_after(self.conf)
         with self.connection.cursor() as cursor:
             leftovers = _partitions.expired_leftovers(cursor)
         for name in leftovers:
             self.drop_leftover(name)
+        if whole is None:
+            return
+        cutoff = self.now - timedelta(seconds=whole)
+        with self.connection.cursor() as cursor:
+            days = _partitions.attached_days(cursor)
+        for part in days:
+            if part.end > cutoff:
+                break
+            self.expire_day(part, bound)
+
+    # -- the archive's rows (DML) ---------------------------------------------------------------
+
+    def expire_archive_rows(self) -> None:
+        """Delete the rows whose day cannot go whole: the DEFAULT partition's past the longest
+        retention, and those of queues whose retention is shorter."""
+        try:
+            self._expire_archive_rows()
+        except DatabaseError as exc:
+            self.problem(f"archive: expired rows not deleted: {error_text(exc)}")
+
+    def _expire_archive_rows(self) -> None:
+        bound = guard_bound("archive", self.alias)
+        whole = drop_after(self.conf)
         if whole is not None:
             cutoff = self.now - timedelta(seconds=whole)
-            with self.connection.cursor() as cursor:
-                days = _partitions.attached_days(cursor)
-            for part in days:
-                if part.end > cutoff:
-                    break
-                self.expire_day(part, bound)
             self.delete(
                 "archive",
                 DEFAULT_PARTITION,
@@ -293,7 +349,17 @@ class _Run:
             params = [*params, bound]
         total = 0
         for table in [tables] if isinstance(tables, str) else tables:
-            total += self._delete_from(source, table, condition, params)
+            try:
+                total += self._delete_from(source, table, condition, params)
+            except DatabaseError as exc:
+                denied = getattr(exc.__cause__, "sqlstate", None) == NO_PRIVILEGE
+                needs = (
+                    f" (the role needs SELECT and DELETE on it: see {ROLES_DOC})" if denied else ""
+                )
+                self.problem(
+                    f"{source}: expired rows of {target} not deleted: {error_text(exc)}{needs}"
+                )
+                break
         limited = self.budget <= 0
         if total or limited:
             note = "RETENTION_DELETE_LIMIT reached: the rest next run" if limited else ""
@@ -316,26 +382,37 @@ class _Run:
                 total = int(cursor.fetchone()[0])
                 self.budget -= total
                 return total
-            while self.budget > 0:
-                want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
-                cursor.execute(
-                    _retention_sql.fill(
-                        _retention_sql.DELETE_EXPIRED, table=table, condition=pgsql.SQL(condition)
-                    ),
-                    [*params, want],
-                )
-                done, first, last = cursor.fetchone()
-                if done:
-                    low = first if low is None else min(low, first)
-                    high = last if high is None else max(high, last)
-                total += done
-                self.budget -= done
-                if done < want:
-                    break
-        _expired(source, low, high, self.alias)
+            try:
+                while self.budget > 0:
+                    want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
+                    cursor.execute(
+                        _retention_sql.fill(
+                            _retention_sql.DELETE_EXPIRED,
+                            table=table,
+                            condition=pgsql.SQL(condition),
+                        ),
+                        [*params, want],
+                    )
+                    done, first, last = cursor.fetchone()
+                    if done:
+                        low = first if low is None else min(low, first)
+                        high = last if high is None else max(high, last)
+                    total += done
+                    self.budget -= done
+                    if done < want:
+                        break
+            finally:
+                # The batches committed before a failure are gone: the listeners hear of them.
+                _expired(source, low, high, self.alias)
         return total
 
     def expire_dead(self) -> None:
+        try:
+            self._expire_dead()
+        except DatabaseError as exc:
+            self.problem(f"dead: expired rows not deleted: {error_text(exc)}")
+
+    def _expire_dead(self) -> None:
         bound = guard_bound("dead", self.alias)
         for queue in self.queues(DEAD_TABLE):
             seconds = self.conf.for_queue(queue, "DEAD_RETENTION")
@@ -356,11 +433,15 @@ def run_retention(
     using: str | None = None,
     dry_run: bool = False,
     sources: tuple[str, ...] = ("archive", "dead"),
+    partitions: bool = True,
+    rows: bool = True,
 ) -> RetentionReport:
     """Expire what the retention settings say is due, now; what ``pgq_prune`` runs.
 
-    Creates the archive's day partitions ahead too. Returns ``busy`` without doing anything
-    when another run holds the lock. ``dry_run`` changes nothing and counts what would go.
+    ``partitions``: create the archive's days ahead and drop the expired ones (DDL, the
+    owner's); ``rows``: delete expired rows in batches (DML). Returns ``busy`` without doing
+    anything when another run holds the lock. ``dry_run`` changes nothing and counts what
+    would go. A step that cannot run is a line in ``problems``; the others still run.
     """
     conf = get_settings()
     alias = using or conf.DATABASE_ALIAS
@@ -374,10 +455,11 @@ def run_retention(
             return RetentionReport(dry_run=dry_run, busy=True)
     try:
         run = _Run(alias, conf, dry_run)
-        if "archive" in sources:
-            run.create_ahead()
-            run.expire_archive()
-        if "dead" in sources:
+        if "archive" in sources and partitions:
+            run.maintain_days()
+        if "archive" in sources and rows:
+            run.expire_archive_rows()
+        if "dead" in sources and rows:
             run.expire_dead()
         run.report.seconds = time.monotonic() - started
         return run.report
@@ -412,4 +494,19 @@ def maintain(*, worker_id: str, using: str | None = None) -> RetentionReport | N
     for line in report.lines():
         if report.steps:
             logger.info("Retention: %s", line)
+    _log_problems(report.problems)
     return report
+
+
+#: The problems the last run of this process logged.
+_LOGGED_PROBLEMS: set[str] = set()
+
+
+def _log_problems(problems: list[str]) -> None:
+    """A problem is a warning when it appears, then DEBUG while it lasts: a role without a
+    privilege says so once, not every interval."""
+    global _LOGGED_PROBLEMS
+    for line in problems:
+        level = logging.DEBUG if line in _LOGGED_PROBLEMS else logging.WARNING
+        logger.log(level, "Retention: %s", line)
+    _LOGGED_PROBLEMS = set(problems)

@@ -65,6 +65,16 @@ AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = %s::regclass)
 
 TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
 
+#: Whether this session's role may create, attach and drop the archive's days: ATTACH and
+#: DETACH need the parent's owner (or a member of that role), a new day needs CREATE on the
+#: schema. No row: the archive does not exist (migrations not run).
+DDL_PRIVILEGES = """
+SELECT current_user, pg_has_role(c.relowner, 'USAGE'), pg_get_userbyid(c.relowner),
+    has_schema_privilege(c.relnamespace, 'CREATE'), n.nspname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('pgqueue_archive')
+"""
+
 #: Whether the DEFAULT partition holds rows of a day: attaching that day would then fail.
 DEFAULT_HOLDS_DAY = """
 SELECT EXISTS (SELECT 1 FROM pgqueue_archive_default

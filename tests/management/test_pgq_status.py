@@ -122,3 +122,34 @@ def test_from_the_shell_the_exit_code_is_2_with_the_problem_on_stderr() -> None:
     assert "Live workers: 0" in alert.stdout
     healthy = subprocess.run([*command, "--json"], cwd=REPO, env=env, capture_output=True)
     assert healthy.returncode == 0 and json.loads(healthy.stdout)["ok"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "bad",
+    [["--max-dead", "many"], ["--no-such-flag"], ["--max-oldest-ready", "-5"]],
+    ids=["bad-value", "unknown-flag", "negative"],
+)
+def test_from_the_shell_bad_usage_exits_1_never_the_threshold_code(bad: list[str]) -> None:
+    """A typo in a cron line must not look like an alert: usage errors exit 1, not 2."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "example_project")]),
+    }
+    typo = subprocess.run(
+        [sys.executable, "-m", "django", "pgq_status", *bad],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert typo.returncode == 1, typo.stderr
+    assert "error:" in typo.stderr and "Traceback" not in typo.stderr
+
+
+def test_called_from_code_bad_usage_is_a_command_error_with_code_1() -> None:
+    with pytest.raises(CommandError) as raised:
+        status("--max-dead", "many")
+    assert raised.value.returncode == 1

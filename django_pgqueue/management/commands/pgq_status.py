@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -12,8 +12,17 @@ from ...core._validation import validate_queue_name
 from ...exceptions import QueueNameError
 from ...status import Status, Thresholds, read_status
 
-#: The exit code when a threshold is crossed (1 is any other error).
+#: The exit code when a threshold is crossed (1 is any other error, bad usage included).
 THRESHOLD_EXIT_CODE = 2
+#: argparse's own exit code for bad usage, which would read as a crossed threshold.
+ARGPARSE_USAGE_CODE = 2
+
+
+class _UsageExitsOne(CommandParser):
+    """A parser whose usage errors exit 1: a typo in a cron line must not look like an alert."""
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        super().exit(1 if status == ARGPARSE_USAGE_CODE else status, message)
 
 
 def _non_negative_float(value: str) -> float:
@@ -36,6 +45,12 @@ class Command(BaseCommand):
         "age of its oldest ready message, dead messages by reason and the live workers. Exits "
         f"{THRESHOLD_EXIT_CODE} when a --max-*/--min-* threshold is crossed (for cron alerts)."
     )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Django builds its CommandParser itself; only the exit code changes.
+        parser.__class__ = _UsageExitsOne
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
