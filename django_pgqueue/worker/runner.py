@@ -4,7 +4,7 @@ Threads and the connection each one uses:
 
 - main: fetches (leases) batches sized to the free slots, enforces sync timeouts, sends the
   listener probe, logs the status line; its own Django connection, a claim session
-  (``execution.dedicate_to_claims``);
+  (``_execution.dedicate_to_claims``);
 - ``completer``: archives finished messages and records failures in batches, extends the
   leases of in-flight messages and upserts the heartbeat row; its own Django connection;
 - ``listener``: LISTEN on its own Django connection (unless ``--no-listen``), also a claim
