@@ -15,10 +15,10 @@ from django.db import connection
 from django.test import override_settings
 
 import django_pgqueue
+from django_pgqueue.exceptions import BadInput, PipelineError
 from django_pgqueue.models import ArchivedMessage, Message
 from django_pgqueue.pipeline import cli, session
 from django_pgqueue.pipeline.enqueue import enqueue_frame
-from django_pgqueue.pipeline.errors import BadInput, PipelineError
 from django_pgqueue.pipeline.models import BulkEnqueueVote
 from tests.conftest import drain
 from tests.dsn import database_url
