@@ -4,11 +4,20 @@ python -m bench [--mode full|quick|smoke] [--only enqueue,drain,...] [--reps N]
                 [--dsn postgres://postgres@127.0.0.1:5432/postgres] [--db pgq_bench]
                 [--peers procrastinate,pgqueuer,tasksdb,celery | --no-peers]
                 [--out bench/results/<stamp>] [--no-plots] [--keep-db]
+
+The other benches are subcommands (``python -m bench <name> --help`` for their options):
+
+mvcc       speed that lasts: sustained load, a held snapshot, the export, a big backlog and
+           many workers on a private cluster with autovacuum on
+flow       what fairness and limits cost, and what they buy a light tenant
+pipeline   the Spark export and bulk enqueue against raw psycopg COPY
+publish    docs/benchmarks.md from a finished run's folder
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -29,6 +38,14 @@ from .pg import StatsProbe, drop_database, dsn_for, recreate_database
 Scenario = Callable[[Context, int], None]
 
 ALL_PEERS = ["pgqueuer", "procrastinate", "tasksdb", "celery"]
+
+# Subcommand -> the module whose main(argv) runs it (imported only when asked for).
+SUBCOMMANDS = {
+    "mvcc": "bench.mvcc_cli",
+    "flow": "bench.flow_control_bench",
+    "pipeline": "bench.pipeline_bench",
+    "publish": "bench.publish",
+}
 
 # Long scenarios measured in the first repetition only (the memory run also runs once,
 # right after it, so that an interrupted run still has it).
@@ -112,6 +129,10 @@ def machine_facts(probe: StatsProbe) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        run: Callable[[list[str]], int] = importlib.import_module(SUBCOMMANDS[argv[0]]).main
+        return run(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description=__doc__,

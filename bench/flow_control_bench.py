@@ -4,7 +4,7 @@ Self-contained: creates and drops its own database (``pgq_flow_bench``, or ``BEN
 on the server named by ``BENCH_SERVER_DSN`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``)::
 
-    .venv/bin/python bench/flow_control_bench.py [--quick] [--reps N] [--scale K]
+    python -m bench flow [--quick] [--reps N] [--scale K]
 
 1. Throughput: claimer processes drain a prefilled backlog (1 heavy tenant with half the
    messages, the rest over 99 light tenants) with ``Message.objects.lease`` + ``complete``,
@@ -39,17 +39,12 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench.pg import scratch_database  # noqa: E402
+from .pg import scratch_database
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_FLOW_DB", "pgq_flow_bench")
@@ -109,10 +104,6 @@ def setup_django() -> None:
                     "KEY_CONCURRENCY_LIMIT": 50_000,
                     "KEY_RATE_LIMIT": 1e6,
                 },
-                # Each limit of FLOW_ON alone, with fairness (bench/claim_cpu.py).
-                "flow_rate": {"FAIRNESS": True, "RATE_LIMIT": 1_000_000},
-                "flow_limit": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 10_000},
-                "flow_key": {"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 1_000},
             },
         },
     )
@@ -518,8 +509,10 @@ def report_held(reps: int, cycles: int) -> None:
     print()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench flow", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--quick", action="store_true", help="smaller backlog, shorter runs")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
     parser.add_argument("--procs", type=int, default=4, help="claimer processes")
@@ -546,7 +539,7 @@ def main() -> None:
         action="store_true",
         help="throughput: only the plain, fairness-only and flow-on drains (no raw SQL, no work)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     # Messages drained per batch size: batch 1 costs a commit per message.
     totals = (
         {1: 1_000, 10: 4_000, 100: 10_000} if args.quick else {1: 6_000, 10: 30_000, 100: 80_000}
@@ -567,7 +560,4 @@ def main() -> None:
             report_held(reps, cycles=50 if args.quick else 100)
         if args.only in (None, "latency"):
             report_latency(seconds, reps, args.procs, args.latency_batch)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,16 +1,16 @@
-"""``python -m bench.mvcc_cli``: speed that lasts, on a private PostgreSQL cluster with the
+"""``python -m bench mvcc``: speed that lasts, on a private PostgreSQL cluster with the
 server's defaults (autovacuum on), made for the run and removed at its end.
 
-python -m bench.mvcc_cli [--minutes 20 | --long] [--only sustained,snapshot,export,backlog,workers]
-                         [--peers pgqueuer,procrastinate | --no-peers] [--backlog 10000000]
-                         [--tenants 10000] [--fair-backlog N] [--workers 1,2,4,8,16]
-                         [--workers-n 200000]
-                         [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
-                         [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
-                         [--export-cpu normal|low|idle|background] [--export-every 10]
-                         [--export-max-ranges N] [--export-under DIR]
-                         [--server-setting NAME=VALUE ...]
-python -m bench.mvcc_cli --report bench/results/<stamp>-mvcc
+python -m bench mvcc [--minutes 20 | --long] [--only sustained,snapshot,export,backlog,workers]
+                     [--peers pgqueuer,procrastinate | --no-peers] [--backlog 10000000]
+                     [--tenants 10000] [--fair-backlog N] [--workers 1,2,4,8,16]
+                     [--workers-n 200000]
+                     [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
+                     [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
+                     [--export-cpu normal|low|idle|background] [--export-every 10]
+                     [--export-max-ranges N] [--export-under DIR]
+                     [--server-setting NAME=VALUE ...]
+python -m bench mvcc --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
 snapshot   the same at 70%, a REPEATABLE READ snapshot held over the middle half
@@ -20,7 +20,7 @@ export     ours at 70% with `pgq_pipeline export` (Spark) over the middle half: 
            each source (0: all), at --export-cpu priority (idle: SCHED_IDLE; low: nice 19;
            background: a session of its own whose autogroup is at nice 19; normal), into a
            destination made under --export-under; its report goes on
-           minute by minute (python -m bench.mvcc_timeline gives it for any run)
+           minute by minute (--report gives it again for a finished run)
 backlog    claim rate with --backlog ready over 1,000 ready; and a fair queue of --tenants
            with --fair-backlog ready (--backlog 0: the fair queue alone); the peers' own
            workers with --backlog ready too
@@ -59,7 +59,7 @@ SMALL_READY = 1_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.mvcc_cli",
+        prog="python -m bench mvcc",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -309,7 +309,3 @@ def _add(results: dict[str, Any], name: str, rows: list[dict[str, Any]], out: Pa
 
 def _rounded(values: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()}
-
-
-if __name__ == "__main__":
-    sys.exit(main())

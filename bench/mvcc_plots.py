@@ -1,4 +1,4 @@
-"""PNG plots of a ``bench.mvcc_cli`` run (run with matplotlib: bench/.venvs/plots).
+"""PNG plots of a ``python -m bench mvcc`` run (run with matplotlib: bench/.venvs/plots).
 
 python bench/mvcc_plots.py bench/results/<run>-mvcc   ->   <run>/mvcc-<scenario>.png
 

@@ -1,4 +1,4 @@
-"""Markdown tables of a ``bench.mvcc_cli`` run, with the issue's targets next to the ratios."""
+"""Markdown tables of a ``python -m bench mvcc`` run, with the issue's targets next to the ratios."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""What the queue and the machine did, spell by spell, in one scenario of a ``bench.mvcc_cli``
-run: where a whole-window figure hides when something happened.
-
-    python -m bench.mvcc_timeline bench/results/<run> [--scenario export] [--spell 60]
+"""What the queue and the machine did, spell by spell, in one scenario of a ``python -m bench
+mvcc`` run (the export's report): where a whole-window figure hides when something happened.
 
 Each spell (``--spell`` seconds) gives: messages processed per second, enqueue -> start p50
 and p99, the backlog's peak; the share of the machine's cores busy and idle in iowait; the
@@ -13,10 +11,7 @@ before the sampler read a figure show a dash for it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 from .mvcc import _between, _p, _rate
@@ -95,18 +90,3 @@ def report(run: dict[str, Any], spell: float) -> str:
         *spell_rows(run, spell),
     ]
     return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("folder", type=Path, help="a finished bench.mvcc_cli run")
-    parser.add_argument("--scenario", default="export", help="sustained, snapshot, export")
-    parser.add_argument("--spell", type=float, default=60.0, help="seconds")
-    args = parser.parse_args()
-    results = json.loads((args.folder / "mvcc.json").read_text())
-    for run in results.get(args.scenario, []):
-        print(report(run, args.spell))
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 
 Self-contained (it does not use the rest of bench/). Run from the repository root:
 
-    .venv/bin/python bench/pipeline_bench.py --rows 1000000 \
+    python -m bench pipeline --rows 1000000 \
         --server-dsn postgres://postgres@127.0.0.1:5432/postgres
 
 It creates (and drops afterwards) the database ``pgq_pipeline_bench``, fills the archive with
@@ -234,8 +234,10 @@ def truncate(dsn: str) -> None:
         conn.execute("TRUNCATE pgqueue_message")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench pipeline", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--rows", type=int, default=500_000, help="Archive rows to export.")
     parser.add_argument("--enqueue-rows", type=int, default=200_000)
     parser.add_argument("--master", default="local[2]")
@@ -245,7 +247,7 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3, help="Interleaved repetitions.")
     parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     server = args.server_dsn
     dsn = make_conninfo(server, dbname=DB_NAME)
     with psycopg.connect(server, autocommit=True) as admin:
@@ -345,7 +347,3 @@ def main() -> None:
             ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         peak = max(r["peak_mib"] for r in runs)
         print(f"| {name} | {runs[0]['rows']:,} | {rate:,.0f} | {ratio} | {peak:,.0f} |")
-
-
-if __name__ == "__main__":
-    main()

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .exceptions import PgQueueError
+from .exceptions import SettingsError
 
 SETTINGS_NAME = "PGQUEUE"
 
@@ -192,17 +191,6 @@ _PER_QUEUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "RATE_LIMIT": (_optional_positive, "None or a number of messages per second > 0"),
     "KEY_RATE_LIMIT": (_optional_positive, "None or a number of messages per second > 0"),
 }
-
-
-class SettingsError(PgQueueError, ImproperlyConfigured):
-    """``PGQUEUE`` holds a key or value this version does not accept.
-
-    ``check_id`` names the system check that reports the same problem.
-    """
-
-    def __init__(self, message: str, check_id: str) -> None:
-        super().__init__(message)
-        self.check_id = check_id
 
 
 def settings_problems(raw: Any) -> list[SettingsError]:

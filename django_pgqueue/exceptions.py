@@ -1,10 +1,21 @@
-"""Every exception django-pgqueue raises on purpose, in one place."""
+"""Every exception django-pgqueue raises on purpose, in one place, under one base:
+:class:`PgQueueError`. Where callers expect a built-in kind too, a class is both.
+
+Two live elsewhere: ``django_pgqueue.tasks.InvalidTaskMessage``, which is also the Tasks
+framework's ``InvalidTask`` (an optional dependency this module must import without), and
+a private signal inside the pipeline's prune.
+"""
 
 from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
 
 
 class PgQueueError(Exception):
     """Base class of django-pgqueue's own errors."""
+
+
+# -- messages and leases ----------------------------------------------------------------------
 
 
 class InvalidMessage(PgQueueError, ValueError):
@@ -27,3 +38,87 @@ class ResultNotSerializable(PgQueueError, TypeError):
     """A handler returned what cannot be stored as its message's JSON result: not JSON, a
     string PostgreSQL's ``jsonb`` refuses (U+0000, a lone surrogate), or more than
     ``MAX_RESULT_BYTES``. The message goes to the dead table at once (reason ``error``)."""
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+class SettingsError(PgQueueError, ImproperlyConfigured):
+    """``PGQUEUE`` holds a key or value this version does not accept.
+
+    ``check_id`` names the system check that reports the same problem.
+    """
+
+    def __init__(self, message: str, check_id: str) -> None:
+        super().__init__(message)
+        self.check_id = check_id
+
+
+# -- recorded on a django.tasks result --------------------------------------------------------
+
+
+class LeaseExpired(PgQueueError, TimeoutError):
+    """A worker's lease ran out before it reported (it crashed, or was stopped hard)."""
+
+
+class TaskTimeout(PgQueueError, TimeoutError):
+    """An attempt ran longer than the task's ``timeout``."""
+
+
+class TaskRejected(PgQueueError, LookupError):
+    """The worker had no handler for the task (its module was not imported there)."""
+
+
+# -- inside the worker ------------------------------------------------------------------------
+
+
+class HandlerTimeout(PgQueueError):
+    """The handler ran past its per-message timeout."""
+
+
+class Stopped(PgQueueError):
+    """Raised out of a retry loop when the worker is told to stop at once."""
+
+
+# -- the Spark pipeline (its command prints the message as is) --------------------------------
+
+
+class PipelineError(PgQueueError):
+    """A pipeline job refused or failed for a reason an operator can act on."""
+
+
+class SparkUnavailable(PipelineError, ImproperlyConfigured):
+    """pyspark, Java or the PostgreSQL JDBC driver is missing."""
+
+
+class MasterUnreachable(PipelineError):
+    """The Spark master URL given does not answer."""
+
+
+class ForeignOutput(PipelineError):
+    """The export destination holds files this pipeline did not write."""
+
+
+class DestinationBusy(PipelineError):
+    """Another export run holds the destination's lease."""
+
+
+class LeaseLost(PipelineError):
+    """This run's lease on its destination expired or was taken over; it stops committing."""
+
+
+class NotPrunable(PipelineError):
+    """Prune refused: what it would delete is not (or no longer) verifiably exported."""
+
+
+class NoVerifiedExport(PipelineError):
+    """Prune was asked to delete rows that no completed export verified."""
+
+
+class BadInput(PipelineError):
+    """Bulk-enqueue input rows failed validation; ``bad_rows`` lists (row number, reason)."""
+
+    def __init__(self, message: str, bad_rows: list[tuple[int, str]], bad_count: int) -> None:
+        super().__init__(message)
+        self.bad_rows = bad_rows
+        self.bad_count = bad_count

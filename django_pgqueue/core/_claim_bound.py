@@ -5,7 +5,7 @@ order. Vacuum removes them, unless a long transaction holds the xmin horizon bac
 claim that walks from the head visits the heap for every message processed since that
 transaction began. A claimer that remembers, for each priority level of a queue, a lower
 bound on ``available_at`` under which it found nothing left to claim walks each level from
-its bound instead (``sql.CANDIDATES_FROM``): the entries below it are never read.
+its bound instead (``_sql.CANDIDATES_FROM``): the entries below it are never read.
 
 A level's bound moves up after each claim: to the claim's time for a level the claim walked
 to its end (less :data:`SLACK`), to the last message the claim took from it (less the same

@@ -4,7 +4,7 @@ Opt-in per queue through ``PGQUEUE["QUEUES"][<queue>]`` (see
 ``docs/how-to/fairness-and-limits.md``). A queue with none of the keys below set is claimed
 by the plain claim in ``_manager.py``, untouched, and its acks never look here.
 
-A flow-controlled queue is claimed by the same statement as a plain one (``sql.LEASE``: the
+A flow-controlled queue is claimed by the same statement as a plain one (``_sql.LEASE``: the
 reaper, then the lease of the candidates), its candidates chosen by the SQL function in
 ``_flow_sql.py`` from the queue's settings: everything is decided in the database, with
 database time, in one round trip and one short transaction.

@@ -1,6 +1,6 @@
 """The SQL of flow control (``_flow_control.py``): one function, created by the migration.
 
-A queue with fairness, limits or rates is claimed by ``sql.LEASE`` whose candidates come from
+A queue with fairness, limits or rates is claimed by ``_sql.LEASE`` whose candidates come from
 ``pgq_flow_candidates_v2(queue, wanted, exact, settings, levels, bounds, after)``: the
 messages to lease, locked, in the order to lease them, each with its place in the fair order.
 The function is PL/pgSQL because its steps depend on each other: under READ COMMITTED every

@@ -281,7 +281,7 @@ class MessageManager(models.Manager["Message"]):
         return leased
 
     def _bounded_lease_statement(self, limit: int) -> str:
-        """The claim walked from a bound (``sql.CANDIDATES_FROM``), one text per batch size."""
+        """The claim walked from a bound (``_sql.CANDIDATES_FROM``), one text per batch size."""
         key = ("bounded", "", limit)
         cached = self._statements.get(key)
         if cached is None:
@@ -342,7 +342,7 @@ _TIMESTAMPS_AT = tuple(_sql.LEASED_COLUMNS.index(name) for name in _sql.LEASED_T
 
 
 def _plain_claim(candidates: str) -> str:
-    """sql.LEASE for a queue without flow control, around its ``candidates`` search."""
+    """``_sql.LEASE`` for a queue without flow control, around its ``candidates`` search."""
     return _sql.LEASE.format(
         candidates=candidates,
         reap_limit=_sql.REAP_LIMIT,
@@ -354,10 +354,10 @@ def _plain_claim(candidates: str) -> str:
 
 
 def _execute_claim(cursor: Any, statement: str, params: list[Any], *, restore: bool) -> list[Any]:
-    """Run the claim with an ordered plan (see ``execution.ORDERED_PLAN``).
+    """Run the claim with an ordered plan (see ``_execution.ORDERED_PLAN``).
 
     In our own short transaction the ``SET LOCAL`` ends with it, and the commit may be
-    asynchronous (``execution.async_commit``). In the caller's transaction (hold mode) the
+    asynchronous (``_execution.async_commit``). In the caller's transaction (hold mode) the
     previous plan settings are put back afterwards and the commit is theirs.
     """
     names = list(ORDERED_PLAN)
@@ -389,7 +389,7 @@ def _sql_type(value: Any) -> str:
 
 def _levels_params(levels: list[Level]) -> tuple[str, str, str]:
     """The levels, their bounds and the bounds' ids, as array literals (text parameters) of
-    ``sql.CANDIDATES_FROM`` (the first two) and of the flow-control claim."""
+    ``_sql.CANDIDATES_FROM`` (the first two) and of the flow-control claim."""
     priorities = ",".join(str(priority) for priority, _, _ in levels)
     floors = ",".join(repr(bound) for _, bound, _ in levels)
     ids = ",".join(str(message_id) for _, _, message_id in levels)

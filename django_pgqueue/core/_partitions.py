@@ -35,7 +35,7 @@ EXPIRED_PREFIX = "pgqueue_archive_expired_p"
 #: Days the migration creates before today (rows finishing around midnight UTC).
 DAYS_BEHIND = 1
 #: How often attaching or detaching a day tries, each try waiting at most
-#: ``retention_sql.SHORT_LOCK_TIMEOUT`` for the archive's lock.
+#: ``_retention_sql.SHORT_LOCK_TIMEOUT`` for the archive's lock.
 LOCK_TRIES = 10
 
 

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..conf import get_settings
+from ..exceptions import BadInput, PipelineError
 from .committed import local_directory
-from .errors import BadInput, PipelineError
 from .progress import Writer, printer
 from .session import SECRET_KEY
 

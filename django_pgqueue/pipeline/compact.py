@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..conf import get_settings
+from ..exceptions import PipelineError
 from .columns import SOURCES
 from .commit import Committer, HadoopCommitter, LocalCommitter, final_name
 from .committed import (
@@ -38,7 +39,6 @@ from .committed import (
     file_sha256,
     local_directory,
 )
-from .errors import PipelineError
 from .export import DEFAULT_FILE_MODE, check_file_mode
 from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, acquire, release
 from .models import ExportRange, ExportRangeStatus, ExportRun, ExportRunStatus

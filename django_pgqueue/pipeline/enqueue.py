@@ -41,10 +41,9 @@ from ..core._validation import (
     validate_queue_name,
     validate_task_name,
 )
-from ..exceptions import InvalidMessage
+from ..exceptions import BadInput, InvalidMessage, PipelineError
 from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
 from .bulkrows import BAD_ROWS_SHOWN, BulkJob, run_partition
-from .errors import BadInput, PipelineError
 from .models import BULK_VOTE_TABLE, BulkEnqueueVote
 from .progress import Progress, SparkJobWatch
 from .session import psycopg_dsn

@@ -31,6 +31,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from ..conf import get_settings
+from ..exceptions import ForeignOutput, PipelineError
 from .columns import SOURCES, SourceTable, sql_row_hash
 from .commit import Committer, HadoopCommitter, LocalCommitter, StagedFile, final_name
 from .committed import (
@@ -38,7 +39,6 @@ from .committed import (
     local_directory,
     read_committed_spark,
 )
-from .errors import ForeignOutput, PipelineError
 from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, Lease, acquire, release
 from .models import (
     ExportRange,

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
+from ..exceptions import DestinationBusy, LeaseLost, PipelineError
 from ..worker.signals import SignalRelay
-from .errors import DestinationBusy, LeaseLost, PipelineError
 
 #: Errors a later pass can get past: another run's lease, a lost lease, the database away.
 RETRIED = (DestinationBusy, LeaseLost, DatabaseError)

@@ -17,8 +17,8 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models.functions import Now
 
+from ..exceptions import DestinationBusy, LeaseLost
 from .committed import local_directory
-from .errors import DestinationBusy, LeaseLost
 from .models import EXPORT_LEASE_TABLE, ExportRun, ExportRunStatus
 
 DEFAULT_LEASE_SECONDS = 60.0

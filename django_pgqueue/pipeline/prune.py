@@ -22,9 +22,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from ..conf import get_settings
+from ..exceptions import NotPrunable, NoVerifiedExport, PipelineError
 from .columns import SOURCES, SourceTable, sql_row_hash
 from .committed import COMMITTED_DIR, Manifest, Store, manifest_name, open_store
-from .errors import NotPrunable, NoVerifiedExport, PipelineError
 from .export import pruned_elsewhere
 from .models import ExportRange, ExportRangeStatus
 from .progress import Progress

@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit
 from django.db import connections
 
 from ..conf import get_settings
-from .errors import MasterUnreachable, PipelineError, SparkUnavailable
+from ..exceptions import MasterUnreachable, PipelineError, SparkUnavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

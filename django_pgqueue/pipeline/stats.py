@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
+from ..exceptions import PipelineError
 from .columns import ARCHIVE, DEAD, SourceTable
-from .errors import PipelineError
 from .models import QueueStatsHourly
 from .progress import Progress, SparkJobWatch
 from .session import JDBC_FETCHSIZE, default_parallelism, jdbc_target

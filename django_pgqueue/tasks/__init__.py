@@ -8,6 +8,7 @@ Tasks are messages: they live in the same live / archive / dead tables and run i
 ``pgq_worker`` as plain messages. See ``docs/how-to/django-tasks.md``.
 """
 
+from ..exceptions import LeaseExpired, TaskRejected, TaskTimeout
 from .backend import (
     InvalidTaskMessage,
     PgQueueBackend,
@@ -15,7 +16,6 @@ from .backend import (
     PgQueueImmediateBackend,
 )
 from .commit import enqueue_on_commit
-from .results import LeaseExpired, TaskRejected, TaskTimeout
 from .task import PgQueueTask, task
 
 __all__ = [

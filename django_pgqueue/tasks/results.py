@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from django.apps import apps
 from django.db import connections
 
-from ..exceptions import PgQueueError
+from ..exceptions import LeaseExpired, TaskRejected, TaskTimeout
 from . import sql
 from .framework import (
     Task,
@@ -42,18 +42,6 @@ __all__ = [
 
 # Largest bigint: a larger id cannot exist and would make PostgreSQL raise instead of miss.
 _MAX_ID = 2**63 - 1
-
-
-class LeaseExpired(PgQueueError, TimeoutError):
-    """A worker's lease ran out before it reported (it crashed, or was stopped hard)."""
-
-
-class TaskTimeout(PgQueueError, TimeoutError):
-    """An attempt ran longer than the task's ``timeout``."""
-
-
-class TaskRejected(PgQueueError, LookupError):
-    """The worker had no handler for the task (its module was not imported there)."""
 
 
 def _path(cls: type[BaseException]) -> str:

@@ -26,10 +26,10 @@ from django.db import DataError
 from ..core import transitions
 from ..core._registry import notify_dead
 from ..core._validation import printable
-from ..exceptions import ResultNotSerializable
+from ..exceptions import ResultNotSerializable, Stopped
 from ..metrics.instruments import Instruments
 from ..models import DeadReason
-from .db import Stopped, retrying
+from .db import retrying
 from .heartbeat import Stats
 from .storable import log_excerpt, storable_text
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from ..exceptions import PgQueueError
+from ..exceptions import Stopped
 from . import sql
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -26,10 +26,6 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OperationalError, Interfac
 
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 5.0
-
-
-class Stopped(PgQueueError):
-    """Raised out of a retry loop when the worker is told to stop at once."""
 
 
 def backoff_schedule(first: float = BACKOFF_FIRST, cap: float = BACKOFF_MAX) -> Callable[[], float]:

@@ -36,7 +36,7 @@ from ..conf import get_settings
 from ..core import transitions
 from ..core._registry import Handler
 from ..core._validation import printable
-from ..exceptions import PgQueueError, ResultNotSerializable
+from ..exceptions import HandlerTimeout, ResultNotSerializable
 from ..metrics.instruments import Instruments
 from ..models import DeadReason
 from .context import MessageContext
@@ -49,10 +49,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_pgqueue.worker")
 
 QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED = range(5)
-
-
-class HandlerTimeout(PgQueueError):
-    """The handler ran past its per-message timeout."""
 
 
 class Job:

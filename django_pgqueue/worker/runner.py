@@ -4,7 +4,7 @@ Threads and the connection each one uses:
 
 - main: fetches (leases) batches sized to the free slots, enforces sync timeouts, sends the
   listener probe, logs the status line; its own Django connection, a claim session
-  (``execution.dedicate_to_claims``);
+  (``_execution.dedicate_to_claims``);
 - ``completer``: archives finished messages and records failures in batches, extends the
   leases of in-flight messages and upserts the heartbeat row; its own Django connection;
 - ``listener``: LISTEN on its own Django connection (unless ``--no-listen``), also a claim
@@ -53,13 +53,14 @@ from ..core._flow_control import flow_config
 from ..core._notify import read_wake_payload
 from ..core._registry import registry
 from ..core._validation import QueueNameError, validate_queue_name
+from ..exceptions import Stopped
 from ..metrics.instruments import Instruments
 from ..models import DeadReason, Message
 from ..periodic import Ticker
 from . import endpoints, health, heartbeat
 from . import sql as worker_sql
 from .completer import Completer
-from .db import Stopped, is_connection_error, label_connection, retrying
+from .db import is_connection_error, label_connection, retrying
 from .discovery import autodiscover
 from .executor import Executor, Job
 from .head_watch import HeadWatcher

@@ -106,7 +106,7 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
 
 
 def publish(folder: Path, docs: Path) -> str:
-    command = [sys.executable, "-m", "bench.publish", str(folder)]
+    command = [sys.executable, "-m", "bench", "publish", str(folder)]
     proc = subprocess.run(
         [*command, "--summary", "bench/summary.md", "--docs-dir", str(docs)],
         cwd=REPO_DIR,

@@ -1,4 +1,4 @@
-"""``bench/flow_control_bench.py`` in a tiny configuration: its drains run and its tables
+"""``python -m bench flow`` in a tiny configuration: its drains run and its tables
 print, so that the flow-control benchmark cannot rot. Real PostgreSQL, real claimer and
 worker processes."""
 
@@ -21,7 +21,8 @@ def bench_env() -> dict[str, str]:
 
 def test_the_claimers_drain_every_queue_and_the_ratios_print() -> None:
     printed = run_bench(
-        "bench.flow_control_bench",
+        "bench",
+        "flow",
         *("--only", "throughput", "--quick", "--batches", "10", "--scale", "0.25"),
         "--claims-only",
         env=bench_env(),
@@ -41,7 +42,8 @@ def test_the_claimers_drain_every_queue_and_the_ratios_print() -> None:
 def test_the_workers_archive_the_whole_backlog_of_each_queue() -> None:
     # The bench asserts that every message of the backlog reached the archive.
     printed = run_bench(
-        "bench.flow_control_bench",
+        "bench",
+        "flow",
         *("--only", "workers", "--quick", "--batches", "1,100", "--scale", "0.5"),
         env=bench_env(),
     )

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -218,11 +217,12 @@ TINY_SCALE = ("--backlog", "3000", "--claimed", "300", "--workers", "1,2", "--wo
 def test_every_scenario_runs_on_a_private_cluster_and_removes_it(tmp_path: Path) -> None:
     before = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout
     run_bench(
-        "bench.mvcc_cli",
+        "bench",
+        "mvcc",
         "--minutes",
-        "0.25",
+        "0.15",
         "--sample",
-        "2",
+        "1.5",
         "--capacity-n",
         "200",
         *TINY_SCALE,
@@ -270,7 +270,8 @@ PEERS = ["pgqueuer", "procrastinate"]
 )
 def test_the_peers_run_in_the_backlog_and_workers_scenarios(tmp_path: Path) -> None:
     run_bench(
-        "bench.mvcc_cli",
+        "bench",
+        "mvcc",
         "--only",
         "backlog,workers",
         *TINY_SCALE,
@@ -323,19 +324,6 @@ def test_each_export_cpu_priority_starts_a_process_at_that_priority(cpu: str) ->
     assert (session == pid) == (cpu == "background")
     if cpu == "background" and autogroup.exists() and autogroup.read_text().strip() == "1":
         assert "nice 19" in policy
-
-
-def test_the_cpu_priority_bench_prints_a_row_per_priority() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.cpu_priority", "--seconds", "0.2", "--backends", "1"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).resolve().parents[2],
-    ).stdout
-
-    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
-    assert rows[1:] == sorted(mvcc.EXPORT_CPU)
 
 
 def test_a_process_tree_holds_the_root_and_its_descendants() -> None:

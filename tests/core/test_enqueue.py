@@ -381,7 +381,7 @@ def test_driver_path_raises_djangos_exceptions():
 
 
 def test_enqueue_many_copies_awkward_payloads_and_keys_exactly():
-    # COPY's text is assembled by hand (enqueue._copy): backslashes, escapes and separators
+    # COPY's text is assembled by hand (_enqueue._copy): backslashes, escapes and separators
     # inside payloads and the shared columns must survive unchanged.
     payloads = [
         {"s": "a\\b\tc\nd\re", "q": '"quoted"', "u": "é \u2028 ✓"},

@@ -370,6 +370,8 @@ def _total_buffers(plan_json: str) -> int:
     }
 )
 def test_every_claim_is_an_index_lookup_with_a_million_ready_messages_over_10000_tenants():
+    if _bounds is not None:
+        pytest.skip("a queue with key limits is walked from the head, as its other run")
     # As 100 rounds of enqueues by 10,000 tenants would have placed them.
     with connection.cursor() as cursor:
         cursor.execute(

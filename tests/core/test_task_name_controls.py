@@ -14,11 +14,10 @@ import pytest
 
 import django_pgqueue
 from django_pgqueue.core._validation import printable
-from django_pgqueue.exceptions import InvalidMessage
+from django_pgqueue.exceptions import InvalidMessage, PipelineError
 from django_pgqueue.models import Message
 from django_pgqueue.periodic import periodic
 from django_pgqueue.pipeline.enqueue import check_target
-from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.tasks import PgQueueTask
 from django_pgqueue.tasks.framework import InvalidTask, task_backends
 

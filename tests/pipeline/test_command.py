@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from django_pgqueue.exceptions import MasterUnreachable, SparkUnavailable
 from django_pgqueue.models import ArchivedMessage
-from django_pgqueue.pipeline.errors import MasterUnreachable, SparkUnavailable
 from django_pgqueue.pipeline.models import QueueStatsHourly
 from django_pgqueue.pipeline.session import build_session, check_master
 

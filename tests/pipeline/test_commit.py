@@ -19,12 +19,12 @@ import pyarrow.parquet
 import pytest
 from django.db import connections
 
+from django_pgqueue.exceptions import PipelineError
 from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline import compact as compact_module
 from django_pgqueue.pipeline import export as export_module
 from django_pgqueue.pipeline.committed import read_committed, read_committed_arrow
 from django_pgqueue.pipeline.compact import compact
-from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.pipeline.export import export, read_export
 from django_pgqueue.pipeline.models import ExportRange, ExportRun
 from django_pgqueue.pipeline.prune import prune

@@ -15,10 +15,10 @@ from django.db import connection
 from django.test import override_settings
 
 import django_pgqueue
+from django_pgqueue.exceptions import BadInput, PipelineError
 from django_pgqueue.models import ArchivedMessage, Message
 from django_pgqueue.pipeline import cli, session
 from django_pgqueue.pipeline.enqueue import enqueue_frame
-from django_pgqueue.pipeline.errors import BadInput, PipelineError
 from django_pgqueue.pipeline.models import BulkEnqueueVote
 from tests.conftest import drain
 from tests.dsn import database_url
@@ -47,13 +47,13 @@ def run_worker(queue: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not WORKER_COMMAND.exists(), reason="pgq_worker is not there yet")
-def test_bulk_enqueue_of_100k_rows_is_processed_by_the_worker(
+def test_bulk_enqueue_of_20k_rows_is_processed_by_the_worker(
     spark: Any, listener: psycopg.Connection[Any]
 ) -> None:
     from pyspark.sql import functions as F
 
     frame = (
-        spark.range(100_000, numPartitions=4)
+        spark.range(20_000, numPartitions=4)
         .withColumn("user", F.concat(F.lit("u"), F.col("id").cast("string")))
         .withColumn("amount", F.col("id") * 0.5)
     )
@@ -61,12 +61,12 @@ def test_bulk_enqueue_of_100k_rows_is_processed_by_the_worker(
     first = enqueue_frame(spark, frame, task="bench.noop", queue="bulk", batch_id="b1")
 
     assert (first.rows, first.enqueued, first.bad_count, first.partitions) == (
-        100_000,
-        100_000,
+        20_000,
+        20_000,
         0,
         4,
     )
-    assert Message.objects.filter(queue="bulk", task="bench.noop").count() == 100_000
+    assert Message.objects.filter(queue="bulk", task="bench.noop").count() == 20_000
     message = Message.objects.get(queue="bulk", payload__id=41)
     assert message.payload == {"id": 41, "user": "u41", "amount": 20.5}
     assert message.dedup_key.startswith("b1:") and len(message.dedup_key) == 3 + 32
@@ -74,12 +74,12 @@ def test_bulk_enqueue_of_100k_rows_is_processed_by_the_worker(
     assert drain(listener) == [("django_pgqueue", "bulk")] * 4
     # A retried job (same batch id) enqueues nothing twice while the messages are live...
     again = enqueue_frame(spark, frame, task="bench.noop", queue="bulk", batch_id="b1")
-    assert (again.enqueued, again.duplicates) == (0, 100_000)
+    assert (again.enqueued, again.duplicates) == (0, 20_000)
 
     run_worker("bulk")
 
     assert not Message.objects.filter(queue="bulk").exists()
-    assert ArchivedMessage.objects.filter(queue="bulk").count() == 100_000
+    assert ArchivedMessage.objects.filter(queue="bulk").count() == 20_000
     # ...nor after the worker finished them: keys are checked against the archive too.
     late = enqueue_frame(spark, frame, task="bench.noop", queue="bulk", batch_id="b1")
     assert late.enqueued == 0 and not Message.objects.exists()

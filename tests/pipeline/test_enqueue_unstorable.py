@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from django_pgqueue.exceptions import BadInput
 from django_pgqueue.models import Message
 from django_pgqueue.pipeline.enqueue import enqueue_frame
-from django_pgqueue.pipeline.errors import BadInput
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 

@@ -7,10 +7,10 @@ from typing import Any
 import pyarrow.dataset
 import pytest
 
+from django_pgqueue.exceptions import ForeignOutput, PipelineError
 from django_pgqueue.pipeline import export as export_module
 from django_pgqueue.pipeline.commit import LocalCommitter
 from django_pgqueue.pipeline.committed import read_committed
-from django_pgqueue.pipeline.errors import ForeignOutput, PipelineError
 from django_pgqueue.pipeline.export import export, nothing_to_export, read_export
 from django_pgqueue.pipeline.models import ExportRange, ExportRangeStatus, ExportRun
 

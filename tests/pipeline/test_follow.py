@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError
 from django.db.models import Sum
 
-from django_pgqueue.pipeline.errors import DestinationBusy, ForeignOutput
+from django_pgqueue.exceptions import DestinationBusy, ForeignOutput
 from django_pgqueue.pipeline.follow import follow
 from django_pgqueue.pipeline.models import ExportRange, ExportRangeStatus
 from tests.dsn import database_url

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from django_pgqueue.exceptions import NoVerifiedExport
 from django_pgqueue.models import ArchivedMessage, DeadMessage
-from django_pgqueue.pipeline.errors import NoVerifiedExport
 from django_pgqueue.pipeline.export import export
 from django_pgqueue.pipeline.models import ExportRange
 from django_pgqueue.pipeline.prune import prune

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from django_pgqueue.exceptions import PipelineError
 from django_pgqueue.models import Message
-from django_pgqueue.pipeline.errors import PipelineError
 from django_pgqueue.pipeline.session import read_conf_file
 from tests.dsn import database_url
 

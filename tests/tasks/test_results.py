@@ -155,9 +155,9 @@ def test_one_statement_finds_rows_in_any_table(django_assert_num_queries) -> Non
         ("builtins.ValueError", "builtins.ValueError"),
         ("ValueError", "builtins.ValueError"),
         ("myapp.errors.Oops", "myapp.errors.Oops"),
-        ("Timeout", "django_pgqueue.tasks.results.TaskTimeout"),
-        ("LeaseExpired", "django_pgqueue.tasks.results.LeaseExpired"),
-        ("UnknownTask", "django_pgqueue.tasks.results.TaskRejected"),
+        ("Timeout", "django_pgqueue.exceptions.TaskTimeout"),
+        ("LeaseExpired", "django_pgqueue.exceptions.LeaseExpired"),
+        ("UnknownTask", "django_pgqueue.exceptions.TaskRejected"),
         ("Mystery", "Mystery"),
     ],
 )

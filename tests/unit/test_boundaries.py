@@ -35,8 +35,9 @@ def package_modules() -> list[str]:
     return sorted(names)
 
 
-def test_every_exception_the_package_defines_is_a_pgqueue_error():
-    outside = []
+def defined_exceptions() -> list[type[BaseException]]:
+    """Every exception class a module of the package defines (optional extras installed)."""
+    found = []
     for name in package_modules():
         try:
             module = importlib.import_module(name)
@@ -46,9 +47,30 @@ def test_every_exception_the_package_defines_is_a_pgqueue_error():
             raise
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == name and issubclass(cls, BaseException):
-                if not issubclass(cls, PgQueueError):
-                    outside.append(f"{name}.{cls.__qualname__}")
+                found.append(cls)
+    return found
+
+
+def test_every_exception_the_package_defines_is_a_pgqueue_error():
+    outside = [
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls in defined_exceptions()
+        if not issubclass(cls, PgQueueError)
+    ]
     assert outside == [], outside
+
+
+# The Tasks framework's InvalidTask is optional: the exception module imports without it.
+DEFINED_ELSEWHERE = {"django_pgqueue.tasks.backend.InvalidTaskMessage"}
+
+
+def test_every_public_exception_is_defined_in_the_exception_module():
+    elsewhere = {
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls in defined_exceptions()
+        if cls.__module__ != "django_pgqueue.exceptions" and not cls.__qualname__.startswith("_")
+    }
+    assert elsewhere <= DEFINED_ELSEWHERE, elsewhere - DEFINED_ELSEWHERE
 
 
 def test_no_module_imports_itself_through_others():

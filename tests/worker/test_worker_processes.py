@@ -8,7 +8,6 @@ holds and exit 1, never run on half-alive.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,13 +103,3 @@ def test_a_fault_in_another_thread_stops_the_worker_with_exit_1(
     assert not leased(msg.id)
     live = Message.objects.filter(id=msg.id).first()
     assert live is None or live.attempts == 0
-
-
-def test_two_idle_workers_do_not_take_each_others_probes(spawn_worker: Spawn) -> None:  # noqa: F811
-    """Probes go out every 15 s on the shared channel; each worker must count only its own."""
-    first, second = spawn_worker().ready(), spawn_worker().ready()
-    time.sleep(40)
-    for worker in (first, second):
-        assert "missed its probe" not in worker.output
-        assert " WARNING " not in worker.output, worker.output
-        assert worker.proc.poll() is None
