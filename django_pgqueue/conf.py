@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .core._validation import MAX_ATTEMPTS_LIMIT, valid_max_attempts
 from .exceptions import PgQueueError
 
 SETTINGS_NAME = "PGQUEUE"
@@ -124,7 +125,7 @@ def _non_negative_int(value: Any) -> bool:
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "DATABASE_ALIAS": (lambda v: isinstance(v, str) and bool(v), "a database alias"),
     "DEFAULT_QUEUE": (lambda v: isinstance(v, str), "a queue name"),
-    "MAX_ATTEMPTS": (_positive_int, "a whole number >= 1"),
+    "MAX_ATTEMPTS": (valid_max_attempts, f"a whole number in [1, {MAX_ATTEMPTS_LIMIT}]"),
     "VISIBILITY_TIMEOUT": (_positive, "a number of seconds > 0"),
     "BACKOFF_BASE": (_non_negative, "a number of seconds >= 0"),
     "BACKOFF_MAX": (_non_negative, "a number of seconds >= 0"),

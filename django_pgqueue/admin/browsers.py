@@ -26,7 +26,7 @@ from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHeartbeat
 from .actions import CappedPaginator, Wording, bounded_selection, in_batches, report
 from .cancel import CancelAction
-from .columns import decode_json, json_text, safe_timestamps, timestamp_column
+from .columns import HistoryEnds, decode_json, json_text, safe_timestamps, timestamp_column
 from .compat import CHANGE_FORM_ACTIONS, ActionLocation, action
 from .display import (
     DETAIL_LIMIT,
@@ -228,7 +228,7 @@ class ReadOnlyAdmin(ViewOnlyAdmin):
 
     @admin.display(description="errors of every attempt")
     def errors_pretty(self, obj: Any) -> SafeString:
-        text = json_text(obj, F("errors"), "errors")
+        text = json_text(obj, HistoryEnds(F("errors")), "errors")
         errors, decoded = decode_json(text)
         if not decoded:
             return undecodable_html(str(errors), DETAIL_LIMIT)
