@@ -91,6 +91,7 @@ class PgQueueSettings:
     ARCHIVE_PARTITIONS_AHEAD: int = 7
     RETENTION_DELETE_BATCH: int = 5000
     RETENTION_DELETE_LIMIT: int = 100_000
+    ADMIN_STATEMENT_TIMEOUT: float | None = 10.0
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -166,6 +167,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "RETENTION_DELETE_BATCH": (_positive_int, "a whole number of rows >= 1"),
     "RETENTION_DELETE_LIMIT": (_positive_int, "a whole number of rows >= 1"),
+    "ADMIN_STATEMENT_TIMEOUT": (_optional_positive, "None (no limit) or a number of seconds > 0"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 
