@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_pgqueue.pipeline.commit import LocalCommitter
-from django_pgqueue.pipeline.committed import read_committed
+from django_pgqueue.pipeline.committed import Manifest, read_committed
 from django_pgqueue.pipeline.compact import compact
 from django_pgqueue.pipeline.errors import BadManifest, PipelineError
 from django_pgqueue.pipeline.export import check_file_mode
@@ -154,3 +154,25 @@ def test_leftover_cleaning_never_follows_a_symbolic_link_out_of_the_export(
 
     assert committer.clean_leftovers("archive", [(0, 100)]) == 0
     assert precious.exists()
+
+
+@pytest.mark.parametrize("step", ["commit", "clean_leftovers"])
+def test_the_exports_own_steps_refuse_a_planted_manifest_before_deleting(
+    tmp_path: Path, step: str
+) -> None:
+    # Re-exporting a range reads its manifest, then deletes the files it listed (commit) or
+    # the range's files it does not list (clean_leftovers).
+    destination = tmp_path / "export" / "out"
+    (destination / "archive").mkdir(parents=True)
+    outside = tmp_path / "somefile"
+    outside.write_text("not the export's")
+    planted = plant(destination, "0-100.json", listing("../../../somefile"))
+    committer = LocalCommitter(str(destination), 0o600)
+
+    with pytest.raises(BadManifest, match=str(planted)):
+        if step == "commit":
+            committer.commit(Manifest("archive", 0, 100, rows=0, checksum=0, run=2), [])
+        else:
+            committer.clean_leftovers("archive", [(0, 100)])
+
+    assert outside.read_text() == "not the export's" and planted.exists()
