@@ -16,6 +16,7 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .core._validation import MAX_ATTEMPTS_LIMIT, valid_max_attempts
 from .exceptions import SettingsError
 
 SETTINGS_NAME = "PGQUEUE"
@@ -89,6 +90,7 @@ class PgQueueSettings:
     ARCHIVE_PARTITIONS_AHEAD: int = 7
     RETENTION_DELETE_BATCH: int = 5000
     RETENTION_DELETE_LIMIT: int = 100_000
+    ADMIN_STATEMENT_TIMEOUT: float | None = 10.0
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -123,7 +125,7 @@ def _non_negative_int(value: Any) -> bool:
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "DATABASE_ALIAS": (lambda v: isinstance(v, str) and bool(v), "a database alias"),
     "DEFAULT_QUEUE": (lambda v: isinstance(v, str), "a queue name"),
-    "MAX_ATTEMPTS": (_positive_int, "a whole number >= 1"),
+    "MAX_ATTEMPTS": (valid_max_attempts, f"a whole number in [1, {MAX_ATTEMPTS_LIMIT}]"),
     "VISIBILITY_TIMEOUT": (_positive, "a number of seconds > 0"),
     "BACKOFF_BASE": (_non_negative, "a number of seconds >= 0"),
     "BACKOFF_MAX": (_non_negative, "a number of seconds >= 0"),
@@ -164,6 +166,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "RETENTION_DELETE_BATCH": (_positive_int, "a whole number of rows >= 1"),
     "RETENTION_DELETE_LIMIT": (_positive_int, "a whole number of rows >= 1"),
+    "ADMIN_STATEMENT_TIMEOUT": (_optional_positive, "None (no limit) or a number of seconds > 0"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 

@@ -107,6 +107,11 @@ class LeaseLost(PipelineError):
     """This run's lease on its destination expired or was taken over; it stops committing."""
 
 
+class BadManifest(PipelineError, ValueError):
+    """A file under the export's ``_committed/`` is not a manifest the exporter could have
+    written; nothing it lists is read or deleted."""
+
+
 class NotPrunable(PipelineError):
     """Prune refused: what it would delete is not (or no longer) verifiably exported."""
 

@@ -26,7 +26,7 @@ from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHeartbeat
 from .actions import CappedPaginator, Wording, bounded_selection, in_batches, report
 from .cancel import CancelAction
-from .columns import decode_json, json_text, safe_timestamps, timestamp_column
+from .columns import HistoryEnds, decode_json, json_text, safe_timestamps, timestamp_column
 from .compat import CHANGE_FORM_ACTIONS, ActionLocation, action
 from .display import (
     DETAIL_LIMIT,
@@ -40,6 +40,7 @@ from .display import (
 )
 from .filters import LiveStateFilter, QueueFilter, TaskFilter
 from .overview import known_queues
+from .reads import bounded_reads, offered_lookups
 
 if TYPE_CHECKING:
     BaseModelAdmin = admin.ModelAdmin[Any]
@@ -126,6 +127,43 @@ class ViewOnlyAdmin(BaseModelAdmin):
 
     def _has_perm(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        # Only what the list's filters offer: any other lookup may scan a big table.
+        return lookup in offered_lookups(self, request)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return bounded_reads(
+            request,
+            self.model,
+            lambda: super(ViewOnlyAdmin, self).changelist_view(request, extra_context),
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        return bounded_reads(
+            request,
+            self.model,
+            lambda: super(ViewOnlyAdmin, self).change_view(
+                request, object_id, form_url, extra_context
+            ),
+        )
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return bounded_reads(
+            request,
+            self.model,
+            lambda: super(ViewOnlyAdmin, self).history_view(request, object_id, extra_context),
+        )
 
 
 class ReadOnlyAdmin(ViewOnlyAdmin):
@@ -228,7 +266,7 @@ class ReadOnlyAdmin(ViewOnlyAdmin):
 
     @admin.display(description="errors of every attempt")
     def errors_pretty(self, obj: Any) -> SafeString:
-        text = json_text(obj, F("errors"), "errors")
+        text = json_text(obj, HistoryEnds(F("errors")), "errors")
         errors, decoded = decode_json(text)
         if not decoded:
             return undecodable_html(str(errors), DETAIL_LIMIT)

@@ -15,12 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Case, DateTimeField, F, Model, Q, TextField, When
+from django.db.models import Case, DateTimeField, F, Func, JSONField, Model, Q, TextField, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from ..core._sql import history_cut
+
 __all__ = [
     "SAFE_TIMESTAMP_RANGE",
+    "HistoryEnds",
     "decode_json",
     "json_text",
     "safe_timestamps",
@@ -92,6 +95,19 @@ def json_text(obj: Model, expression: Any, cache_name: str) -> str | None:
         cache[cache_name] = row
     value: str | None = cache[cache_name]
     return value
+
+
+class HistoryEnds(Func):
+    """An error history as the queue keeps it, whatever the row holds (a history stored
+    before it was bounded, or written by SQL): its first and last attempts and a count of
+    those between, so a page reads and shows a bounded part of it. Not a list: as stored."""
+
+    output_field = JSONField()
+    template = (
+        "(SELECT CASE WHEN jsonb_typeof(h.errors) = 'array' THEN "
+        f"{history_cut('h.errors')} ELSE h.errors END "
+        "FROM (SELECT %(expressions)s AS errors) h)"
+    )
 
 
 def decode_json(text: str | None) -> tuple[Any, bool]:

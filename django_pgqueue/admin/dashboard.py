@@ -20,6 +20,7 @@ from .actions import acting_user_id
 from .browsers import ViewOnlyAdmin
 from .columns import safe_timestamps, timestamp_column
 from .overview import COUNT_CAP, THROUGHPUT_CAP, live_worker_seconds, read_overview
+from .reads import bounded_reads
 
 __all__ = ["QueueStateAdmin"]
 
@@ -83,6 +84,11 @@ class QueueStateAdmin(ViewOnlyAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         self._require_view(request)
+        return bounded_reads(request, self.model, lambda: self._dashboard(request, extra_context))
+
+    def _dashboard(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
         overview = read_overview()
         refresh = _refresh_seconds(request)
         context = {
@@ -167,6 +173,9 @@ class QueueStateAdmin(ViewOnlyAdmin):
                 request, f"Purged {purged:,} live messages from queue {queue}.", messages.SUCCESS
             )
             return self._back()
+        return bounded_reads(request, self.model, lambda: self._purge_page(request, queue))
+
+    def _purge_page(self, request: HttpRequest, queue: str) -> HttpResponse:
         summary = next((q for q in read_overview().queues if q.name == queue), None)
         context = {
             **self.admin_site.each_context(request),

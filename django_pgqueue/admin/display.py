@@ -23,6 +23,9 @@ __all__ = [
 # Detail pages show this much of a payload or result; the list shows one short line.
 DETAIL_LIMIT = 20_000
 PREVIEW_LIMIT = 80
+# Each attempt of an error history shows this much of its traceback and of its message.
+ATTEMPT_TRACEBACK_LIMIT = 5_000
+ATTEMPT_MESSAGE_LIMIT = 2_000
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -72,13 +75,24 @@ def traceback_html(text: str | None, limit: int = DETAIL_LIMIT) -> SafeString:
 
 
 def errors_html(errors: Any) -> SafeString:
-    """Every failed attempt: when, where, what, and its traceback."""
+    """Each failed attempt kept: when, where, what, and its traceback; where the history was
+    cut, how many attempts are not shown."""
     if not isinstance(errors, list) or not errors:
         return format_html("<span>{}</span>", "no failed attempts")
     items = []
     for entry in errors:
         if not isinstance(entry, dict):
-            items.append((json_html(entry),))
+            items.append((json_html(entry, ATTEMPT_TRACEBACK_LIMIT),))
+            continue
+        if set(entry) == {"omitted"} and isinstance(entry["omitted"], int):
+            items.append(
+                (
+                    format_html(
+                        "<em>… {} attempts between these are not shown …</em>",
+                        f"{entry['omitted']:,}",
+                    ),
+                )
+            )
             continue
         heading = format_html(
             "<strong>attempt {}</strong> at {} on {}: {}: {}",
@@ -86,9 +100,10 @@ def errors_html(errors: Any) -> SafeString:
             entry.get("at", "?"),
             entry.get("worker") or "?",
             entry.get("type", "?"),
-            _truncate(str(entry.get("message", "")), 2_000),
+            _truncate(str(entry.get("message", "")), ATTEMPT_MESSAGE_LIMIT),
         )
-        items.append((format_html("{}{}", heading, traceback_html(entry.get("traceback"))),))
+        traceback = traceback_html(entry.get("traceback"), ATTEMPT_TRACEBACK_LIMIT)
+        items.append((format_html("{}{}", heading, traceback),))
     return format_html('<ol class="pgq-errors">{}</ol>', format_html_join("", "<li>{}</li>", items))
 
 

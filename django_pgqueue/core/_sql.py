@@ -357,6 +357,40 @@ FROM done
 RETURNING message_id
 """
 
+#: A message's error history keeps the errors of its first and last this many attempts and,
+#: between them, ``{"omitted": n}`` counting the ones dropped: a message that fails for ever
+#: stays a row of bounded size (and a bounded admin page).
+ERROR_HISTORY_ENDS = 10
+
+
+def history_with(history: str, entry: str) -> str:
+    """SQL: the error history ``history`` with ``entry`` appended, cut to its ends (both are
+    SQL expressions)."""
+    return history_cut(f"{history} || jsonb_build_array({entry})")
+
+
+def history_cut(errors: str) -> str:
+    """SQL: the error history ``errors`` (an array expression) cut to its first and last
+    :data:`ERROR_HISTORY_ENDS` entries, with ``{"omitted": n}`` between them. An earlier
+    cut's count, right after the first end, adds to ``n``; a shorter history is unchanged."""
+    ends = ERROR_HISTORY_ENDS
+    return f"""(
+        SELECT CASE WHEN c.omitted = 0 AND c.entries <= {2 * ends} THEN c.errors
+                    ELSE jsonb_path_query_array(c.errors, '$[0 to {ends - 1}]')
+                         || jsonb_build_array(jsonb_build_object(
+                                'omitted', c.omitted + c.entries - {2 * ends}))
+                         || jsonb_path_query_array(c.errors, '$[last - {ends - 1} to last]')
+               END
+        FROM (SELECT a.errors, d.omitted,
+                     jsonb_array_length(a.errors) - (d.omitted > 0)::int AS entries
+              FROM (SELECT {errors} AS errors) a
+              CROSS JOIN LATERAL (
+                  SELECT CASE WHEN jsonb_typeof(a.errors -> {ends} -> 'omitted') = 'number'
+                              THEN GREATEST(LEAST((a.errors -> {ends} ->> 'omitted')::numeric,
+                                                  1e15), 0)::bigint
+                              ELSE 0 END AS omitted) d) c)"""
+
+
 # A failed attempt: back off while attempts remain (and the failure is retryable), else
 # bury with its reason. Fenced by lease token; ``delay`` is seconds added to database time.
 FAIL = f"""
@@ -385,7 +419,7 @@ WITH batch AS NOT MATERIALIZED (
     SET available_at = now() + make_interval(secs => t.delay),
         lease_token = NULL, leased_by = NULL, leased_at = NULL,
         last_error = t.error,
-        errors = m.errors || jsonb_build_array(t.error)
+        errors = {history_with("m.errors", "t.error")}
     FROM target t
     WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE retry)) AND m.id = t.id AND t.retry
     RETURNING m.id
@@ -398,7 +432,8 @@ WITH batch AS NOT MATERIALIZED (
     INSERT INTO pgqueue_dead
         (message_id, {SHARED_COLUMNS}, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-           max_attempts, errors || jsonb_build_array(error), final_reason, error, leased_by, now()
+           max_attempts, {history_with("removed.errors", "removed.error")}, final_reason, error,
+           leased_by, now()
     FROM removed
     RETURNING message_id
 )

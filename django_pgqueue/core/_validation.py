@@ -11,6 +11,7 @@ from typing import Any
 from ..exceptions import InvalidMessage, PayloadError, QueueNameError
 
 __all__ = [
+    "MAX_ATTEMPTS_LIMIT",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "QUEUE_NAME_CHARACTERS",
@@ -49,6 +50,11 @@ TENANT_MAX_LENGTH = 255
 #: read back would break every reader of its queue. The bounds leave room for any time zone.
 RUN_AFTER_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_AFTER_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+#: Most attempts a message may have. A message that keeps failing is kept (live or dead) with
+#: a bounded error history (``_sql.ERROR_HISTORY_ENDS``); past this many attempts, retrying
+#: again is a loop, not a retry policy.
+MAX_ATTEMPTS_LIMIT = 1000
 
 # Django's Tasks framework uses the same range; larger numbers run sooner.
 MIN_PRIORITY = -100
@@ -136,9 +142,19 @@ def validate_priority(priority: object) -> int:
     return priority
 
 
+def valid_max_attempts(value: object) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ATTEMPTS_LIMIT
+    )
+
+
 def validate_max_attempts(max_attempts: object) -> int:
-    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-        raise InvalidMessage(f"Invalid max_attempts {max_attempts!r}: a whole number >= 1.")
+    if not valid_max_attempts(max_attempts):
+        raise InvalidMessage(
+            f"Invalid max_attempts {max_attempts!r}: a whole number between 1 and "
+            f"{MAX_ATTEMPTS_LIMIT}."
+        )
+    assert isinstance(max_attempts, int)
     return max_attempts
 
 

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
 from ..admin.browsers import ViewOnlyAdmin
+from ..admin.reads import bounded_reads
 from .models import ExportRange, ExportRun, QueueStatsHourly
 from .views import render_stats
 
@@ -23,7 +24,7 @@ class QueueStatsHourlyAdmin(ViewOnlyAdmin):
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        return render_stats(request, self.admin_site)
+        return bounded_reads(request, self.model, lambda: render_stats(request, self.admin_site))
 
 
 @admin.register(ExportRun)

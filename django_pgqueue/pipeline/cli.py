@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conf import get_settings
 from ..exceptions import BadInput, PipelineError
-from .committed import local_directory
+from .committed import check_file_mode, local_directory
 from .progress import Writer, printer
 from .session import SECRET_KEY
 
@@ -181,9 +181,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _octal_mode(value: str) -> int:
     try:
-        return int(value, 8)
+        return check_file_mode(int(value, 8))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not an octal mode such as 600") from None
+    except PipelineError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seconds(value: str) -> float:

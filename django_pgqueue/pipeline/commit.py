@@ -26,6 +26,7 @@ from .committed import (
     LocalStore,
     Manifest,
     directory_mode,
+    load_manifest,
     local_directory,
     make_dirs,
     manifest_name,
@@ -85,9 +86,10 @@ class Committer:
 
     def manifest(self, source: str, lo: int, hi: int) -> Manifest | None:
         directory = f"{self.destination}/{COMMITTED_DIR}/{source}"
-        if manifest_name(lo, hi) not in self.list_names(directory):
+        name = manifest_name(lo, hi)
+        if name not in self.list_names(directory):
             return None
-        return Manifest.from_json(self.read_bytes(self.manifest_path(source, lo, hi)))
+        return load_manifest(self, source, name)
 
     def manifest_names(self, source: str) -> set[str]:
         return set(self.list_names(f"{self.destination}/{COMMITTED_DIR}/{source}"))
@@ -158,6 +160,8 @@ class LocalCommitter(Committer):
         for queue in _subdirs(root, "queue="):
             for day in _subdirs(queue, "day="):
                 directory = f"{day}/id_range={lo}"
+                if os.path.islink(directory):
+                    continue
                 for name in self.list_names(directory):
                     found.append(f"{directory}/{name}")
         return found
@@ -175,8 +179,13 @@ class LocalCommitter(Committer):
 
 
 def _subdirs(directory: str, prefix: str) -> list[str]:
+    """Subdirectories, never a symbolic link: what is deleted in them stays in the export."""
     try:
-        return [e.path for e in os.scandir(directory) if e.is_dir() and e.name.startswith(prefix)]
+        return [
+            e.path
+            for e in os.scandir(directory)
+            if e.is_dir(follow_symlinks=False) and e.name.startswith(prefix)
+        ]
     except FileNotFoundError:
         return []
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
+
+from ..exceptions import BadManifest, PipelineError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -30,6 +33,7 @@ COMMITTED_DIR = "_committed"
 TEMP_PREFIX = ".pgq-tmp-"
 SOURCE_NAMES = ("archive", "dead")
 MANIFEST_FORMAT = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -49,33 +53,127 @@ class Manifest:
     checksum: int
     run: int
     files: tuple[CommittedFile, ...] = field(default_factory=tuple)
+    format: int = MANIFEST_FORMAT
 
     @property
     def name(self) -> str:
         return manifest_name(self.lo, self.hi)
 
     def to_json(self) -> bytes:
-        body = asdict(self)
-        body["format"] = MANIFEST_FORMAT
-        return json.dumps(body, indent=1, sort_keys=True).encode()
+        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> Manifest:
+        """The manifest in ``data``; ValueError (or TypeError, KeyError) for anything else.
+        Its paths are checked by :func:`load_manifest`."""
         body = json.loads(data)
-        files = tuple(CommittedFile(**f) for f in body["files"])
+        files = body["files"]
+        if not isinstance(files, list):
+            raise ValueError("files is not a list")
         return cls(
-            source=body["source"],
-            lo=int(body["lo"]),
-            hi=int(body["hi"]),
-            rows=int(body["rows"]),
-            checksum=int(body["checksum"]),
-            run=int(body["run"]),
-            files=files,
+            source=_text(body["source"]),
+            lo=_count(body["lo"]),
+            hi=_count(body["hi"]),
+            rows=_count(body["rows"]),
+            checksum=_whole(body["checksum"]),
+            run=_whole(body["run"]),
+            files=tuple(
+                CommittedFile(
+                    path=_text(f["path"]),
+                    rows=_count(f["rows"]),
+                    bytes=_count(f["bytes"]),
+                    sha256=_sha256(f["sha256"]),
+                )
+                for f in files
+            ),
+            format=_whole(body.get("format")),
         )
+
+
+def _whole(value: Any) -> int:
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
+def _count(value: Any) -> int:
+    if _whole(value) < 0:
+        raise ValueError(f"{value!r} is negative")
+    return int(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not text")
+    return value
+
+
+def _sha256(value: Any) -> str:
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise ValueError(f"{value!r} is not a SHA-256 in hex")
+    return value
 
 
 def manifest_name(lo: int, hi: int) -> str:
     return f"{lo}-{hi}.json"
+
+
+def load_manifest(store: ManifestSource, source: str, name: str) -> Manifest:
+    """The manifest ``name`` of ``source``, refused (:class:`BadManifest`) unless it is one the
+    exporter could have written: anyone who can write under the destination can plant one, and
+    its file paths are read and deleted."""
+    path = f"{manifest_dir(store, source)}/{name}"
+    try:
+        manifest = Manifest.from_json(store.read_bytes(path))
+        problem = manifest_problem(manifest, source, name)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        problem = f"it is not a manifest ({type(exc).__name__}: {exc})"
+    if problem is not None:
+        raise BadManifest(
+            f"The export manifest {path} is refused: {problem}. Nothing it lists was read or "
+            "deleted; move it out of the destination (this pipeline did not write it) and "
+            "check who can write there."
+        )
+    return manifest
+
+
+def manifest_problem(manifest: Manifest, source: str, name: str) -> str | None:
+    """Why ``manifest`` (found as ``name`` in ``source``'s directory) is not the exporter's."""
+    if manifest.format != MANIFEST_FORMAT:
+        return f"its format is {manifest.format!r}, not {MANIFEST_FORMAT}"
+    if manifest.source != source:
+        return f"it names source {manifest.source!r} but is in {source!r}'s directory"
+    if not 0 <= manifest.lo < manifest.hi:
+        return f"[{manifest.lo}, {manifest.hi}) is not an id range"
+    if name != manifest.name:
+        return f"its name is not {manifest.name} (its range)"
+    for committed in manifest.files:
+        if not file_path_is_exported(committed.path, manifest.lo):
+            return (
+                f"{committed.path!r} is not a file the export writes for this range "
+                f"(queue=<queue>/day=<day>/id_range={manifest.lo}/part-<name>.parquet)"
+            )
+    return None
+
+
+def file_path_is_exported(path: str, lo: int) -> bool:
+    """Whether ``path`` has exactly the layout the exporter writes for the range from ``lo``:
+    relative, four plain names, none of them ``.`` or ``..``."""
+    if "\\" in path or "\x00" in path:
+        return False
+    parts = path.split("/")
+    if len(parts) != 4 or any(part in ("", ".", "..") for part in parts):
+        return False
+    queue, day, id_range, name = parts
+    return (
+        len(queue) > len("queue=")
+        and queue.startswith("queue=")
+        and len(day) > len("day=")
+        and day.startswith("day=")
+        and id_range == f"id_range={lo}"
+        and name.startswith("part-")
+        and name.endswith(".parquet")
+    )
 
 
 def local_directory(url: str) -> str | None:
@@ -217,6 +315,22 @@ def make_dirs(directory: str, mode: int) -> None:
         os.chmod(path, mode)  # whatever the process umask is
 
 
+def check_file_mode(mode: int) -> int:
+    """Files stay readable and writable by their owner, are never executable, and only the
+    owner may write: whoever can write in the export can plant files and manifests in it."""
+    if not 0 <= mode <= 0o777 or mode & 0o600 != 0o600 or mode & 0o111:
+        raise PipelineError(
+            f"file mode {mode:o} is not a file permission with owner read/write and no execute "
+            "bits (e.g. 600, 640, 644)."
+        )
+    if mode & 0o022:
+        raise PipelineError(
+            f"file mode {mode:o} lets the group or others write to the export; use one only "
+            "the owner may write (e.g. 600, 640, 644)."
+        )
+    return mode
+
+
 def directory_mode(file_mode: int) -> int:
     """Search permission wherever read permission is given: 0600 -> 0700, 0640 -> 0750."""
     return file_mode | ((file_mode & 0o444) >> 2)
@@ -237,7 +351,7 @@ def committed_manifests(
     directory = manifest_dir(store, source)
     manifests = sorted(
         (
-            Manifest.from_json(store.read_bytes(f"{directory}/{name}"))
+            load_manifest(store, source, name)
             for name in store.list_names(directory)
             if name.endswith(".json") and not name.startswith((".", "_"))
         ),

@@ -80,11 +80,14 @@ def compact(
     if target_rows < 1:
         raise PipelineError(f"target_rows must be >= 1, got {target_rows}")
     check_file_mode(file_mode)
+    sources = tuple(sources)
     alias = using or get_settings().DATABASE_ALIAS
     destination = destination.rstrip("/")
     committer = _committer(spark, destination, file_mode)
     if not committer.exists(committer.destination):
         raise PipelineError(f"Export destination {destination} does not exist.")
+    for source in sources:  # every manifest checked (BadManifest) before any file is touched
+        committed_manifests(committer, source, include_covered=True)
     started = time.monotonic()
     with transaction.atomic(using=alias):
         run = ExportRun.objects.using(alias).create(destination=destination, master="compact")

@@ -36,6 +36,7 @@ from .columns import SOURCES, SourceTable, sql_row_hash
 from .commit import Committer, HadoopCommitter, LocalCommitter, StagedFile, final_name
 from .committed import (
     Manifest,
+    check_file_mode,
     local_directory,
     read_committed_spark,
 )
@@ -93,16 +94,6 @@ def check_max_ranges(max_ranges: int | None) -> int | None:
     if max_ranges is not None and max_ranges < 1:
         raise PipelineError(f"max_ranges must be >= 1 (or None for all), got {max_ranges}")
     return max_ranges
-
-
-def check_file_mode(mode: int) -> int:
-    """Files must stay readable and writable by their owner and are never executable."""
-    if not 0 <= mode <= 0o777 or mode & 0o600 != 0o600 or mode & 0o111:
-        raise PipelineError(
-            f"file mode {mode:o} is not a file permission with owner read/write and no execute "
-            "bits (e.g. 600, 640, 644)."
-        )
-    return mode
 
 
 def export(

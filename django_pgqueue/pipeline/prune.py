@@ -22,9 +22,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from ..conf import get_settings
-from ..exceptions import NotPrunable, NoVerifiedExport, PipelineError
+from ..exceptions import BadManifest, NotPrunable, NoVerifiedExport, PipelineError
 from .columns import SOURCES, SourceTable, sql_row_hash
-from .committed import COMMITTED_DIR, Manifest, Store, manifest_name, open_store
+from .committed import COMMITTED_DIR, Store, load_manifest, manifest_name, open_store
 from .export import pruned_elsewhere
 from .models import ExportRange, ExportRangeStatus
 from .progress import Progress
@@ -181,11 +181,11 @@ def _open(destination: str) -> Store:
 
 def verify_committed(store: Store, record: ExportRange) -> str | None:
     """Why the committed files of ``record`` do not hold its rows, or None when they do."""
-    path = f"{store.root}/{COMMITTED_DIR}/{record.source}/{manifest_name(record.lo, record.hi)}"
+    name = manifest_name(record.lo, record.hi)
     try:
-        if not store.exists(path):
+        if not store.exists(f"{store.root}/{COMMITTED_DIR}/{record.source}/{name}"):
             return "its commit manifest is missing (files deleted or moved)"
-        manifest = Manifest.from_json(store.read_bytes(path))
+        manifest = load_manifest(store, record.source, name)
         if (manifest.rows, manifest.checksum) != (record.parquet_rows, record.parquet_checksum):
             return (
                 f"its manifest lists {manifest.rows} rows (checksum {manifest.checksum}), the "
@@ -202,6 +202,8 @@ def verify_committed(store: Store, record: ExportRange) -> str | None:
                 return f"file {committed.path} changed size"
             if store.sha256(file_path) != committed.sha256:
                 return f"file {committed.path} changed (SHA-256 differs)"
+    except BadManifest as exc:
+        return str(exc)
     except Exception as exc:  # unreadable means unverified
         return f"its files could not be read ({type(exc).__name__}: {exc})"
     return None

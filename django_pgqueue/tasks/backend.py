@@ -20,8 +20,10 @@ from django.db import transaction
 from ..conf import get_settings
 from ..core._enqueue import PreparedMessage, prepare_message, write_message
 from ..core._validation import (
+    MAX_ATTEMPTS_LIMIT,
     QUEUE_NAME_PATTERN,
     TASK_NAME_MAX_LENGTH,
+    valid_max_attempts,
     validate_queue_name,
     validate_task_name,
 )
@@ -58,17 +60,13 @@ class InvalidTaskMessage(InvalidTask, InvalidMessage):
     ``InvalidMessage`` at once, so either ``except`` catches it."""
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # Each option: (is valid, what a valid value is). ``None`` always means "not set here".
 _OPTION_RULES = {
-    "max_attempts": (lambda v: _whole(v) and v >= 1, "a whole number >= 1"),
+    "max_attempts": (valid_max_attempts, f"a whole number in [1, {MAX_ATTEMPTS_LIMIT}]"),
     "backoff": (lambda v: _number(v) and v >= 0, "a number of seconds >= 0"),
     "backoff_max": (lambda v: _number(v) and v >= 0, "a number of seconds >= 0"),
     "timeout": (lambda v: _number(v) and v > 0, "a number of seconds > 0"),

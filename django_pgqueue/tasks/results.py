@@ -6,7 +6,6 @@ The message id is kept when a row moves between the three tables, so ``TaskResul
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import importlib
 import json
@@ -174,15 +173,33 @@ def _timestamp(value: Any) -> datetime | None:
 
 def task_error(entry: Mapping[str, Any]) -> TaskError:
     type_name = str(entry.get("type") or "Exception")
-    path = _ERROR_CLASSES.get(type_name, type_name)
-    builtin = getattr(builtins, path, None)
-    if isinstance(builtin, type) and issubclass(builtin, BaseException):
-        path = f"builtins.{path}"
+    path = exception_path(_ERROR_CLASSES.get(type_name, type_name))
     traceback = entry.get("traceback") or ""
     if not traceback:
         message = entry.get("message") or ""
         traceback = f"{type_name}: {message}\n" if message else f"{type_name}\n"
     return TaskError(exception_class_path=path, traceback=traceback)
+
+
+def exception_path(name: str) -> str:
+    """The path of the exception class a stored type ``name`` gives, for
+    ``TaskError.exception_class`` (which imports it): a built-in, or a class of a module
+    already imported, read without running any of its code; anything else is
+    ``builtins.Exception``. The name comes from a row, which anyone able to write the table
+    controls, so it never decides what is imported."""
+    module_name, _, class_name = name.rpartition(".")
+    module_name = module_name or "builtins"
+    # The module's own namespace, not getattr: a module-level __getattr__ may import.
+    namespace = getattr(sys.modules.get(module_name), "__dict__", {})
+    found = namespace.get(class_name)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return f"{module_name}.{class_name}"
+    return "builtins.Exception"
+
+
+def is_cut_mark(entry: Mapping[str, Any]) -> bool:
+    """The entry of a cut error history counting the attempts not kept (``_sql.history_cut``)."""
+    return set(entry) == {"omitted"}
 
 
 def worker_ids(row: TaskRow) -> list[str]:
@@ -261,7 +278,7 @@ def to_result(row: TaskRow, task: Task, *, result_id: str, backend: str) -> Task
         args=args,
         kwargs=kwargs,
         backend=backend,
-        errors=[task_error(e) for e in row.errors if isinstance(e, Mapping)],
+        errors=[task_error(e) for e in row.errors if isinstance(e, Mapping) and not is_cut_mark(e)],
         worker_ids=worker_ids(row),
     )
     if status == TaskResultStatus.SUCCESSFUL:

@@ -154,11 +154,11 @@ def test_one_statement_finds_rows_in_any_table(django_assert_num_queries) -> Non
     [
         ("builtins.ValueError", "builtins.ValueError"),
         ("ValueError", "builtins.ValueError"),
-        ("myapp.errors.Oops", "myapp.errors.Oops"),
+        ("myapp.errors.Oops", "builtins.Exception"),
         ("Timeout", "django_pgqueue.exceptions.TaskTimeout"),
         ("LeaseExpired", "django_pgqueue.exceptions.LeaseExpired"),
         ("UnknownTask", "django_pgqueue.exceptions.TaskRejected"),
-        ("Mystery", "Mystery"),
+        ("Mystery", "builtins.Exception"),
     ],
 )
 def test_error_types_map_to_class_paths(recorded: str, path: str) -> None:
