@@ -1,7 +1,7 @@
 """The walk a claim starts with, as messages are processed behind a big backlog: claims in
 spells on one backlog, and after each spell the buffers of one walk of the claim order's head,
 for a fair queue those of the walk from the claimer's bounds that its claims make
-(``pgq_flow_head_v2``) and of the place a fair enqueue computes (see docs/benchmarks.md)::
+(``pgq_flow_head``) and of the place a fair enqueue computes (see docs/benchmarks.md)::
 
     python -m bench.head_walk [--ready 2000000] [--tenants 10000] [--spells 10] [--spell 20000]
 
@@ -34,7 +34,7 @@ SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1
 DBNAME = os.environ.get("BENCH_HEAD_WALK_DB", "pgq_head_walk_bench")
 
 # The walk of the fair order a claim makes from its claimer's bounds.
-BOUNDED_WALK = "SELECT * FROM pgq_flow_head_v2(%s, %s, %s::int2[], %s::float8[], %s::int8[])"
+BOUNDED_WALK = "SELECT * FROM pgq_flow_head(%s, %s, %s::int2[], %s::float8[], %s::int8[])"
 
 
 def _enqueue_place() -> str:

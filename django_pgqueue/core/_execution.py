@@ -49,7 +49,7 @@ def ack_settings(connection: BaseDatabaseWrapper) -> dict[str, str]:
     return {} if connection.in_atomic_block else async_commit()
 
 
-# What every claim runs under (see _run_prepared_claim in _manager.py).
+# What every claim runs under (see ``_claim._send``).
 CLAIM_PLAN = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
 
 # A worker's claims: each lease gives its attempt back if it expires before a handler started
@@ -101,7 +101,10 @@ def set_local(local_settings: Mapping[str, str]) -> str:
 
 
 def execute(
-    cursor: Any, statement: str, params: Sequence[Any], local_settings: Mapping[str, str]
+    cursor: Any,
+    statement: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    local_settings: Mapping[str, str],
 ) -> None:
     """``cursor.execute(statement, params)`` under ``SET LOCAL`` for each setting.
 

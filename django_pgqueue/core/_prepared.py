@@ -36,17 +36,37 @@ _unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
 
 @functools.lru_cache(maxsize=1024)
 def prepared_form(kind: str, statement: str, types: tuple[str, ...]) -> tuple[str, str]:
-    """``(name, PREPARE ...)`` for a ``%s``-style statement: its placeholders become ``$n``,
+    """``(name, PREPARE ...)`` for a statement: its placeholders become ``$n``,
     ``%%`` becomes ``%``. Cached: the claim's statement is the same object every time."""
     name, body = _named_body(kind, statement, types)
     return name, f"PREPARE {name} ({', '.join(types)}) AS {body}"
 
 
+_PLACEHOLDER = re.compile(r"%%|%s|%\((\w+)\)s")
+
+
+@functools.lru_cache(maxsize=256)
+def parameter_names(statement: str) -> tuple[str, ...]:
+    """The ``%(name)s`` parameters of a statement, in the order of their numbers (``$1``...):
+    pass the values in this order."""
+    return tuple(dict.fromkeys(m.group(1) for m in _PLACEHOLDER.finditer(statement) if m.group(1)))
+
+
 @functools.lru_cache(maxsize=1024)
 def _named_body(kind: str, statement: str, types: tuple[str, ...]) -> tuple[str, str]:
-    """The statement's name and its body with ``$n`` placeholders."""
+    """The statement's name and its body with ``$n`` placeholders (``%s`` numbered in order,
+    ``%(name)s`` by :func:`parameter_names`)."""
     position = iter(range(1, len(types) + 1))
-    body = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(position)}", statement)
+    names = parameter_names(statement)
+
+    def number(match: re.Match[str]) -> str:
+        if match.group() == "%%":
+            return "%"
+        if match.group(1):
+            return f"${names.index(match.group(1)) + 1}"
+        return f"${next(position)}"
+
+    body = _PLACEHOLDER.sub(number, statement)
     digest = hashlib.sha1(f"{types}|{body}".encode(), usedforsecurity=False).hexdigest()[:16]
     return f"pgq_{kind}_{digest}", body
 

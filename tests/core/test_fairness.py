@@ -14,7 +14,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 import django_pgqueue
-from django_pgqueue.core import _flow_control, transitions
+from django_pgqueue.core import _claim, _claim_sql, _flow_control, transitions
 from django_pgqueue.core._claim_bound import ClaimBounds
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowAllowance, FlowRate, Message
@@ -38,7 +38,7 @@ def claimer(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def lease(n: int = 1, queue: str = "fair", worker: str = "w1") -> list[Message]:
-    return Message.objects.lease(queue, worker_id=worker, batch_size=n, bounds=_bounds)
+    return _claim.lease(queue, worker_id=worker, batch_size=n, bounds=_bounds)
 
 
 def enqueue_many(tenant: str | None, count: int, queue: str = "fair", **kwargs) -> list[int]:
@@ -281,22 +281,22 @@ def test_fair_claims_run_side_by_side_without_taking_a_message_twice():
 def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
     """On a worker's claim session a fair claim is a bare Bind/Execute: the same messages in
     the same fair order, with the same columns and types."""
-    from django_pgqueue.core import _execution, _manager
+    from django_pgqueue.core import _execution
 
     for tenant in ("a", "b"):
         enqueue_many(tenant, 3)
     plain = lease(1)[0]
     _execution.dedicate_to_claims(connection)
     sent: list[str] = []
-    real = _manager.run_on_driver
+    real = _claim.run_on_driver
 
     def spy(*args, **kwargs):
         sent.append(kwargs["statement"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_manager, "run_on_driver", spy)
+    monkeypatch.setattr(_claim, "run_on_driver", spy)
     fast = lease(3)
-    assert sent == [_flow_control.CLAIM]
+    assert sent == [_claim_sql.FLOW_CLAIM]
     assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b"]
     row = Message.objects.get(id=fast[0].id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by", "payload"):

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 import django_pgqueue
-from django_pgqueue.core import transitions
+from django_pgqueue.core import _claim, transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.exceptions import LeaseError
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
@@ -238,23 +238,23 @@ def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch,
     """A connection dedicated to claims (the worker's) keeps the claim's settings for the
     session and claims with a bare Bind/Execute: same messages, same columns, same types as
     the query-string path; a vanished statement falls back there."""
-    from django_pgqueue.core import _execution, _manager
+    from django_pgqueue.core import _execution
 
     ids = [django_pgqueue.enqueue("t", {"n": n}, tenant="ten").id for n in range(5)]
-    plain = lease(batch_size=1, decode_payloads=False)[0]
+    plain = _claim.lease("default", worker_id="w1", decode_payloads=False)[0]
     _execution.dedicate_to_claims(connection)
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
         assert cursor.fetchone() == ("off", "off")
     sent: list[str] = []
-    real = _manager.run_on_driver
+    real = _claim.run_on_driver
 
     def spy(*args, **kwargs):
         sent.append(kwargs["kind"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_manager, "run_on_driver", spy)
-    fast = lease(batch_size=1, decode_payloads=False)[0]
+    monkeypatch.setattr(_claim, "run_on_driver", spy)
+    fast = _claim.lease("default", worker_id="w1", decode_payloads=False)[0]
     assert sent == ["claim"]
     assert [plain.id, fast.id] == ids[:2]
     row = Message.objects.get(id=fast.id)
@@ -297,8 +297,7 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
         lease(batch_size=100)  # plans the claim for the table as it is now
         load(20_000)  # no ANALYZE: the plan stays
         assert len(lease(batch_size=100)) == 100
-        _, candidate_params = Message.objects._lease_statement("default", "default", 100)
-        params = ["default", *candidate_params, "w1", 30.0]
+        params = ["default", 100, "w1", 30.0]  # queue, batch, worker, visibility timeout
         with connection.cursor() as cursor:
             # A claim session runs under the claim's settings already.
             [plan] = explain_prepared(cursor, "pgq_claim_.*", params, {}).values()
@@ -354,6 +353,6 @@ def test_lease_can_leave_payloads_as_json_text():
 
     for payload in ("hello", {"k": [1, None]}, None):
         django_pgqueue.enqueue("t", payload)
-    raw = Message.objects.lease("default", worker_id="w", batch_size=5, decode_payloads=False)
+    raw = _claim.lease("default", worker_id="w", batch_size=5, decode_payloads=False)
     assert [json.loads(m.payload) for m in raw] == ["hello", {"k": [1, None]}, None]
     assert all(isinstance(m.payload, str) for m in raw)

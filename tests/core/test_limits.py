@@ -14,7 +14,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.conf import SettingsError, get_settings
-from django_pgqueue.core import _flow_control, transitions
+from django_pgqueue.core import _claim, _claim_sql, _flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, release_leases, resume_queue
 from django_pgqueue.models import FlowRate, Message
 
@@ -429,22 +429,22 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
     """On a worker's claim session, a claim with limits goes straight to the driver: the
     same messages, columns and types as Django's cursor path; a vanished statement falls
     back to that path."""
-    from django_pgqueue.core import _execution, _manager
+    from django_pgqueue.core import _execution
 
     ids = enqueue("a", 3) + enqueue("b", 3)
     plain = lease(1)[0]  # through Django's cursor
     _execution.dedicate_to_claims(connection)
     sent: list[str] = []
-    real = _manager.run_on_driver
+    real = _claim.run_on_driver
 
     def spy(*args, **kwargs):
         sent.append(kwargs["statement"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_manager, "run_on_driver", spy)
+    monkeypatch.setattr(_claim, "run_on_driver", spy)
     try:
         fast = lease(10)
-        assert sent == [_flow_control.CLAIM]
+        assert sent == [_claim_sql.FLOW_CLAIM]
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
