@@ -81,7 +81,7 @@ def _message_constraints(prefix: str) -> list[models.BaseConstraint]:
 
 
 def _queue_name_is_valid(field: str = "queue") -> Q:
-    """``validation.QUEUE_NAME_PATTERN`` without a regular expression: non-empty, only
+    """``_validation.QUEUE_NAME_PATTERN`` without a regular expression: non-empty, only
     allowed characters, not starting with ``_`` or ``-`` (the column's ``max_length`` bounds
     the length). A CHECK runs on every write of a row, claims and retries included, where a
     regular-expression match costs several times what this does."""

@@ -174,7 +174,7 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
 def _insert_on_driver(
     connection: Any, statement: str, params: list[Any], types: tuple[str, ...]
 ) -> tuple[Any, ...] | None:
-    """The fast path of a new message in autocommit (see ``prepared.run_on_driver``):
+    """The fast path of a new message in autocommit (see ``_prepared.run_on_driver``):
     ``(id, enqueued_at, available_at, False)``, or ``None`` to take :func:`_insert`."""
     if not driver_path(connection):
         return None
@@ -203,7 +203,7 @@ def _insert_fair_on_driver(
     """A new message of a fair queue in autocommit: ``(id, enqueued_at, available_at,
     False)``, or ``None`` to take :func:`_insert`.
 
-    Its INSERT reads the fair order (``sql.FAIR_ORDER_ENTRY``), so it is not a bare
+    Its INSERT reads the fair order (``_sql.FAIR_ORDER_ENTRY``), so it is not a bare
     Bind/Execute as :func:`_insert_on_driver`: the server would settle on a generic plan
     after five executions, and one made while the table was empty reads the fair order by
     sequential scans, O(table) per enqueue for good. Here the session-prepared statement
@@ -280,7 +280,7 @@ def enqueue(
 
     A rollback leaves no message and sends no notification. ``run_after`` is an aware
     datetime or a timedelta added to database time, either way from
-    ``validation.RUN_AFTER_EARLIEST`` to ``RUN_AFTER_LATEST``. With ``dedup_key``, a live message of the
+    ``_validation.RUN_AFTER_EARLIEST`` to ``RUN_AFTER_LATEST``. With ``dedup_key``, a live message of the
     same queue and key is returned instead (``deduplicated=True``). Raises
     :class:`~django_pgqueue.exceptions.InvalidMessage` before writing anything on bad input.
     ``options``: :class:`MessageOptions`.

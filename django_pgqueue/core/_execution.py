@@ -63,7 +63,7 @@ _claim_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
 
 def dedicate_to_claims(connection: BaseDatabaseWrapper, *, refund_on_expiry: bool = False) -> None:
     """Put this thread's connection under the claim's settings for its whole session, so a
-    claim on it is a bare Bind/Execute (``prepared.run_on_driver``) instead of ``SET LOCAL``
+    claim on it is a bare Bind/Execute (``_prepared.run_on_driver``) instead of ``SET LOCAL``
     statements plus ``EXECUTE`` in a query string, with nothing to parse or set per claim.
     Only for a connection that runs nothing but a worker's own statements (its claim loop,
     its LISTEN): the settings would reach anything else run on it.

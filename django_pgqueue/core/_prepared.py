@@ -13,7 +13,6 @@ statement sent on the driver connection itself: :func:`run_on_driver`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
@@ -159,11 +158,9 @@ def run_prepared(
     arguments: str,
     params: Sequence[Any] | Mapping[str, Any],
     reuse_text: bool = False,
-    also: Sequence[tuple[str, str]] = (),
 ) -> list[Any] | None:
     """``prefix`` then ``EXECUTE name(arguments)``, preparing ``name`` first if needed
-    (``reuse_text``: see :func:`execute_all`; ``also``: more ``(name, PREPARE ...)`` that
-    ``prefix`` executes, prepared the same way).
+    (``reuse_text``: see :func:`execute_all`).
 
     Returns the rows, or ``None`` when the session lost its prepared statement: the whole
     query string was one implicit transaction, so nothing happened, and the caller sends the
@@ -172,15 +169,13 @@ def run_prepared(
     raw = connection.connection
     done = _prepared.setdefault(raw, set())
     try:
-        for each, statement in (*also, (name, prepare)):
-            if each in done:
-                continue
+        if name not in done:
             try:
-                cursor.execute(statement)
+                cursor.execute(prepare)
             except ProgrammingError as exc:
                 if not isinstance(exc.__cause__, psycopg.errors.DuplicatePreparedStatement):
                     raise
-            done.add(each)
+            done.add(name)
         execute_all(cursor, f"{prefix}EXECUTE {name}({arguments})", params, reuse_text=reuse_text)
         return list(cursor.fetchall())
     except ProgrammingError as exc:
@@ -214,16 +209,6 @@ def driver_path(connection: Any) -> bool:
     )
 
 
-@functools.cache
-def can_pipeline() -> bool:
-    """Whether the libpq under psycopg has pipeline mode (14+), which ``first`` needs."""
-    return psycopg.capabilities.has_pipeline()
-
-
-#: One statement for :func:`run_on_driver`: ``(kind, statement, types, params)``.
-DriverStatement = tuple[str, str, tuple[str, ...], Sequence[Any]]
-
-
 def run_on_driver(
     connection: Any,
     *,
@@ -232,7 +217,6 @@ def run_on_driver(
     types: tuple[str, ...],
     params: Sequence[Any],
     typed_rows: bool = False,
-    first: DriverStatement | None = None,
 ) -> list[tuple[Any, ...]] | None:
     """Run a ``%s``-style ``statement`` as a protocol-level prepared statement on the driver
     connection under Django's (check :func:`driver_path` first): one Bind/Execute round
@@ -246,34 +230,21 @@ def run_on_driver(
     lost it (nothing ran), and the connection goes the plain way from then on. Database
     errors come out as Django's exceptions, as through its cursor.
 
-    ``first``: another statement run just before, in the same transaction (a flow claim's
-    lock): both go as one pipeline, Bind/Execute twice then Sync, still one round trip.
-    The server runs them in order and commits at the Sync; each statement takes its own
-    snapshot when it runs (READ COMMITTED), so the second sees what was committed before
-    the first one's lock was granted. An error in the first skips the second. Check
-    :func:`can_pipeline` first.
     """
     connection.validate_thread_sharing()
     raw = connection.connection
-    steps = [*([first] if first else []), (kind, statement, types, params)]
     done = _prepared.setdefault(raw, set())
     result_format = psycopg.pq.Format.TEXT if typed_rows else psycopg.pq.Format.BINARY
     with connection.wrap_database_errors, raw.lock:
         pgconn = raw.pgconn
-        bound = []
-        for step_kind, step_statement, step_types, step_params in steps:
-            name, body = _named_body(step_kind, step_statement, step_types)
-            if name not in done:
-                oids = [_OIDS[t] for t in step_types]
-                pgconn.send_prepare(name.encode(), body.encode(), oids)
-                _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
-                done.add(name)
-            bound.append((name.encode(), [None if p is None else _text(p) for p in step_params]))
-        if len(bound) == 1:
-            pgconn.send_query_prepared(*bound[0], result_format=result_format)
-            result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
-        else:
-            result = _run_pipeline(raw, bound, result_format)
+        name, body = _named_body(kind, statement, types)
+        if name not in done:
+            pgconn.send_prepare(name.encode(), body.encode(), [_OIDS[t] for t in types])
+            _check(raw, raw.wait(psycopg.generators.execute(pgconn)), allow_duplicate=True)
+            done.add(name)
+        values = [None if p is None else _text(p) for p in params]
+        pgconn.send_query_prepared(name.encode(), values, result_format=result_format)
+        result = _check(raw, raw.wait(psycopg.generators.execute(pgconn)))
     if result is None:
         _lost_prepared_statements(raw)
         return None
@@ -283,33 +254,6 @@ def run_on_driver(
         return loader.load_rows(0, result.ntuples, tuple)
     columns = range(result.nfields)
     return [tuple(result.get_value(row, c) for c in columns) for row in range(result.ntuples)]
-
-
-def _run_pipeline(
-    raw: Any, bound: list[tuple[bytes, list[bytes | None]]], result_format: Any
-) -> Any:
-    """Prepared statements run back to back in one transaction (pipeline mode, one Sync):
-    the last one's result, ``None`` for a vanished statement, or the first error raised."""
-    pgconn = raw.pgconn
-    pgconn.enter_pipeline_mode()
-    try:
-        for name, values in bound:
-            pgconn.send_query_prepared(name, values, result_format=result_format)
-        pgconn.pipeline_sync()
-        raw.wait(psycopg.generators.send(pgconn))
-        # Every statement's results, then the Sync's: all read before leaving pipeline mode.
-        results = [raw.wait(psycopg.generators.fetch_many(pgconn)) for _ in range(len(bound) + 1)]
-    except BaseException:
-        # The connection is broken (or the wait was interrupted): leave pipeline mode if it
-        # can be left, and let the original error through.
-        with contextlib.suppress(Exception):
-            pgconn.exit_pipeline_mode()
-        raise
-    pgconn.exit_pipeline_mode()
-    for each in results[:-2]:
-        if _check(raw, each) is None:
-            return None
-    return _check(raw, results[-2])
 
 
 def run_script_on_driver(
