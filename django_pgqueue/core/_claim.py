@@ -1,7 +1,7 @@
 """Leasing: one claim statement per queue (``_claim_sql.py``), its rows made into messages.
 
 A claim picks its text by the kind of queue (plain from the head, plain from the claimer's
-bounds, flow-controlled), sends it as a prepared statement (:func:`_send`) and tells the
+bounds, flow-controlled), sends it as a prepared statement (:func:`_run_claim`) and tells the
 claimer's bounds what it took. ``Message.objects.lease()`` is the public door; the worker
 calls :func:`lease` with its own bounds and leaves the payloads to its handler threads.
 """
@@ -20,11 +20,10 @@ from django.db.models.base import ModelState
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
-from . import _claim_sql
+from . import _claim_sql, _send
 from ._claim_bound import ClaimBounds, Level
-from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session, set_local
+from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session
 from ._flow_control import flow_config
-from ._prepared import can_prepare, driver_path, execute_prepared, parameter_names, run_on_driver
 from ._registry import notify_dead
 from ._timestamps import TimestampLoader
 from ._validation import storable_text, validate_queue_name
@@ -150,7 +149,7 @@ def _claim_queue(
     else:
         statement = _claim_sql.PLAIN_CLAIM
     walk_began = time.monotonic()
-    rows = _send(alias, statement, params, hold)
+    rows = _run_claim(alias, statement, params, hold)
     if bounds is not None and levels is None:
         bounds.walked_from_head(queue, time.monotonic() - walk_began)
     if bounds is not None:
@@ -161,48 +160,26 @@ def _claim_queue(
     return rows
 
 
-def _send(alias: str, statement: str, params: dict[str, Any], hold: bool) -> list[Any]:
-    """Run a claim, prepared once per session, with a generic plan under ``CLAIM_PLAN``:
+def _run_claim(alias: str, statement: str, params: dict[str, Any], hold: bool) -> list[Any]:
+    """Run a claim under the claim's plan settings (``_execution.CLAIM_PLAN``), prepared
+    once per session (``_send.py``), with a generic plan:
 
-    - on a worker's claim connection (``_execution.dedicate_to_claims``, whose session runs
-      under the claim's settings already): a bare Bind/Execute on the driver connection;
-    - otherwise in autocommit: ``SET LOCAL ...; EXECUTE ...`` as one query string, one
-      round trip and one implicit transaction;
-    - in the caller's transaction (``hold``), or on a session that cannot keep prepared
-      statements (a pooler in transaction mode): the statement itself, planned each time.
+    - on a worker's claim connection (``_execution.dedicate_to_claims``), whose session runs
+      under those settings already: the claim alone;
+    - otherwise in autocommit: the settings, local to the claim, and the claim in one
+      pipeline (one round trip, one implicit transaction);
+    - in the caller's transaction (``hold``), while something observes Django's cursors, or
+      on a session that cannot keep prepared statements: through Django's cursor, planned
+      each time.
     """
     connection = connections[alias]
-    values = [params[name] for name in parameter_names(statement)]
-    types = tuple(_sql_type(value) for value in values)
-    # driver_path first: its health check may replace the connection with a fresh one.
-    if not hold and driver_path(connection) and is_claim_session(connection):
-        rows = run_on_driver(
-            connection,
-            kind="claim",
-            statement=statement,
-            types=types,
-            params=values,
-            typed_rows=True,
-        )
+    if not hold and _send.direct(connection):
+        plan = None if is_claim_session(connection) else {**CLAIM_PLAN, **async_commit()}
+        rows = _send.run(connection, statement, params, plan=plan)
         if rows is not None:
             return rows
-    with connection.cursor() as cursor:
-        if can_prepare(connection, cursor):
-            prepared = execute_prepared(
-                cursor,
-                connection,
-                kind="claim",
-                statement=statement,
-                types=types,
-                params=values,
-                prefix=set_local({**CLAIM_PLAN, **async_commit()}),
-                # A worker sends the same claim (queue, batch size, worker id) again and again.
-                reuse_text=True,
-            )
-            if prepared is not None:
-                return prepared
-        with transaction.atomic(using=alias):
-            return _execute(cursor, statement, params, restore=hold)
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        return _execute(cursor, statement, params, restore=hold)
 
 
 def _execute(cursor: Any, statement: str, params: dict[str, Any], *, restore: bool) -> list[Any]:
@@ -301,13 +278,3 @@ def levels_params(levels: list[Level]) -> tuple[str, str, str]:
     floors = ",".join(repr(bound) for _, bound, _ in levels)
     ids = ",".join(str(message_id) for _, _, message_id in levels)
     return "{" + priorities + "}", "{" + floors + "}", "{" + ids + "}"
-
-
-def _sql_type(value: Any) -> str:
-    """The parameter type of a claim argument (Django may pass ``psycopg`` int wrappers)."""
-    for python_type, sql_type in ((bool, "boolean"), (int, "bigint"), (float, "float8")):
-        if isinstance(value, python_type):
-            return sql_type
-    if isinstance(value, str):
-        return "text"
-    raise TypeError(f"unexpected claim parameter {value!r}")

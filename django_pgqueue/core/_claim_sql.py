@@ -27,7 +27,7 @@ has spent an attempt. Any other claim (``lease()`` called by your code) counts e
 
 Parameters are named (``%(name)s``): ``queue``, ``batch`` (how many at most), ``worker``,
 ``visibility_timeout`` (seconds), and per kind the ones its candidates read. Each text is
-prepared once per session and run with a generic plan (``_claim._send``).
+prepared once per session and run with a generic plan (``_claim._run_claim``).
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def test_without_bounds_every_claim_walks_from_the_head():
 def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
     """The entries below the bound are passed over on the index alone: the bound is an
     index condition of the claim index in the claim's own (generic, prepared) plan."""
-    from django_pgqueue.core import _execution, _prepared
+    from django_pgqueue.core import _execution
 
     _execution.dedicate_to_claims(connection)
     try:
@@ -125,11 +125,8 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         priorities, floors, _ = levels_params(bounds.start("default"))
         named = {"queue": "default", "batch": 10, "worker": "w1", "visibility_timeout": 30.0}
         named.update(levels=priorities, bounds=floors)
-        statement = _claim_sql.BOUNDED_CLAIM
-        params = [named[name] for name in _prepared.parameter_names(statement)]
-        name, _ = _prepared.prepared_form("claim", statement, tuple(map(_type, params)))
         with connection.cursor() as cursor:
-            [plan] = explain_prepared(cursor, name, params, {}).values()
+            [plan] = explain_prepared(cursor, _claim_sql.BOUNDED_CLAIM, named, {}).values()
         assert unbounded_reads(plan) == [], plan
         [walk] = [n for n in nodes(plan) if n.get("Index Name") == "pgq_message_claim"]
         assert "priority =" in walk["Index Cond"], walk
@@ -139,10 +136,6 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         assert all("available_at" not in str(n["Sort Key"]) for n in sorts), plan
     finally:
         _execution.end_claim_session(connection)
-
-
-def _type(value: object) -> str:
-    return {float: "float8", int: "bigint"}.get(type(value), "text")
 
 
 def test_a_look_from_the_head_lowers_the_bounds_to_what_fell_due_below_them():
