@@ -127,25 +127,25 @@ def prepare_message(
 
 def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
     conf = get_settings()
-    params: list[Any] = [
-        message.queue,
-        message.task,
-        message.payload_json,
-        message.priority,
-        message.tenant,
-        message.dedup_key,
-        message.max_attempts,
-        message.run_at,
-        message.delay or 0.0,
-    ]
-    dedup = message.dedup_key is not None
     flow = flow_config(message.queue)
     fair = flow is not None and flow.keyed
+    params: dict[str, Any] = {
+        "queue": message.queue,
+        "task": message.task,
+        "payload": message.payload_json,
+        "priority": message.priority,
+        "tenant": message.tenant,
+        "dedup_key": message.dedup_key,
+        "max_attempts": message.max_attempts,
+        "run_at": message.run_at,
+        "delay": float(message.delay or 0.0),
+        "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+        "wake": wake_payload(message.queue, later=message.later) if conf.NOTIFY else None,
+    }
     if flow is not None and fair:  # a fair queue: the message takes its place in it
-        params.append(flow.fair_step(message.tenant))
-    if conf.NOTIFY:
-        params += [conf.NOTIFY_CHANNEL, wake_payload(message.queue, later=message.later)]
-    statement = _ENQUEUE_STATEMENTS[fair, dedup, bool(conf.NOTIFY)]
+        params["step"] = flow.fair_step(message.tenant)
+    dedup = message.dedup_key is not None
+    statement = _ENQUEUE_STATEMENTS[fair, dedup]
     connection = connections[using or conf.DATABASE_ALIAS]
     row = None
     if _send.direct(connection):
@@ -169,21 +169,17 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
     )
 
 
-# The INSERT by (fair queue, dedup key, NOTIFY on).
+# The INSERT by (fair queue, dedup key).
 _ENQUEUE_STATEMENTS = {
-    (False, False, False): _sql.ENQUEUE,
-    (False, True, False): _sql.ENQUEUE_DEDUP,
-    (False, False, True): _sql.ENQUEUE_AND_NOTIFY,
-    (False, True, True): _sql.ENQUEUE_DEDUP_AND_NOTIFY,
-    (True, False, False): _sql.ENQUEUE_FAIR,
-    (True, True, False): _sql.ENQUEUE_FAIR_DEDUP,
-    (True, False, True): _sql.ENQUEUE_FAIR_AND_NOTIFY,
-    (True, True, True): _sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY,
+    (False, False): _sql.ENQUEUE,
+    (False, True): _sql.ENQUEUE_DEDUP,
+    (True, False): _sql.ENQUEUE_FAIR,
+    (True, True): _sql.ENQUEUE_FAIR_DEDUP,
 }
 
 
 def _insert(
-    connection: Any, statement: str, params: list[Any], dedup: bool
+    connection: Any, statement: str, params: dict[str, Any], dedup: bool
 ) -> tuple[Any, ...] | None:
     """Insert through Django's cursor: ``(id, enqueued_at, available_at, deduplicated)``,
     the live holder of the dedup key when there is one, or ``None`` when it just finished."""
@@ -194,7 +190,7 @@ def _insert(
             return (*rows[0][:3], False)
         if not dedup:
             raise RuntimeError("enqueue: the INSERT returned no row")  # cannot happen
-        cursor.execute(_sql.FIND_BY_DEDUP_KEY, [params[0], params[5]])
+        cursor.execute(_sql.FIND_BY_DEDUP_KEY, params)
         found = cursor.fetchone()
     return None if found is None else (*found, True)
 

@@ -35,6 +35,8 @@ _ONLY_WHEN_ASKED = 2**62
 
 # Driver connections that lost a prepared statement: they go the plain way from then on.
 _unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
+# One cursor per driver connection, kept: its adapters' caches make each call cheaper.
+_cursors: weakref.WeakKeyDictionary[Any, psycopg.Cursor[Any]] = weakref.WeakKeyDictionary()
 
 
 def direct(connection: Any) -> bool:
@@ -65,14 +67,16 @@ def run(
     connection.validate_thread_sharing()
     connection.ensure_connection()
     raw = connection.connection
-    if raw.prepare_threshold is None:
-        raw.prepare_threshold = _ONLY_WHEN_ASKED
-    cursor = psycopg.Cursor(raw)
+    cursor = _cursors.get(raw)
+    if cursor is None:
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _ONLY_WHEN_ASKED
+        cursor = _cursors[raw] = psycopg.Cursor(raw)
     with connection.wrap_database_errors:
         try:
             if plan:
                 with raw.pipeline():
-                    psycopg.Cursor(raw).execute(_set_config(tuple(plan.items())), prepare=True)
+                    cursor.execute(_set_config(tuple(plan.items())), prepare=True)
                     cursor.execute(statement, params, prepare=True)
             else:
                 cursor.execute(statement, params, prepare=True)
@@ -83,7 +87,11 @@ def run(
                 "vanished (a pooler in transaction mode?)."
             )
             return None
-        return cursor.fetchall() if cursor.description is not None else []
+        # Not ``cursor.description``: it builds a column object per column, on every call.
+        result = cursor.pgresult
+        if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+            return []
+        return cursor.fetchall()
 
 
 _SET_CONFIG: dict[tuple[tuple[str, str], ...], str] = {}

@@ -17,36 +17,48 @@ SHARED_COLUMNS = (
     "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors"
 )
 
-# Made available at the same instant as ``enqueued_at`` (its default): ``now()`` is the
-# transaction's start, which comes before the statement's in an extended-protocol round trip.
-_ENQUEUE_INSERT = """
-INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
-VALUES
-    (%s, %s, %s::jsonb, %s, %s, %s, %s,
-     COALESCE(%s::timestamptz, statement_timestamp() + make_interval(secs => %s)))
+# The single-row enqueues, one per (fair queue?, dedup key?), each one statement with its
+# wake-up folded in: Postgres delivers a NOTIFY only on commit and merges identical ones of
+# one transaction, so N enqueues in one transaction send one. Parameters: ``queue``,
+# ``task``, ``payload`` (JSON text), ``priority``, ``tenant``, ``dedup_key``,
+# ``max_attempts``, ``run_at`` (NULL: ``delay`` seconds from the statement's time), in a fair
+# queue ``step`` (1 / the tenant's weight), and the wake-up's ``channel`` (NULL: none) and
+# ``wake`` (its payload). A message is available at the same instant as its ``enqueued_at``
+# when neither is given. ON CONFLICT only when the message has a dedup key: with it Postgres
+# inserts speculatively (an extra WAL record and a recheck per row), even for rows the
+# partial unique index does not cover.
+ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+    VALUES
+        (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
+         %(max_attempts)s,
+         COALESCE(%(run_at)s::timestamptz,
+                  statement_timestamp() + make_interval(secs => %(delay)s::float8)))
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
 """
-_ENQUEUE_RETURNING = "RETURNING id, enqueued_at, available_at"
-_ON_DEDUP_KEY_CONFLICT = "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
 
-# One insert. ON CONFLICT only when the message has a dedup key: with it Postgres inserts
-# speculatively (an extra WAL record and a recheck per row), even for rows the partial unique
-# index does not cover.
-ENQUEUE = f"{_ENQUEUE_INSERT}{_ENQUEUE_RETURNING}\n"
-ENQUEUE_DEDUP = f"{_ENQUEUE_INSERT}{_ON_DEDUP_KEY_CONFLICT}\n{_ENQUEUE_RETURNING}\n"
-
-
-def enqueue_and_notify(insert: str) -> str:
-    """``insert`` with the wake-up folded in: Postgres delivers it only on commit and merges
-    identical notifications of one transaction, so N enqueues in one transaction send one."""
-    return f"""
-WITH inserted AS ({insert})
-SELECT id, enqueued_at, available_at, pg_notify(%s, %s) FROM inserted
+ENQUEUE_DEDUP = """
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+    VALUES
+        (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
+         %(max_attempts)s,
+         COALESCE(%(run_at)s::timestamptz,
+                  statement_timestamp() + make_interval(secs => %(delay)s::float8)))
+    ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
 """
-
-
-ENQUEUE_AND_NOTIFY = enqueue_and_notify(ENQUEUE)
-ENQUEUE_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_DEDUP)
 
 
 # A message's place when it enters its queue's fair order (core/_flow_sql.py): the tenant's
@@ -71,38 +83,56 @@ FAIR_ORDER_ENTRY = """COALESCE(
     0)"""
 
 
-# Enqueue into a fair queue: the message takes its place in the fair order at once when it is
-# ready, -1 (outside the order until it falls due) when scheduled. Parameters as ENQUEUE's,
-# then the tenant's step (1 / weight).
+# In a fair queue the message takes its place in the fair order at once when it is ready,
+# -1 (outside the order until it falls due) when scheduled.
 _ENTRY_OF_V = FAIR_ORDER_ENTRY.format(
     queue="v.queue", priority="v.priority", tenant="v.tenant", step="v.step"
 )
-
-
-def enqueue_fair(insert_suffix: str) -> str:
-    return f"""
-INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order)
-SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key, v.max_attempts,
-       v.available_at,
-       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
-FROM (SELECT %s::text AS queue, %s::text AS task, %s::text AS payload,
-             %s::smallint AS priority, %s::text AS tenant, %s::text AS dedup_key,
-             %s::int AS max_attempts,
-             COALESCE(%s::timestamptz, statement_timestamp() + make_interval(secs => %s::float8))
+_FAIR_VALUES = """(SELECT %(queue)s::text AS queue, %(task)s::text AS task,
+             %(payload)s::text AS payload, %(priority)s::smallint AS priority,
+             %(tenant)s::text AS tenant, %(dedup_key)s::text AS dedup_key,
+             %(max_attempts)s::int AS max_attempts,
+             COALESCE(%(run_at)s::timestamptz,
+                      statement_timestamp() + make_interval(secs => %(delay)s::float8))
                  AS available_at,
-             %s::float8 AS step) v
-{insert_suffix}"""
+             %(step)s::float8 AS step) v"""
 
+ENQUEUE_FAIR = f"""
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at,
+         fair_order)
+    SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
+           v.max_attempts, v.available_at,
+           CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+    FROM {_FAIR_VALUES}
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
+"""
 
-ENQUEUE_FAIR = enqueue_fair(_ENQUEUE_RETURNING)
-
-ENQUEUE_FAIR_DEDUP = enqueue_fair(f"{_ON_DEDUP_KEY_CONFLICT}\n{_ENQUEUE_RETURNING}")
-ENQUEUE_FAIR_AND_NOTIFY = enqueue_and_notify(ENQUEUE_FAIR)
-ENQUEUE_FAIR_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_FAIR_DEDUP)
+ENQUEUE_FAIR_DEDUP = f"""
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at,
+         fair_order)
+    SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
+           v.max_attempts, v.available_at,
+           CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+    FROM {_FAIR_VALUES}
+    ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
+"""
 
 FIND_BY_DEDUP_KEY = """
-SELECT id, enqueued_at, available_at FROM pgqueue_message WHERE queue = %s AND dedup_key = %s
+SELECT id, enqueued_at, available_at FROM pgqueue_message
+WHERE queue = %(queue)s AND dedup_key = %(dedup_key)s
 """
 
 ENQUEUE_MANY_UNNEST = """

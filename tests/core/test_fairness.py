@@ -485,11 +485,22 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
         "fair_order", flat=True
     )
     assert place is not None and place >= 0
-    params = ["fair", "t", "{}", 0, "tenant-1", None, 3, None, 0.0, 1.0, "pgqueue", "fair"]
+    params = {
+        "queue": "fair",
+        "task": "t",
+        "payload": "{}",
+        "priority": 0,
+        "tenant": "tenant-1",
+        "dedup_key": None,
+        "max_attempts": 3,
+        "run_at": None,
+        "delay": 0.0,
+        "step": 1.0,
+        "channel": "pgqueue",
+        "wake": "fair",
+    }
     with connection.cursor() as cursor:
-        plans = explain_prepared(
-            cursor, _sql.ENQUEUE_FAIR_AND_NOTIFY, params, _execution.CLAIM_PLAN
-        )
+        plans = explain_prepared(cursor, _sql.ENQUEUE_FAIR, params, _execution.CLAIM_PLAN)
     assert plans
     for name, plan in plans.items():
         assert unbounded_reads(plan) == [], (name, plan)
