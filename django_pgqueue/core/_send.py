@@ -32,6 +32,8 @@ logger = logging.getLogger("django_pgqueue")
 
 #: ``prepare_threshold`` on the driver connections: only ``prepare=True`` prepares.
 _ONLY_WHEN_ASKED = 2**62
+#: Whether the libpq under psycopg has pipeline mode (14+), which ``plan`` needs.
+_PIPELINE = psycopg.capabilities.has_pipeline()
 
 # Driver connections that lost a prepared statement: they go the plain way from then on.
 _unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -62,8 +64,11 @@ def run(
 ) -> list[tuple[Any, ...]] | None:
     """``statement`` as a prepared statement on the driver connection (check :func:`direct`
     first), under ``plan`` settings local to it: its rows, loaded as through Django's cursor;
-    or ``None`` when the session lost the statement (nothing ran: the caller sends it
-    through Django's cursor). Database errors come out as Django's exceptions."""
+    or ``None`` when it was not sent (the session lost the statement, or with ``plan`` a
+    libpq without pipeline mode: nothing ran, the caller sends it through Django's cursor).
+    Database errors come out as Django's exceptions."""
+    if plan and not _PIPELINE:
+        return None  # a libpq before 14: the caller's way, with its ``SET LOCAL``
     connection.validate_thread_sharing()
     connection.ensure_connection()
     raw = connection.connection

@@ -65,3 +65,26 @@ def test_nothing_goes_direct_inside_a_transaction_or_while_queries_are_observed(
         assert not _send.direct(connection)
     with CaptureQueriesContext(connection):
         assert not _send.direct(connection)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_pipeline_mode_statements_with_settings_go_through_djangos_cursor(
+    monkeypatch, settings
+):
+    """A libpq before 14 has no pipeline mode: a claim, an ack and a fair enqueue, which need
+    settings of their own, go the caller's way; everything still works."""
+    import django_pgqueue
+    from django_pgqueue.core import transitions
+    from django_pgqueue.models import Message
+
+    monkeypatch.setattr(_send, "_PIPELINE", False)
+    assert _send.run(connection, "SELECT 1", [], plan={"jit": "off"}) is None
+    assert _send.run(connection, "SELECT 1", []) == [(1,)]
+    settings.PGQUEUE = {"QUEUES": {"fair": {"FAIRNESS": True}}}
+    sent = [
+        django_pgqueue.enqueue("t", {"n": n}, queue=q) for n, q in enumerate(["default", "fair"])
+    ]
+    leased = Message.objects.lease(["default", "fair"], worker_id="w", batch_size=5)
+    assert sorted(m.id for m in leased) == sorted(m.id for m in sent)
+    assert transitions.complete(leased).done == [m.id for m in leased]
+    assert _send.direct(connection)  # nothing was lost on the way
