@@ -102,14 +102,14 @@ def lease_complete_drain(
 
 
 def _lease_complete_drain(batch: int, limit: int | None, queue: str, bounds: ClaimBounds) -> int:
+    from django_pgqueue.core._claim import lease
     from django_pgqueue.core.transitions import complete
-    from django_pgqueue.models import Message
 
     worker_id = f"bench-{uuid.uuid4().hex[:8]}"
     done = 0
     while limit is None or done < limit:
         want = batch if limit is None else min(batch, limit - done)
-        leased = Message.objects.lease(queue, worker_id=worker_id, batch_size=want, bounds=bounds)
+        leased = lease(queue, worker_id=worker_id, batch_size=want, bounds=bounds)
         if not leased:
             return done
         for message in leased:

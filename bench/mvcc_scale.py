@@ -126,9 +126,11 @@ def head_walk_buffers(conn: psycopg.Connection[Any], queue: str, fair: bool) -> 
     """Shared buffers (hit or read) of one walk of the first 100 entries of ``queue``'s claim
     order, fair or plain (the plain one as the worker's head watcher reads it). They grow with
     the dead index entries at its head: one per message processed since the last vacuum."""
-    from django_pgqueue.core import _sql
+    from django_pgqueue.core import _claim_sql
 
-    return plan_buffers(conn, _FAIR_HEAD_WALK if fair else _sql.HEAD_OF_QUEUE, [queue, CLAIM_BATCH])
+    if fair:
+        return plan_buffers(conn, _FAIR_HEAD_WALK, [queue, CLAIM_BATCH])
+    return plan_buffers(conn, _claim_sql.HEAD_OF_QUEUE, {"queue": queue, "rows": CLAIM_BATCH})
 
 
 def plan_buffers(

@@ -4,7 +4,7 @@ The public API, in one place: enqueue in the caller's transaction (:func:`enqueu
 commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`); register handlers
 (:func:`handler`) and schedule them (:func:`periodic`); as a consumer of your own, take
 messages (:func:`lease`) and :func:`complete`, :func:`fail`, :func:`extend` or :func:`release`
-them (walked from a :class:`ClaimBounds` of your own, if you like); :func:`cancel` a
+them; :func:`cancel` a
 message; let other apps veto or hear of retention (:func:`register_retention_guard`,
 :func:`register_expiry_listener`). Every error the package raises is a :class:`PgQueueError`.
 
@@ -26,7 +26,6 @@ from .periodic import periodic
 
 if TYPE_CHECKING:
     from .core._cancel import CancelResult, cancel, cancel_many
-    from .core._claim_bound import ClaimBounds
     from .core._enqueue import (
         EnqueuedMessage,
         MessageOptions,
@@ -46,7 +45,6 @@ _HOMES = {
     "CancelResult": "core._cancel",
     "cancel": "core._cancel",
     "cancel_many": "core._cancel",
-    "ClaimBounds": "core._claim_bound",
     "EnqueuedMessage": "core._enqueue",
     "MessageOptions": "core._enqueue",
     "enqueue": "core._enqueue",
@@ -82,7 +80,6 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CancelResult",
-    "ClaimBounds",
     "EnqueuedMessage",
     "FailedAttempt",
     "InvalidMessage",

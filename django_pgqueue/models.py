@@ -2,7 +2,7 @@
 
 A message id is at every instant in exactly one of :class:`Message`,
 :class:`ArchivedMessage` (``message_id``) or :class:`DeadMessage` (``message_id``): every
-move between them is one SQL statement (see ``core/_sql.py``).
+move between them is one SQL statement (see ``core/_sql.py`` and ``core/_claim_sql.py``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _message_constraints(prefix: str) -> list[models.BaseConstraint]:
 
 
 def _queue_name_is_valid(field: str = "queue") -> Q:
-    """``core._validation.QUEUE_NAME_PATTERN`` without a regular expression: non-empty, only
+    """``_validation.QUEUE_NAME_PATTERN`` without a regular expression: non-empty, only
     allowed characters, not starting with ``_`` or ``-`` (the column's ``max_length`` bounds
     the length). A CHECK runs on every write of a row, claims and retries included, where a
     regular-expression match costs several times what this does."""
@@ -332,8 +332,8 @@ class WorkerHeartbeat(models.Model):
         return self.worker_id
 
 
-# Flow control's state (round-robin cursor, rate buckets, concurrency slots) and the periodic
-# schedules belong to this app too. The pipeline's tables belong to django_pgqueue.pipeline.
+# Flow control's state (the sessions' allowances, the rates), the maintenance runs and the
+# periodic schedules belong to this app too. The pipeline's tables belong to django_pgqueue.pipeline.
 from .core._flow_models import FlowAllowance, FlowRate  # noqa: E402, F401
 from .core._maintenance_models import MaintenanceState  # noqa: E402, F401
 from .core._periodic_models import PeriodicSchedule  # noqa: E402, F401

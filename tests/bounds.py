@@ -11,13 +11,13 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 import django_pgqueue
+from django_pgqueue.core import _claim
 from django_pgqueue.core._claim_bound import ClaimBounds
-from django_pgqueue.models import Message
 
 
 def claim(bounds: ClaimBounds) -> list[int]:
     """The ids one claim of queue ``default`` with ``bounds`` takes (at most 10)."""
-    leased = Message.objects.lease("default", worker_id="w1", batch_size=10, bounds=bounds)
+    leased = _claim.lease("default", worker_id="w1", batch_size=10, bounds=bounds)
     return [m.id for m in leased]
 
 

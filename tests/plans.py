@@ -37,18 +37,30 @@ def unbounded_reads(plan: Any, table: str = LIVE_TABLE) -> list[str]:
 
 
 def explain_prepared(
-    cursor: Any, name_pattern: str, params: Sequence[Any], local_settings: Mapping[str, str]
+    cursor: Any,
+    statement: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    local_settings: Mapping[str, str],
 ) -> dict[str, Any]:
-    """``EXPLAIN (FORMAT JSON) EXECUTE`` of each session-prepared statement whose name
-    matches the regular expression ``name_pattern``, with ``params``, under
-    ``local_settings`` (those the statement runs under: its cached generic plan is what gets
-    explained). Plans by statement name."""
+    """``EXPLAIN (FORMAT JSON) EXECUTE`` of each prepared statement of this session whose
+    text is ``statement`` as psycopg prepares it (its placeholders numbered), with
+    ``params``, under ``local_settings`` (those the statement runs under: its cached generic
+    plan is what gets explained). Plans by statement name."""
     from django.db import transaction
 
     from django_pgqueue.core._execution import set_local
 
-    cursor.execute("SELECT name FROM pg_prepared_statements")
-    names = [row[0] for row in cursor.fetchall() if re.fullmatch(name_pattern, row[0])]
+    if isinstance(params, Mapping):
+        params = [params[name] for name in dict.fromkeys(re.findall(r"%\((\w+)\)s", statement))]
+    pattern = re.compile(
+        re.sub(
+            r"%%|%\\\(\w+\\\)s|%s",
+            lambda m: "%" if m.group() == "%%" else r"\$\d+",
+            re.escape(statement),
+        )
+    )
+    cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+    names = [name for name, text in cursor.fetchall() if pattern.fullmatch(text)]
     values = cursor.cursor.mogrify(", ".join(["%s"] * len(params)), list(params))
     plans = {}
     for name in names:

@@ -5,7 +5,7 @@ order. Vacuum removes them, unless a long transaction holds the xmin horizon bac
 claim that walks from the head visits the heap for every message processed since that
 transaction began. A claimer that remembers, for each priority level of a queue, a lower
 bound on ``available_at`` under which it found nothing left to claim walks each level from
-its bound instead (``_sql.CANDIDATES_FROM``): the entries below it are never read.
+its bound instead (``_claim_sql.BOUNDED_CLAIM``): the entries below it are never read.
 
 A level's bound moves up after each claim: to the claim's time for a level the claim walked
 to its end (less :data:`SLACK`), to the last message the claim took from it (less the same
@@ -25,7 +25,7 @@ claimer still walks from the head at least every :data:`HEAD_WALK_EVERY` seconds
 only when that walk itself is slow), so such a message waits for that walk, never longer. A
 queue with more than :data:`MAX_LEVELS` levels is always walked from the head.
 
-A fair queue's claims (``core/_flow_sql.py``, ``pgq_flow_head_v2``) walk its fair order the
+A fair queue's claims (``core/_flow_sql.py``, ``pgq_flow_head``) walk its fair order the
 same way, their bounds places in that order rather than times, and always from the bounds
 once known: the fair order's index is filled out of order (each tenant's next message goes
 between everyone's), so its dead entries spread over three to four times the pages of the
@@ -72,8 +72,8 @@ _TOP: Position = (float("inf"), 0)
 
 
 class ClaimBounds:
-    """One claimer's bounds, by queue and priority level: pass it to
-    ``Message.objects.lease(bounds=...)``.
+    """One claimer's bounds, by queue and priority level: pass it to every claim of the
+    claimer (``_claim.lease(bounds=...)``).
 
     ``slow_head_walk``: seconds over which a walk from the head counts as slow, so that the
     next claims walk from the bounds (:data:`SLOW_HEAD_WALK`).
@@ -81,7 +81,7 @@ class ClaimBounds:
     ``head_walks_in_claims``: while claims walk from the bounds, one of them walks from the
     head every :data:`HEAD_WALK_EVERY` seconds or more (True, the default); or never (False),
     when something else looks at the head in their stead and reports what it saw with
-    :meth:`seen_from_head` (``Message.objects.look_from_head``, the worker's head watcher):
+    :meth:`seen_from_head` (``_claim.look_from_head``, the worker's head watcher):
     then no claim waits for a slow walk.
 
     Thread-safe: a worker's claimers (main loop and listener) share one.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -11,13 +10,11 @@ from typing import Any, TypedDict, Unpack
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from . import _sql
-from ._execution import CLAIM_PLAN, set_local
+from . import _send, _sql
+from ._execution import CLAIM_PLAN
 from ._flow_control import flow_config
 from ._notify import notify_queues, wake_payload
-from ._prepared import driver_path, prepared_form, run_on_driver, run_script_on_driver
 from ._registry import registry
-from ._timestamps import TimestampLoader
 from ._validation import (
     DEDUP_KEY_MAX_LENGTH,
     TENANT_MAX_LENGTH,
@@ -130,33 +127,34 @@ def prepare_message(
 
 def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
     conf = get_settings()
-    params: list[Any] = [
-        message.queue,
-        message.task,
-        message.payload_json,
-        message.priority,
-        message.tenant,
-        message.dedup_key,
-        message.max_attempts,
-        message.run_at,
-        message.delay or 0.0,
-    ]
-    dedup = message.dedup_key is not None
-    types = _ENQUEUE_TYPES
     flow = flow_config(message.queue)
     fair = flow is not None and flow.keyed
+    params: dict[str, Any] = {
+        "queue": message.queue,
+        "task": message.task,
+        "payload": message.payload_json,
+        "priority": message.priority,
+        "tenant": message.tenant,
+        "dedup_key": message.dedup_key,
+        "max_attempts": message.max_attempts,
+        "run_at": message.run_at,
+        "delay": float(message.delay or 0.0),
+        "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+        "wake": wake_payload(message.queue, later=message.later) if conf.NOTIFY else None,
+    }
     if flow is not None and fair:  # a fair queue: the message takes its place in it
-        params.append(flow.fair_step(message.tenant))
-        types += ("float8",)
-    if conf.NOTIFY:
-        params += [conf.NOTIFY_CHANNEL, wake_payload(message.queue, later=message.later)]
-        types += _NOTIFY_TYPES
-    statement = _ENQUEUE_STATEMENTS[fair, dedup, bool(conf.NOTIFY)]
+        params["step"] = flow.fair_step(message.tenant)
+    dedup = message.dedup_key is not None
+    statement = _ENQUEUE_STATEMENTS[fair, dedup]
     connection = connections[using or conf.DATABASE_ALIAS]
-    if fair:
-        row = _insert_fair_on_driver(connection, statement, params, types)
-    else:
-        row = _insert_on_driver(connection, statement, params, types)
+    row = None
+    if _send.direct(connection):
+        # A fair queue's INSERT reads the fair order (``_sql.FAIR_ORDER_ENTRY``): under the
+        # claim's plan settings, as a generic plan made while the table was empty would read
+        # it by sequential scans, O(table) per enqueue once the table has grown.
+        rows = _send.run(connection, statement, params, plan=CLAIM_PLAN if fair else None)
+        if rows:  # else fallen back, or a duplicate: _insert finds the holder
+            row = (*rows[0][:3], False)
     if row is None:
         row = _insert(connection, statement, params, dedup)
     if row is None:  # the holder finished between the two statements: enqueue anew
@@ -171,93 +169,17 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
     )
 
 
-def _insert_on_driver(
-    connection: Any, statement: str, params: list[Any], types: tuple[str, ...]
-) -> tuple[Any, ...] | None:
-    """The fast path of a new message in autocommit (see ``_prepared.run_on_driver``):
-    ``(id, enqueued_at, available_at, False)``, or ``None`` to take :func:`_insert`."""
-    if not driver_path(connection):
-        return None
-    rows = run_on_driver(
-        connection,
-        kind="enqueue",
-        statement=statement,
-        types=types,
-        params=params,
-    )
-    if not rows:  # fallen back, or a duplicate: _insert finds the holder
-        return None
-    message_id, enqueued_at, available_at = rows[0][:3]
-    load = TimestampLoader(connection.alias)
-    return (
-        _INT8.unpack(message_id)[0],
-        load(_INT8.unpack(enqueued_at)[0] + _PG_EPOCH_MICROS),
-        load(_INT8.unpack(available_at)[0] + _PG_EPOCH_MICROS),
-        False,
-    )
-
-
-def _insert_fair_on_driver(
-    connection: Any, statement: str, params: list[Any], types: tuple[str, ...]
-) -> tuple[Any, ...] | None:
-    """A new message of a fair queue in autocommit: ``(id, enqueued_at, available_at,
-    False)``, or ``None`` to take :func:`_insert`.
-
-    Its INSERT reads the fair order (``_sql.FAIR_ORDER_ENTRY``), so it is not a bare
-    Bind/Execute as :func:`_insert_on_driver`: the server would settle on a generic plan
-    after five executions, and one made while the table was empty reads the fair order by
-    sequential scans, O(table) per enqueue for good. Here the session-prepared statement
-    runs after the claim's plan settings (``SET LOCAL``), in one query string on the driver
-    connection: one round trip, one implicit transaction, the order read by index.
-    """
-    if not driver_path(connection):
-        return None
-    name, prepare = prepared_form("enqueue_fair", statement, types)
-    rows = run_script_on_driver(
-        connection,
-        name=name,
-        prepare=prepare,
-        script=f"{_FAIR_ENQUEUE_PLAN}EXECUTE {name}({', '.join(['%s'] * len(params))})",
-        params=params,
-    )
-    if not rows:  # fallen back, or a duplicate: _insert finds the holder
-        return None
-    return (*rows[0][:3], False)
-
-
-_FAIR_ENQUEUE_PLAN = set_local(CLAIM_PLAN)
-
-# Parameter types of ENQUEUE; then ENQUEUE_FAIR's step; then the wake-up's channel and queue.
-_ENQUEUE_TYPES: tuple[str, ...] = (
-    "text",
-    "text",
-    "text",
-    "int",
-    "text",
-    "text",
-    "int",
-    "timestamptz",
-    "float8",
-)
-_NOTIFY_TYPES = ("text", "text")
-# The INSERT by (fair queue, dedup key, NOTIFY on).
+# The INSERT by (fair queue, dedup key).
 _ENQUEUE_STATEMENTS = {
-    (False, False, False): _sql.ENQUEUE,
-    (False, True, False): _sql.ENQUEUE_DEDUP,
-    (False, False, True): _sql.ENQUEUE_AND_NOTIFY,
-    (False, True, True): _sql.ENQUEUE_DEDUP_AND_NOTIFY,
-    (True, False, False): _sql.ENQUEUE_FAIR,
-    (True, True, False): _sql.ENQUEUE_FAIR_DEDUP,
-    (True, False, True): _sql.ENQUEUE_FAIR_AND_NOTIFY,
-    (True, True, True): _sql.ENQUEUE_FAIR_DEDUP_AND_NOTIFY,
+    (False, False): _sql.ENQUEUE,
+    (False, True): _sql.ENQUEUE_DEDUP,
+    (True, False): _sql.ENQUEUE_FAIR,
+    (True, True): _sql.ENQUEUE_FAIR_DEDUP,
 }
-_INT8 = struct.Struct("!q")
-# Binary timestamptz: microseconds since 2000-01-01 UTC.
-_PG_EPOCH_MICROS = 946_684_800_000_000
 
 
 def _insert(
-    connection: Any, statement: str, params: list[Any], dedup: bool
+    connection: Any, statement: str, params: dict[str, Any], dedup: bool
 ) -> tuple[Any, ...] | None:
     """Insert through Django's cursor: ``(id, enqueued_at, available_at, deduplicated)``,
     the live holder of the dedup key when there is one, or ``None`` when it just finished."""
@@ -268,7 +190,7 @@ def _insert(
             return (*rows[0][:3], False)
         if not dedup:
             raise RuntimeError("enqueue: the INSERT returned no row")  # cannot happen
-        cursor.execute(_sql.FIND_BY_DEDUP_KEY, [params[0], params[5]])
+        cursor.execute(_sql.FIND_BY_DEDUP_KEY, params)
         found = cursor.fetchone()
     return None if found is None else (*found, True)
 

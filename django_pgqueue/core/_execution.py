@@ -49,7 +49,7 @@ def ack_settings(connection: BaseDatabaseWrapper) -> dict[str, str]:
     return {} if connection.in_atomic_block else async_commit()
 
 
-# What every claim runs under (see _run_prepared_claim in _manager.py).
+# What every claim runs under (see ``_claim._run_claim``).
 CLAIM_PLAN = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
 
 # A worker's claims: each lease gives its attempt back if it expires before a handler started
@@ -63,8 +63,7 @@ _claim_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
 
 def dedicate_to_claims(connection: BaseDatabaseWrapper, *, refund_on_expiry: bool = False) -> None:
     """Put this thread's connection under the claim's settings for its whole session, so a
-    claim on it is a bare Bind/Execute (``_prepared.run_on_driver``) instead of ``SET LOCAL``
-    statements plus ``EXECUTE`` in a query string, with nothing to parse or set per claim.
+    claim on it is the prepared claim alone (``_send.run``), with no settings sent per claim.
     Only for a connection that runs nothing but a worker's own statements (its claim loop,
     its LISTEN): the settings would reach anything else run on it.
     ``refund_on_expiry``: its leases give their attempt back if they expire
@@ -101,7 +100,10 @@ def set_local(local_settings: Mapping[str, str]) -> str:
 
 
 def execute(
-    cursor: Any, statement: str, params: Sequence[Any], local_settings: Mapping[str, str]
+    cursor: Any,
+    statement: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    local_settings: Mapping[str, str],
 ) -> None:
     """``cursor.execute(statement, params)`` under ``SET LOCAL`` for each setting.
 

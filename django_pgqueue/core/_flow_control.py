@@ -2,12 +2,12 @@
 
 Opt-in per queue through ``PGQUEUE["QUEUES"][<queue>]`` (see
 ``docs/how-to/fairness-and-limits.md``). A queue with none of the keys below set is claimed
-by the plain claim in ``_manager.py``, untouched, and its acks never look here.
+by the plain claim (``_claim_sql.py``), untouched, and its acks never look here.
 
-A flow-controlled queue is claimed by the same statement as a plain one (``_sql.LEASE``: the
-reaper, then the lease of the candidates), its candidates chosen by the SQL function in
-``_flow_sql.py`` from the queue's settings: everything is decided in the database, with
-database time, in one round trip and one short transaction.
+A flow-controlled queue is claimed by ``_claim_sql.FLOW_CLAIM``: the reaper and the lease as
+in a plain queue's claim, its candidates chosen by the SQL function in ``_flow_sql.py`` from
+the queue's settings: everything is decided in the database, with database time, in one
+round trip and one short transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..conf import get_settings
-from . import _flow_sql, _sql
 
 #: Per-queue settings keys that switch a queue to the flow-controlled claim.
 FLOW_KEYS = frozenset(
@@ -40,23 +39,6 @@ FLOW_KEYS = frozenset(
 #: allowances off: every claim counts.
 ALLOWANCE_CLAIMS = 32
 ALLOWANCE_WINDOW = 0.2
-
-# The claim of a flow-controlled queue: LEASE around the candidates function. Parameters: the
-# queue (reaper), then the function's (queue, batch, exact, settings, and the levels, bounds and
-# bounds' ids: arrays as text, empty to walk the fair order from its head), then LEASE's
-# (worker, visibility timeout).
-CLAIM = _sql.LEASE.format(
-    candidates=(
-        "SELECT id, lease_token, place"
-        f" FROM {_flow_sql.CANDIDATES_FUNCTION_NAME}"
-        "(%s::text, %s::int, %s::boolean, %s::jsonb, %s::int2[], %s::float8[], %s::int8[])"
-    ),
-    reap_limit=_sql.REAP_LIMIT,
-    shared=_sql.SHARED_COLUMNS,
-    leased_columns=_sql.leased_returning(),
-    leased_order=_sql.LEASED_OUT_OF_ORDER,
-    walk_position="c.place",
-)
 
 
 @dataclass(frozen=True)
@@ -119,22 +101,6 @@ class FlowConfig:
             },
             sort_keys=True,
         )
-
-
-def claim_params(
-    config: FlowConfig,
-    queue: str,
-    worker_id: str,
-    limit: int,
-    vt: float,
-    exact: bool,
-    levels: tuple[str, str, str] = ("{}", "{}", "{}"),
-) -> list[Any]:
-    """The parameters of :data:`CLAIM`; ``exact`` (a claim inside the caller's transaction)
-    counts every limit and reserves no allowance; ``levels``: the priority levels, their
-    bounds in the fair order and the bounds' ids, as array literals (the default, none: from
-    the head)."""
-    return [queue, queue, limit, exact, config.settings_json, *levels, worker_id, vt]
 
 
 # Every claim and enqueue asks for its queue's FlowConfig: built once per queue named in the

@@ -1,7 +1,8 @@
 """The SQL of flow control (``_flow_control.py``): one function, created by the migration.
 
-A queue with fairness, limits or rates is claimed by ``_sql.LEASE`` whose candidates come from
-``pgq_flow_candidates_v2(queue, wanted, exact, settings, levels, bounds, after)``: the
+A queue with fairness, limits or rates is claimed by ``_claim_sql.FLOW_CLAIM``, whose
+candidates come from
+``pgq_flow_candidates(queue, wanted, exact, settings, levels, bounds, after)``: the
 messages to lease, locked, in the order to lease them, each with its place in the fair order.
 The function is PL/pgSQL because its steps depend on each other: under READ COMMITTED every
 statement in it takes a fresh snapshot, so after it has waited for the queue's lock it sees
@@ -40,14 +41,11 @@ from __future__ import annotations
 
 from ._sql import FAIR_ORDER_ENTRY
 
-#: The version in the function's name: a change of its text is a new name and a migration.
-CANDIDATES_FUNCTION_NAME = "pgq_flow_candidates_v2"
-
 #: The first key of the queues' advisory locks (the second is the queue name's hash).
 LOCK_CLASS = 0x70677100
 
 CANDIDATES_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION {CANDIDATES_FUNCTION_NAME}(
+CREATE OR REPLACE FUNCTION pgq_flow_candidates(
     p_queue text, p_wanted int, p_exact boolean, p_settings jsonb,
     p_levels smallint[], p_bounds float8[], p_after bigint[])
 RETURNS TABLE (id bigint, lease_token uuid, place float8)
@@ -82,8 +80,8 @@ DECLARE
     tokens int;
     granted int := 0;
     busy jsonb := '{{}}';
-    due pgq_flow_candidate_v1[] := '{{}}';
-    chosen pgq_flow_candidate_v1[] := '{{}}';
+    due pgq_flow_candidate[] := '{{}}';
+    chosen pgq_flow_candidate[] := '{{}}';
 BEGIN
     -- One look at the queue: paused, and (a fair queue) whether something fell due outside
     -- the fair order (a retry, a scheduled message, an expired lease): two index probes.
@@ -136,7 +134,7 @@ BEGIN
                 SET tat = r.tat - make_interval(secs => returned / rate)
                 WHERE r.queue = p_queue AND r.key = '';
             END IF;
-            tokens := pgq_flow_tokens_v1(
+            tokens := pgq_flow_tokens(
                 (SELECT r.tat FROM pgqueue_flow_rate r WHERE r.queue = p_queue AND r.key = ''),
                 clock_timestamp(), rate);
             budget := least(budget, tokens);
@@ -191,28 +189,28 @@ BEGIN
         -- are looked for among the oldest ready ones by one claim in 20, and by any claim
         -- that comes back short.
         IF due_waiting OR random() < 0.05 THEN
-            due := ARRAY(SELECT d FROM pgq_flow_due_v2(
+            due := ARRAY(SELECT d FROM pgq_flow_due(
                 p_queue, weights, CASE WHEN due_waiting THEN budget + 32 ELSE 0 END, 32) d);
         END IF;
         IF cardinality(due) = 0 AND NOT per_key THEN
             RETURN QUERY
             SELECT h.id, h.lease_token, h.place
-            FROM pgq_flow_head_v2(p_queue, budget, p_levels, p_bounds, p_after) h;
+            FROM pgq_flow_head(p_queue, budget, p_levels, p_bounds, p_after) h;
             GET DIAGNOSTICS taken = ROW_COUNT;
             IF taken < budget THEN
                 -- Short of the batch: rows written without a place (raw SQL, or from
                 -- before fairness was switched on) among the oldest ready ones.
-                due := ARRAY(SELECT d FROM pgq_flow_due_v2(p_queue, weights, 0, 32) d);
+                due := ARRAY(SELECT d FROM pgq_flow_due(p_queue, weights, 0, 32) d);
                 chosen := ARRAY(SELECT d FROM unnest(due) d
                                 ORDER BY d.priority DESC, d.place, d.id
                                 LIMIT budget - taken);
             END IF;
         ELSE
-            chosen := pgq_flow_choose_v2(p_queue, budget, due, per_key, key_limit, key_limits,
+            chosen := pgq_flow_choose(p_queue, budget, due, per_key, key_limit, key_limits,
                                          key_rate, reserved, busy, p_levels, p_bounds, p_after);
             IF cardinality(chosen) < budget THEN
-                due := due || ARRAY(SELECT d FROM pgq_flow_due_v2(p_queue, weights, 0, 32) d);
-                chosen := pgq_flow_choose_v2(p_queue, budget, due, per_key, key_limit,
+                due := due || ARRAY(SELECT d FROM pgq_flow_due(p_queue, weights, 0, 32) d);
+                chosen := pgq_flow_choose(p_queue, budget, due, per_key, key_limit,
                                              key_limits, key_rate, reserved, busy, p_levels,
                                              p_bounds, p_after);
             END IF;
@@ -225,7 +223,7 @@ BEGIN
               AND m.id <> ALL(ARRAY(SELECT c.id FROM unnest(chosen) c));
         END IF;
         IF exact AND key_rate IS NOT NULL THEN
-            PERFORM pgq_flow_spend_keys_v1(
+            PERFORM pgq_flow_spend_keys(
                 p_queue, ARRAY(SELECT c.tenant FROM unnest(chosen) c), key_rate);
         END IF;
         taken := taken + cardinality(chosen);
@@ -280,7 +278,7 @@ $fn$;
 # A candidate of a fair claim: a message with its place in the fair order.
 CANDIDATE_TYPE = """
 DO $$ BEGIN
-    CREATE TYPE pgq_flow_candidate_v1 AS (
+    CREATE TYPE pgq_flow_candidate AS (
         id bigint, lease_token uuid, tenant text, priority smallint, place float8);
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
@@ -294,9 +292,9 @@ END $$;
 # in the order given and each walk in index order, and the outer LIMIT stops the walks, and
 # their locks, once it is reached.
 HEAD_FUNCTION = """
-CREATE OR REPLACE FUNCTION pgq_flow_head_v2(
+CREATE OR REPLACE FUNCTION pgq_flow_head(
     p_queue text, p_reach int, p_levels smallint[], p_bounds float8[], p_after bigint[])
-RETURNS SETOF pgq_flow_candidate_v1
+RETURNS SETOF pgq_flow_candidate
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 #variable_conflict use_column
@@ -327,28 +325,28 @@ END
 $fn$;
 """
 
-# The fair choice: the head of the fair order (``pgq_flow_head_v2``, from the bounds given) and
+# The fair choice: the head of the fair order (``pgq_flow_head``, from the bounds given) and
 # the candidates from outside it (``p_due``, locked already), in fair order, at most
 # ``p_budget``. With key limits or a key rate each tenant takes at most what they leave it: its
 # limit less its leases in flight (``p_busy``: tenant -> count) and the units of other
 # sessions' allowances (``p_reserved``, each of which may go to any one tenant), and its rate's
 # whole tokens. When that passes over some, the head is read again twice as far.
 CHOOSE_FUNCTION = """
-CREATE OR REPLACE FUNCTION pgq_flow_choose_v2(
-    p_queue text, p_budget int, p_due pgq_flow_candidate_v1[], p_key_limited boolean,
+CREATE OR REPLACE FUNCTION pgq_flow_choose(
+    p_queue text, p_budget int, p_due pgq_flow_candidate[], p_key_limited boolean,
     p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int, p_busy jsonb,
     p_levels smallint[], p_bounds float8[], p_after bigint[])
-RETURNS pgq_flow_candidate_v1[]
+RETURNS pgq_flow_candidate[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 #variable_conflict use_column
 DECLARE
     reach int := p_budget;
-    head pgq_flow_candidate_v1[];
-    chosen pgq_flow_candidate_v1[];
+    head pgq_flow_candidate[];
+    chosen pgq_flow_candidate[];
 BEGIN
     LOOP
-        head := ARRAY(SELECT h FROM pgq_flow_head_v2(p_queue, reach, p_levels, p_bounds,
+        head := ARRAY(SELECT h FROM pgq_flow_head(p_queue, reach, p_levels, p_bounds,
                                                      p_after) h);
         IF NOT p_key_limited THEN
             RETURN ARRAY(SELECT c FROM unnest(head || p_due) c
@@ -363,7 +361,7 @@ BEGIN
                        least(coalesce((p_key_limits ->> t.tenant)::int, p_key_limit, 2147483647)
                                - coalesce((p_busy ->> t.tenant)::int, 0) - p_reserved,
                              CASE WHEN p_key_rate IS NULL THEN 2147483647
-                                  ELSE pgq_flow_tokens_v1(r.tat, clock_timestamp(), p_key_rate)
+                                  ELSE pgq_flow_tokens(r.tat, clock_timestamp(), p_key_rate)
                              END) AS n
                 FROM (SELECT DISTINCT c.tenant FROM candidate c WHERE c.tenant IS NOT NULL) t
                 LEFT JOIN pgqueue_flow_rate r
@@ -373,7 +371,7 @@ BEGIN
                                                ORDER BY c.priority DESC, c.place, c.id) AS nth
                 FROM candidate c
             )
-            SELECT ROW(r.id, r.lease_token, r.tenant, r.priority, r.place)::pgq_flow_candidate_v1
+            SELECT ROW(r.id, r.lease_token, r.tenant, r.priority, r.place)::pgq_flow_candidate
             FROM ranked r LEFT JOIN room k ON k.tenant = r.tenant
             WHERE r.tenant IS NULL OR r.nth <= k.n
             ORDER BY r.priority DESC, r.place, r.id
@@ -392,7 +390,7 @@ $fn$;
 # one) less how far the theoretical arrival time ``p_tat`` (NULL: none yet) is ahead of now.
 # A plain expression, inlined where it is used.
 TOKENS_FUNCTION = """
-CREATE OR REPLACE FUNCTION pgq_flow_tokens_v1(p_tat timestamptz, p_now timestamptz, p_rate float8)
+CREATE OR REPLACE FUNCTION pgq_flow_tokens(p_tat timestamptz, p_now timestamptz, p_rate float8)
 RETURNS int
 LANGUAGE sql IMMUTABLE
 AS $fn$
@@ -405,9 +403,9 @@ _DUE_ENTRY = FAIR_ORDER_ENTRY.format(
     queue="p_queue", priority="g.priority", tenant="g.tenant", step="g.step"
 )
 DUE_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION pgq_flow_due_v2(
+CREATE OR REPLACE FUNCTION pgq_flow_due(
     p_queue text, p_weights jsonb, p_due_limit int, p_unplaced_window int)
-RETURNS SETOF pgq_flow_candidate_v1
+RETURNS SETOF pgq_flow_candidate
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 #variable_conflict use_column
@@ -465,7 +463,7 @@ $fn$;
 # of up to 16 idle tenants (back to a full burst for a second or more) dropped, never those just
 # spent: a tenant that claims now and then keeps its row.
 SPEND_KEYS_FUNCTION = """
-CREATE OR REPLACE FUNCTION pgq_flow_spend_keys_v1(
+CREATE OR REPLACE FUNCTION pgq_flow_spend_keys(
     p_queue text, p_tenants text[], p_rate float8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -492,17 +490,17 @@ $fn$;
 
 #: What the migration creates, each after those it uses: name -> definition.
 DEFINITIONS = {
-    "pgq_flow_candidate_v1": CANDIDATE_TYPE,
-    "pgq_flow_tokens_v1": TOKENS_FUNCTION,
-    "pgq_flow_due_v2": DUE_FUNCTION,
-    "pgq_flow_head_v2": HEAD_FUNCTION,
-    "pgq_flow_choose_v2": CHOOSE_FUNCTION,
-    "pgq_flow_spend_keys_v1": SPEND_KEYS_FUNCTION,
-    CANDIDATES_FUNCTION_NAME: CANDIDATES_FUNCTION,
+    "pgq_flow_candidate": CANDIDATE_TYPE,
+    "pgq_flow_tokens": TOKENS_FUNCTION,
+    "pgq_flow_due": DUE_FUNCTION,
+    "pgq_flow_head": HEAD_FUNCTION,
+    "pgq_flow_choose": CHOOSE_FUNCTION,
+    "pgq_flow_spend_keys": SPEND_KEYS_FUNCTION,
+    "pgq_flow_candidates": CANDIDATES_FUNCTION,
 }
 
 #: What the migration's reverse runs.
 DROP = (
     *(f"DROP FUNCTION IF EXISTS {name}" for name in reversed(list(DEFINITIONS)[1:])),
-    "DROP TYPE IF EXISTS pgq_flow_candidate_v1",
+    "DROP TYPE IF EXISTS pgq_flow_candidate",
 )

@@ -1,4 +1,4 @@
-"""Every hot-path SQL statement, named and kept readable in one place.
+"""The hot-path SQL statements but the claims (``_claim_sql.py``), named and readable.
 
 Rules these follow:
 - database time only (``now()`` is the transaction's start; claims are short transactions);
@@ -17,76 +17,48 @@ SHARED_COLUMNS = (
     "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors"
 )
 
-# Columns ``lease()`` returns, in this order (core/_manager.py builds Message objects from them).
-LEASED_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "payload",
-    "priority",
-    "tenant",
-    "dedup_key",
-    "enqueued_at",
-    "available_at",
-    "attempts",
-    "max_attempts",
-    "lease_token",
-    "leased_by",
-    "leased_at",
+# The single-row enqueues, one per (fair queue?, dedup key?), each one statement with its
+# wake-up folded in: Postgres delivers a NOTIFY only on commit and merges identical ones of
+# one transaction, so N enqueues in one transaction send one. Parameters: ``queue``,
+# ``task``, ``payload`` (JSON text), ``priority``, ``tenant``, ``dedup_key``,
+# ``max_attempts``, ``run_at`` (NULL: ``delay`` seconds from the statement's time), in a fair
+# queue ``step`` (1 / the tenant's weight), and the wake-up's ``channel`` (NULL: none) and
+# ``wake`` (its payload). A message is available at the same instant as its ``enqueued_at``
+# when neither is given. ON CONFLICT only when the message has a dedup key: with it Postgres
+# inserts speculatively (an extra WAL record and a recheck per row), even for rows the
+# partial unique index does not cover.
+ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+    VALUES
+        (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
+         %(max_attempts)s,
+         COALESCE(%(run_at)s::timestamptz,
+                  statement_timestamp() + make_interval(secs => %(delay)s::float8)))
+    RETURNING id, enqueued_at, available_at
 )
-# Not returned by a claim: ``errors`` and ``last_error`` can hold long tracebacks that a
-# handler does not need; reading them on a leased Message loads them lazily.
-
-# Leased timestamps travel as integer microseconds since the epoch: parsing three timestamptz
-# texts per row costs a worker more than the rest of the row (_manager.py rebuilds them).
-LEASED_TIMESTAMPS = ("enqueued_at", "available_at", "leased_at")
-
-
-# Python's datetime range, a day inside: a value stored beyond it (written by SQL: 'infinity',
-# year 275817) is read as the nearest bound rather than failing every claim of its queue.
-_LOADABLE_TIME = "LEAST(GREATEST({}, '0001-01-02+00'::timestamptz), '9999-12-30+00'::timestamptz)"
-
-
-def leased_returning(alias: str = "m") -> str:
-    """The claim's ``RETURNING`` list of :data:`LEASED_COLUMNS`."""
-    return ", ".join(
-        f"(extract(epoch FROM {_LOADABLE_TIME.format(f'{alias}.{c}')}) * 1000000)::int8"
-        if c in LEASED_TIMESTAMPS
-        else f"{alias}.{c}"
-        for c in LEASED_COLUMNS
-    )
-
-
-# Made available at the same instant as ``enqueued_at`` (its default): ``now()`` is the
-# transaction's start, which comes before the statement's in an extended-protocol round trip.
-_ENQUEUE_INSERT = """
-INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
-VALUES
-    (%s, %s, %s::jsonb, %s, %s, %s, %s,
-     COALESCE(%s::timestamptz, statement_timestamp() + make_interval(secs => %s)))
-"""
-_ENQUEUE_RETURNING = "RETURNING id, enqueued_at, available_at"
-_ON_DEDUP_KEY_CONFLICT = "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
-
-# One insert. ON CONFLICT only when the message has a dedup key: with it Postgres inserts
-# speculatively (an extra WAL record and a recheck per row), even for rows the partial unique
-# index does not cover.
-ENQUEUE = f"{_ENQUEUE_INSERT}{_ENQUEUE_RETURNING}\n"
-ENQUEUE_DEDUP = f"{_ENQUEUE_INSERT}{_ON_DEDUP_KEY_CONFLICT}\n{_ENQUEUE_RETURNING}\n"
-
-
-def enqueue_and_notify(insert: str) -> str:
-    """``insert`` with the wake-up folded in: Postgres delivers it only on commit and merges
-    identical notifications of one transaction, so N enqueues in one transaction send one."""
-    return f"""
-WITH inserted AS ({insert})
-SELECT id, enqueued_at, available_at, pg_notify(%s, %s) FROM inserted
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
 """
 
-
-ENQUEUE_AND_NOTIFY = enqueue_and_notify(ENQUEUE)
-ENQUEUE_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_DEDUP)
+ENQUEUE_DEDUP = """
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+    VALUES
+        (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
+         %(max_attempts)s,
+         COALESCE(%(run_at)s::timestamptz,
+                  statement_timestamp() + make_interval(secs => %(delay)s::float8)))
+    ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
+"""
 
 
 # A message's place when it enters its queue's fair order (core/_flow_sql.py): the tenant's
@@ -111,38 +83,56 @@ FAIR_ORDER_ENTRY = """COALESCE(
     0)"""
 
 
-# Enqueue into a fair queue: the message takes its place in the fair order at once when it is
-# ready, -1 (outside the order until it falls due) when scheduled. Parameters as ENQUEUE's,
-# then the tenant's step (1 / weight).
+# In a fair queue the message takes its place in the fair order at once when it is ready,
+# -1 (outside the order until it falls due) when scheduled.
 _ENTRY_OF_V = FAIR_ORDER_ENTRY.format(
     queue="v.queue", priority="v.priority", tenant="v.tenant", step="v.step"
 )
-
-
-def enqueue_fair(insert_suffix: str) -> str:
-    return f"""
-INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order)
-SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key, v.max_attempts,
-       v.available_at,
-       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
-FROM (SELECT %s::text AS queue, %s::text AS task, %s::text AS payload,
-             %s::smallint AS priority, %s::text AS tenant, %s::text AS dedup_key,
-             %s::int AS max_attempts,
-             COALESCE(%s::timestamptz, statement_timestamp() + make_interval(secs => %s::float8))
+_FAIR_VALUES = """(SELECT %(queue)s::text AS queue, %(task)s::text AS task,
+             %(payload)s::text AS payload, %(priority)s::smallint AS priority,
+             %(tenant)s::text AS tenant, %(dedup_key)s::text AS dedup_key,
+             %(max_attempts)s::int AS max_attempts,
+             COALESCE(%(run_at)s::timestamptz,
+                      statement_timestamp() + make_interval(secs => %(delay)s::float8))
                  AS available_at,
-             %s::float8 AS step) v
-{insert_suffix}"""
+             %(step)s::float8 AS step) v"""
 
+ENQUEUE_FAIR = f"""
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at,
+         fair_order)
+    SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
+           v.max_attempts, v.available_at,
+           CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+    FROM {_FAIR_VALUES}
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
+"""
 
-ENQUEUE_FAIR = enqueue_fair(_ENQUEUE_RETURNING)
-
-ENQUEUE_FAIR_DEDUP = enqueue_fair(f"{_ON_DEDUP_KEY_CONFLICT}\n{_ENQUEUE_RETURNING}")
-ENQUEUE_FAIR_AND_NOTIFY = enqueue_and_notify(ENQUEUE_FAIR)
-ENQUEUE_FAIR_DEDUP_AND_NOTIFY = enqueue_and_notify(ENQUEUE_FAIR_DEDUP)
+ENQUEUE_FAIR_DEDUP = f"""
+WITH inserted AS (
+    INSERT INTO pgqueue_message
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at,
+         fair_order)
+    SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
+           v.max_attempts, v.available_at,
+           CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+    FROM {_FAIR_VALUES}
+    ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING id, enqueued_at, available_at
+)
+SELECT id, enqueued_at, available_at,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
+FROM inserted
+"""
 
 FIND_BY_DEDUP_KEY = """
-SELECT id, enqueued_at, available_at FROM pgqueue_message WHERE queue = %s AND dedup_key = %s
+SELECT id, enqueued_at, available_at FROM pgqueue_message
+WHERE queue = %(queue)s AND dedup_key = %(dedup_key)s
 """
 
 ENQUEUE_MANY_UNNEST = """
@@ -180,151 +170,6 @@ FROM (SELECT %(queue)s::text AS queue, %(priority)s::smallint AS priority,
 """
 
 NOTIFY_QUEUES = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS q(queue)"
-
-#: Exhausted leases one claim (plain or flow-controlled) buries at most: keeps it short.
-REAP_LIMIT = 100
-
-# The claim. ``{candidates}`` is the ORM's ``select_for_update(skip_locked=True)`` query from
-# ``MessageManager.lease`` (it selects ``id, lease_token, available_at``), CANDIDATES_FROM, or
-# the flow-control function (``id, lease_token, place``); ``{walk_position}`` is where each
-# candidate was in the walk of its claim order (``available_at`` in seconds since the epoch,
-# or the place in the fair order), which the claimer's bounds move up to
-# (core/_claim_bound.py); ``{reap_limit}`` bounds the reaper; ``{leased_order}`` is a leased
-# message's ``fair_order``: -1 (out of the fair order while leased) in a fair queue's claim,
-# else LEASED_ORDER.
-# One statement does both jobs:
-#   1. the reaper, for leases that ran out on their last attempt: attempts count at claim, so
-#      a message that kills its worker every time is buried here (reason ``lease_expired``),
-#      not run in a loop; but a lease that gives its attempt back on expiry (below) gets it
-#      back here instead, and runs again;
-#   2. leases the batch: attempts + 1 (+ 0 after a lease that gives its attempt back), a
-#      fresh fencing token, visible again after the timeout.
-# Rows come back tagged ``claimed`` or ``buried`` so the caller can log both.
-#
-# The attempt rule. A worker's claim session sets ``pgqueue.refund_on_expiry``
-# (execution.dedicate_to_claims): its leases are marked ``refund_on_expiry``, and a lease so
-# marked that expires gives its attempt back. A worker runs a redelivered message (its
-# previous lease expired) alone, and clears the mark in a committed statement just before
-# its handler starts (transitions.start_alone). So when a worker dies, only a message whose
-# handler was running alone has spent an attempt: the batch-mates it had leased, started or
-# not, have not. Any other claim (``lease()`` called by your code) leaves the mark off: every
-# claim counts, as it always did.
-LEASE = """
-WITH exhausted AS (
-    SELECT id, refund_on_expiry AND lease_token IS NOT NULL AS refund FROM pgqueue_message
-    WHERE queue = %s AND attempts >= max_attempts AND available_at <= now()
-    ORDER BY available_at
-    LIMIT {reap_limit}
-    FOR UPDATE SKIP LOCKED
-), refunded AS (
-    -- Keeps its lease token: the next claim sees it redelivered (and the worker runs it
-    -- alone), and counts that attempt again.
-    UPDATE pgqueue_message m SET attempts = m.attempts - 1, refund_on_expiry = false
-    WHERE m.id = ANY(ARRAY(SELECT id FROM exhausted WHERE refund))
-), reaped AS (
-    DELETE FROM pgqueue_message m
-    WHERE m.id = ANY(ARRAY(SELECT id FROM exhausted WHERE NOT refund))
-    RETURNING m.*
-), buried AS (
-    INSERT INTO pgqueue_dead (message_id, {shared}, reason, details, worker_id, died_at)
-    SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-           max_attempts,
-           errors || jsonb_build_array(jsonb_build_object(
-               'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
-               'type', 'LeaseExpired',
-               'message', 'the lease expired before the worker finished (crash or timeout)')),
-           'lease_expired',
-           jsonb_build_object(
-               'type', 'LeaseExpired',
-               'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
-                                 leased_by, leased_at, attempts, max_attempts),
-               'traceback', ''),
-           leased_by, now()
-    FROM reaped
-    RETURNING message_id, queue, task, attempts, worker_id
-), candidates AS (
-    {candidates}
-), numbered AS (
-    -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
-    SELECT candidates.*, row_number() OVER () AS position FROM candidates
-), claimed AS (
-    UPDATE pgqueue_message m
-    -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
-    SET attempts = m.attempts
-                   + CASE WHEN m.refund_on_expiry AND m.lease_token IS NOT NULL THEN 0 ELSE 1 END,
-        refund_on_expiry = COALESCE(current_setting('pgqueue.refund_on_expiry', true) = 'on',
-                                    false),
-        lease_token = gen_random_uuid(),
-        leased_by = %s,
-        leased_at = now(),
-        available_at = now() + make_interval(secs => %s),
-        fair_order = {leased_order}
-    FROM numbered c
-    -- The rows by primary key, an index condition whatever the plan: joined on ``m.id =
-    -- c.id`` alone, a generic plan made while the table was small hash-joins the batch
-    -- against a walk of the whole primary key, O(table) per claim once a backlog arrives.
-    WHERE m.id = ANY(ARRAY(SELECT id FROM numbered)) AND m.id = c.id
-    -- Re-checked on the row version this statement locked: a lease committed by another
-    -- worker meanwhile is never taken over, whatever plan found the candidate. Written so
-    -- that it does not imply the partial claim index's predicate: a plan made while the
-    -- table was small would otherwise look each row up by walking that index.
-      AND m.available_at <= statement_timestamp() AND m.attempts - m.max_attempts < 0
-    RETURNING {leased_columns}, c.lease_token IS NOT NULL AS redelivered, c.position,
-              {walk_position} AS walk_position
-)
-SELECT 'claimed' AS outcome, claimed.* FROM claimed
-UNION ALL
-SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, 0, NULL
-FROM buried
-ORDER BY position
-"""
-
-# LEASE's ``{candidates}`` in a plain claim walked from lower bounds on ``available_at``
-# (core/_claim_bound.py), one per priority level, highest first: each level's walk seeks its
-# bound in the claim index, so the entries below it are passed over without being read. (A
-# single walk across levels could not seek past the unconstrained ``priority`` column.) The
-# claim order of ``MessageManager.claimable``: the levels come in the order given and each
-# walk in index order; the outer LIMIT stops the walks, and their locks, once the batch is
-# full. Parameters: the levels, their bounds (seconds since the epoch), the queue, the queue.
-CANDIDATES_FROM = """SELECT m.id, m.lease_token, m.available_at
-    FROM unnest(%s::int2[], %s::float8[]) AS level(priority, bound)
-    CROSS JOIN LATERAL (
-        SELECT id, lease_token, available_at FROM pgqueue_message
-        WHERE queue = %s AND priority = level.priority AND attempts < max_attempts
-          AND available_at >= to_timestamp(level.bound)
-          AND available_at <= statement_timestamp()
-        ORDER BY available_at, id
-        LIMIT {limit}
-        FOR UPDATE SKIP LOCKED
-    ) m
-    WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %s AND q.paused)
-    LIMIT {limit}"""
-
-# The first messages a claim from the head would take, looked at without claiming them
-# (``MessageManager.look_from_head``): each one's priority, ``available_at`` (seconds since
-# the epoch) and id. Parameters: the queue, how many.
-HEAD_OF_QUEUE = """SELECT priority, extract(epoch FROM available_at)::float8, id
-    FROM pgqueue_message
-    WHERE queue = %s AND attempts < max_attempts AND available_at <= statement_timestamp()
-    ORDER BY priority DESC, available_at, id
-    LIMIT %s"""
-
-# LEASE's ``{walk_position}`` in a plain claim (its candidates' ``available_at``).
-WALKED_AT = "extract(epoch FROM c.available_at)::float8"
-
-# HEAD_OF_QUEUE in a fair queue whose claims walk its fair order from bounds: each message's
-# priority, place in that order (``pgq_flow_head_v2``) and id.
-FAIR_HEAD_OF_QUEUE = """SELECT priority, fair_order, id FROM pgqueue_message
-    WHERE queue = %s AND fair_order >= 0
-    ORDER BY priority DESC, fair_order, id
-    LIMIT %s"""
-
-# A leased message's ``fair_order``: -1 in flow-controlled claims (out of any fair order, and
-# counted in flight: see FLOW_COMMON_CTES); in plain claims -1 only for a row that had a place
-# (its queue was fair), others stay NULL.
-LEASED_ORDER = "CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END"
-LEASED_OUT_OF_ORDER = "-1"
 
 # The acknowledgements below take their batch as arrays (``batch``, inlined: its arrays are
 # the statement's parameters) and find their rows by ``m.id = ANY(b.ids)``: an index
@@ -457,7 +302,7 @@ RETURNING m.id, m.cancel_requested_at IS NOT NULL
 
 # A worker starts the handler of a redelivered message alone (worker/executor.py): from this
 # statement's commit on, the lease no longer gives its attempt back if it expires (see "The
-# attempt rule" above). Fenced by lease token.
+# attempt rule" in ``_claim_sql.py``). Fenced by lease token.
 START_ALONE = """
 UPDATE pgqueue_message SET refund_on_expiry = false
 WHERE id = %s AND lease_token = %s

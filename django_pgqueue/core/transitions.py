@@ -19,9 +19,8 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..models import DeadReason
-from . import _sql
-from ._execution import BY_ID_PLAN, ack_settings, execute, set_local
-from ._prepared import can_prepare, execute_prepared
+from . import _send, _sql
+from ._execution import BY_ID_PLAN, ack_settings, execute
 
 __all__ = [
     "FailedAttempt",
@@ -81,29 +80,16 @@ def _array(values: Sequence[int | uuid.UUID | None]) -> str:
 
 
 def _run(
-    connection: Any,
-    kind: str,
-    statement: str,
-    params: list[Any],
-    types: tuple[str, ...],
-    local_settings: dict[str, str],
+    connection: Any, statement: str, params: list[Any], local_settings: dict[str, str]
 ) -> list[Any]:
-    """Run a batch transition, as a session-prepared statement with a nested-loop plan when
-    it is a transaction of its own (``_prepared.py``, ``_execution.BY_ID_PLAN``)."""
+    """Run a batch transition: in a transaction of its own, prepared, with a nested-loop
+    generic plan (``_send.py``, ``_execution.BY_ID_PLAN``); else through Django's cursor."""
+    if _send.direct(connection):
+        plan = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN, **local_settings}
+        rows = _send.run(connection, statement, params, plan=plan)
+        if rows is not None:
+            return rows
     with connection.cursor() as cursor:
-        if can_prepare(connection, cursor):
-            plan = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN, **local_settings}
-            rows = execute_prepared(
-                cursor,
-                connection,
-                kind=kind,
-                statement=statement,
-                types=types,
-                params=params,
-                prefix=set_local(plan),
-            )
-            if rows is not None:
-                return rows
         execute(cursor, statement, params, local_settings)
         return list(cursor.fetchall())
 
@@ -145,17 +131,9 @@ def complete_encoded(
         results_json = None  # NULL: unnest() pads the results with NULLs
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), results_json]
-    rows = _run(
-        connection, "complete", _sql.COMPLETE, params, _COMPLETE_TYPES, ack_settings(connection)
-    )
+    rows = _run(connection, _sql.COMPLETE, params, ack_settings(connection))
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
-
-
-_COMPLETE_TYPES = ("bigint[]", "uuid[]", "text[]")
-_FAIL_TYPES = ("bigint[]", "uuid[]", "text[]", "text[]", "float8[]")
-_EXTEND_TYPES = ("float8", "bigint[]", "uuid[]")
-_RELEASE_TYPES = ("boolean", "bigint[]", "uuid[]")
 
 
 def backoff_delay(
@@ -230,10 +208,10 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
             raise ValueError(f"Unknown dead reason {a.final_reason!r}")
     errors = [json.dumps(a.error, default=str) for a in attempts]
     reasons = [str(a.final_reason) for a in attempts]
-    delays = [a.retry_in for a in attempts]
+    delays = [None if a.retry_in is None else float(a.retry_in) for a in attempts]
     connection = connections[_alias(using)]
     params = [_array(ids), _array(tokens), errors, reasons, delays]
-    rows = _run(connection, "fail", _sql.FAIL, params, _FAIL_TYPES, ack_settings(connection))
+    rows = _run(connection, _sql.FAIL, params, ack_settings(connection))
     retried = [r[0] for r in rows if r[1] == "retried"]
     buried = [r[0] for r in rows if r[1] == "buried"]
     return Outcome(
@@ -252,7 +230,7 @@ def extend(
         return Outcome()
     connection = connections[_alias(using)]
     params = [float(visibility_timeout), _array(ids), _array(tokens)]
-    rows = _run(connection, "extend", _sql.EXTEND, params, _EXTEND_TYPES, ack_settings(connection))
+    rows = _run(connection, _sql.EXTEND, params, ack_settings(connection))
     done = [row[0] for row in rows]
     flagged = [row[0] for row in rows if row[1]]
     return Outcome(done=done, stale=_stale(ids, done), cancel_requested=flagged)
@@ -270,7 +248,7 @@ def release(
     if not ids:
         return Outcome()
     params = [reset_attempt, _array(ids), _array(tokens)]
-    rows = _run(connections[_alias(using)], "release", _sql.RELEASE, params, _RELEASE_TYPES, {})
+    rows = _run(connections[_alias(using)], _sql.RELEASE, params, {})
     done = [row[0] for row in rows]
     return Outcome(done=done, stale=_stale(ids, done))
 

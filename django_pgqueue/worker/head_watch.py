@@ -21,8 +21,8 @@ import threading
 
 from django.db import DatabaseError, connections
 
+from ..core._claim import look_from_head
 from ..core._claim_bound import HEAD_WALK_EVERY, ClaimBounds, head_walk_pause
-from ..models import Message
 from .db import is_connection_error
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -51,7 +51,7 @@ class HeadWatcher(threading.Thread):
     def _look(self, queue: str) -> float:
         """Look at the head of ``queue``: the seconds it took (0 when it failed)."""
         try:
-            seconds = Message.objects.look_from_head(queue, self.bounds, using=self.alias)
+            seconds = look_from_head(queue, self.bounds, alias=self.alias)
         except DatabaseError as exc:
             if is_connection_error(exc):
                 logger.warning("Head watcher: the database is unreachable (%s).", exc)

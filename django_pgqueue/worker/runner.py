@@ -47,7 +47,7 @@ from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
 
 from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
-from ..core import _execution, _sql, transitions
+from ..core import _claim, _execution, _sql, transitions
 from ..core._claim_bound import ClaimBounds
 from ..core._flow_control import flow_config
 from ..core._notify import read_wake_payload
@@ -766,7 +766,7 @@ class Worker:
         # Its leases give their attempt back if they expire: the executor runs a redelivered
         # message alone (see "The attempt rule" in core/_sql.py).
         _execution.dedicate_to_claims(connections[self.alias], refund_on_expiry=True)
-        batch = Message.objects.lease(
+        batch = _claim.lease(
             queue,
             worker_id=self.worker_id,
             batch_size=want,

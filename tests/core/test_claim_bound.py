@@ -14,9 +14,9 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 import django_pgqueue
-from django_pgqueue.core import _sql, transitions
+from django_pgqueue.core import _claim, _claim_sql, transitions
+from django_pgqueue.core._claim import levels_params
 from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, MAX_LEVELS, SLACK, ClaimBounds
-from django_pgqueue.core._manager import _levels_params
 from django_pgqueue.models import Message
 from tests.bounds import bounded, claim, committed_late, db_now
 from tests.conftest import connection_kwargs
@@ -111,7 +111,7 @@ def test_without_bounds_every_claim_walks_from_the_head():
 def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
     """The entries below the bound are passed over on the index alone: the bound is an
     index condition of the claim index in the claim's own (generic, prepared) plan."""
-    from django_pgqueue.core import _execution, _prepared
+    from django_pgqueue.core import _execution
 
     _execution.dedicate_to_claims(connection)
     try:
@@ -122,12 +122,11 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         )
         admin_conn.execute("ANALYZE pgqueue_message")
         assert len(claim(bounds)) == 10  # prepares the claim from the bound
-        statement = Message.objects._bounded_lease_statement(10)
-        priorities, floors, _ = _levels_params(bounds.start("default"))
-        params = ["default", priorities, floors, "default", "default", "w1", 30.0]
-        name, _ = _prepared.prepared_form("claim", statement, tuple(map(_type, params)))
+        priorities, floors, _ = levels_params(bounds.start("default"))
+        named = {"queue": "default", "batch": 10, "worker": "w1", "visibility_timeout": 30.0}
+        named.update(levels=priorities, bounds=floors)
         with connection.cursor() as cursor:
-            [plan] = explain_prepared(cursor, name, params, {}).values()
+            [plan] = explain_prepared(cursor, _claim_sql.BOUNDED_CLAIM, named, {}).values()
         assert unbounded_reads(plan) == [], plan
         [walk] = [n for n in nodes(plan) if n.get("Index Name") == "pgq_message_claim"]
         assert "priority =" in walk["Index Cond"], walk
@@ -139,17 +138,13 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         _execution.end_claim_session(connection)
 
 
-def _type(value: object) -> str:
-    return "float8" if isinstance(value, float) else "text"
-
-
 def test_a_look_from_the_head_lowers_the_bounds_to_what_fell_due_below_them():
     # Claims that never walk from the head themselves: the look does it for them.
     bounds = bounded(ClaimBounds(slow_head_walk=0.0, head_walks_in_claims=False))
     old = django_pgqueue.enqueue("t", {"n": 1}, run_after=db_now() - dt.timedelta(hours=1)).id
     other_level = django_pgqueue.enqueue("t", {"n": 2}, priority=-3).id
     assert claim(bounds) == []  # below the bound, and at a level not known
-    Message.objects.look_from_head("default", bounds)
+    _claim.look_from_head("default", bounds, alias="default")
     assert claim(bounds) == [old, other_level]
     assert bounds.start("default") is not None  # still walking from the bounds
 
@@ -173,7 +168,9 @@ def test_the_look_from_the_head_reads_the_claim_index_in_claim_order(admin_conn)
     )
     admin_conn.execute("ANALYZE pgqueue_message")
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + _sql.HEAD_OF_QUEUE, ["default", 100])
+        cursor.execute(
+            "EXPLAIN (FORMAT JSON) " + _claim_sql.HEAD_OF_QUEUE, {"queue": "default", "rows": 100}
+        )
         [plan] = cursor.fetchone()
     assert unbounded_reads(plan) == [], plan
     assert not [n for n in nodes(plan) if n["Node Type"] == "Sort"], plan
@@ -185,7 +182,7 @@ FAIR = {"QUEUES": {"fair": {"FAIRNESS": True}}}
 
 
 def fair_claim(bounds: ClaimBounds, n: int = 4) -> list[Message]:
-    return Message.objects.lease("fair", worker_id="w1", batch_size=n, bounds=bounds)
+    return _claim.lease("fair", worker_id="w1", batch_size=n, bounds=bounds)
 
 
 def places(bounds: ClaimBounds) -> list[tuple[int, float]]:
@@ -248,7 +245,7 @@ def test_a_fair_message_enqueued_in_a_late_transaction_is_claimed_after_a_look_a
             assert len(fair_claim(bounds)) == 4
     assert places(bounds) == [(0, 8.0)]
     assert late[0] not in {m.id for m in fair_claim(bounds)}  # below the bound
-    Message.objects.look_from_head("fair", bounds)
+    _claim.look_from_head("fair", bounds, alias="default")
     assert places(bounds) == [(0, 0.0)]
     assert fair_claim(bounds)[0].id == late[0]  # first in fair order
 
@@ -269,7 +266,7 @@ def test_a_fair_claim_rolled_back_below_the_bounds_is_claimed_after_a_look_at_th
         7.0,
     ]
     assert {m.id for m in fair_claim(bounds)}.isdisjoint(m.id for m in held)
-    Message.objects.look_from_head("fair", bounds)
+    _claim.look_from_head("fair", bounds, alias="default")
     assert [m.id for m in fair_claim(bounds)] == [m.id for m in held]
 
 
@@ -320,7 +317,7 @@ def test_a_fair_claim_from_its_bound_passes_over_the_dead_entries_below_it(admin
                 batch = fair_claim(bounds, 100)
                 assert len(batch) == 100
                 transitions.complete(batch)
-            levels = _levels_params(bounds.start("fair", fair=True))
+            levels = levels_params(bounds.start("fair", fair=True))
             walks.append(
                 (
                     _head_walk_buffers(admin_conn, ("{}", "{}", "{}")),
@@ -335,14 +332,14 @@ def test_a_fair_claim_from_its_bound_passes_over_the_dead_entries_below_it(admin
 
 
 def _head_walk_buffers(conn: psycopg.Connection[Any], levels: tuple[str, str, str]) -> int:
-    """Buffers of one walk of the fair order (``pgq_flow_head_v2``, 100 messages), its locks
+    """Buffers of one walk of the fair order (``pgq_flow_head``, 100 messages), its locks
     rolled back; the second of two, so that the function's planning is not counted."""
     walks = []
     for _ in range(2):
         with conn.transaction(force_rollback=True):
             [plan] = conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                "SELECT * FROM pgq_flow_head_v2('fair', 100, %s::int2[], %s::float8[], %s::int8[])",
+                "SELECT * FROM pgq_flow_head('fair', 100, %s::int2[], %s::float8[], %s::int8[])",
                 list(levels),
             ).fetchone()[0]
         walks.append(buffers(plan))

@@ -16,6 +16,7 @@ from django_pgqueue.core import operations
 from django_pgqueue.exceptions import InvalidMessage, PayloadError, QueueNameError
 from django_pgqueue.models import Message
 from tests.conftest import drain
+from tests.sessions import lose_prepared_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -308,13 +309,19 @@ def test_handlers_modules_are_imported_at_startup():
     assert handler is not None and handler.queue == "emails"
 
 
-def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
-    from django_pgqueue.core import _prepared
-
-    django_pgqueue.enqueue("t", {"n": 1})
-    assert any(n.startswith("pgq_enqueue") for n in _prepared._prepared[connection.connection])
+def prepared_enqueues() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%INSERT INTO pgqueue_message%%'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
+    django_pgqueue.enqueue("t", {"n": 1})
+    assert prepared_enqueues() == 1
+    lose_prepared_statements(connection)
     second = django_pgqueue.enqueue("t", {"n": 2})
     third = django_pgqueue.enqueue("t", {"n": 3}, dedup_key="k")
     assert django_pgqueue.enqueue("t", {"n": 4}, dedup_key="k").id == third.id
@@ -328,11 +335,8 @@ def test_enqueue_survives_a_session_that_drops_prepared_statements(listener):
 @pytest.mark.parametrize("use_tz", [True, False])
 @pytest.mark.parametrize("run_after", [None, dt.timedelta(minutes=5), "absolute"])
 def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after, queue):
-    # In autocommit enqueue() skips Django's cursor (_prepared.run_on_driver, or for a fair
-    # queue run_script_on_driver) and loads the timestamps itself: they must come back
-    # exactly as Django loads the row.
-    from django_pgqueue.core import _prepared
-
+    # In autocommit enqueue() skips Django's cursor (_send.run): the timestamps must come
+    # back exactly as Django loads the row.
     settings.TIME_ZONE = "America/New_York"
     settings.USE_TZ = use_tz
     settings.PGQUEUE = {"QUEUES": {"fair": {"FAIRNESS": True}}}
@@ -341,7 +345,7 @@ def test_enqueue_result_equals_the_stored_row(settings, use_tz, run_after, queue
     sent = django_pgqueue.enqueue(
         "t", {"k": "v"}, run_after=run_after, priority=-7, queue=queue, tenant="acme"
     )
-    assert any(n.startswith("pgq_enqueue") for n in _prepared._prepared[connection.connection])
+    assert prepared_enqueues() == 1
     stored = Message.objects.get(pk=sent.id)
     assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
     assert (sent.available_at.tzinfo is None) is (not use_tz)
@@ -363,21 +367,19 @@ def test_enqueue_goes_through_djangos_cursor_when_queries_are_observed():
     assert Message.objects.get(pk=sent.id).payload == {"n": 1}
 
 
-def test_driver_path_raises_djangos_exceptions():
+def test_the_direct_path_raises_djangos_exceptions():
     from django.db import DataError
 
-    from django_pgqueue.core import _prepared
+    from django_pgqueue.core import _send
 
-    assert _prepared.driver_path(connection)
+    assert _send.direct(connection)
     with pytest.raises(DataError):
-        _prepared.run_on_driver(
-            connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[0]
-        )
+        _send.run(connection, "SELECT 1 / %s", [0])
     # The session carries on: the error ended its implicit transaction.
-    rows = _prepared.run_on_driver(
-        connection, kind="t", statement="SELECT 1 / %s", types=("int",), params=[1]
-    )
-    assert rows == [((1).to_bytes(4, "big"),)]
+    assert _send.run(connection, "SELECT 1 / %s", [1]) == [(1,)]
+    with pytest.raises(DataError):
+        _send.run(connection, "SELECT 1 / %s", [0], plan={"jit": "off"})
+    assert _send.run(connection, "SELECT 1 / %s", [1], plan={"jit": "off"}) == [(1,)]
 
 
 def test_enqueue_many_copies_awkward_payloads_and_keys_exactly():

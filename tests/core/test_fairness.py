@@ -14,7 +14,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 import django_pgqueue
-from django_pgqueue.core import _flow_control, transitions
+from django_pgqueue.core import _claim, _claim_sql, _flow_control, _sql, transitions
 from django_pgqueue.core._claim_bound import ClaimBounds
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.models import FlowAllowance, FlowRate, Message
@@ -38,7 +38,7 @@ def claimer(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def lease(n: int = 1, queue: str = "fair", worker: str = "w1") -> list[Message]:
-    return Message.objects.lease(queue, worker_id=worker, batch_size=n, bounds=_bounds)
+    return _claim.lease(queue, worker_id=worker, batch_size=n, bounds=_bounds)
 
 
 def enqueue_many(tenant: str | None, count: int, queue: str = "fair", **kwargs) -> list[int]:
@@ -281,22 +281,22 @@ def test_fair_claims_run_side_by_side_without_taking_a_message_twice():
 def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
     """On a worker's claim session a fair claim is a bare Bind/Execute: the same messages in
     the same fair order, with the same columns and types."""
-    from django_pgqueue.core import _execution, _manager
+    from django_pgqueue.core import _execution, _send
 
     for tenant in ("a", "b"):
         enqueue_many(tenant, 3)
     plain = lease(1)[0]
     _execution.dedicate_to_claims(connection)
-    sent: list[str] = []
-    real = _manager.run_on_driver
+    sent: list[tuple[str, object]] = []
+    real = _send.run
 
     def spy(*args, **kwargs):
-        sent.append(kwargs["statement"])
+        sent.append((args[1], kwargs["plan"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_manager, "run_on_driver", spy)
+    monkeypatch.setattr(_send, "run", spy)
     fast = lease(3)
-    assert sent == [_flow_control.CLAIM]
+    assert sent == [(_claim_sql.FLOW_CLAIM, None)]
     assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b"]
     row = Message.objects.get(id=fast[0].id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by", "payload"):
@@ -487,9 +487,22 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
         "fair_order", flat=True
     )
     assert place is not None and place >= 0
-    params = ["fair", "t", "{}", 0, "tenant-1", None, 3, None, 0.0, 1.0, "pgqueue", "fair"]
+    params = {
+        "queue": "fair",
+        "task": "t",
+        "payload": "{}",
+        "priority": 0,
+        "tenant": "tenant-1",
+        "dedup_key": None,
+        "max_attempts": 3,
+        "run_at": None,
+        "delay": 0.0,
+        "step": 1.0,
+        "channel": "pgqueue",
+        "wake": "fair",
+    }
     with connection.cursor() as cursor:
-        plans = explain_prepared(cursor, "pgq_enqueue_fair_.*", params, _execution.CLAIM_PLAN)
+        plans = explain_prepared(cursor, _sql.ENQUEUE_FAIR, params, _execution.CLAIM_PLAN)
     assert plans
     for name, plan in plans.items():
         assert unbounded_reads(plan) == [], (name, plan)

@@ -8,12 +8,13 @@ import pytest
 from django.db import connection, connections, transaction
 
 import django_pgqueue
-from django_pgqueue.core import transitions
+from django_pgqueue.core import _claim, _claim_sql, transitions
 from django_pgqueue.core.operations import pause_queue, resume_queue
 from django_pgqueue.exceptions import LeaseError
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
 from tests.factories import MessageFactory
 from tests.plans import explain_prepared, nodes, unbounded_reads
+from tests.sessions import lose_prepared_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,18 +219,21 @@ def test_claim_is_an_index_lookup_on_a_large_backlog(admin_conn):
 def test_claims_survive_a_session_that_drops_prepared_statements(caplog):
     """Behind a pooler in transaction mode the session's prepared claim may vanish: the claim
     then falls back to sending the statement itself, and nothing is claimed twice or lost."""
-    from django_pgqueue.core import _prepared
+    from django_pgqueue.core import _send
 
     for n in range(4):
         django_pgqueue.enqueue("t", {"n": n})
     assert len(lease()) == 1  # prepares the claim on this connection
-    assert _prepared._prepared.get(connection.connection), "the claim was prepared"
     with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%exhausted%%'"
+        )
+        assert cursor.fetchone()[0] >= 1, "the claim was prepared"
+    lose_prepared_statements(connection)
     with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
         assert len(lease()) == 1
     assert "prepared statement vanished" in caplog.text
-    assert connection.connection in _prepared._unpreparable
+    assert connection.connection in _send._unpreparable
     assert len(lease(batch_size=5)) == 2
     assert Message.objects.filter(lease_token__isnull=True).count() == 0
 
@@ -238,24 +242,24 @@ def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch,
     """A connection dedicated to claims (the worker's) keeps the claim's settings for the
     session and claims with a bare Bind/Execute: same messages, same columns, same types as
     the query-string path; a vanished statement falls back there."""
-    from django_pgqueue.core import _execution, _manager
+    from django_pgqueue.core import _execution, _send
 
     ids = [django_pgqueue.enqueue("t", {"n": n}, tenant="ten").id for n in range(5)]
-    plain = lease(batch_size=1, decode_payloads=False)[0]
+    plain = _claim.lease("default", worker_id="w1", decode_payloads=False)[0]
     _execution.dedicate_to_claims(connection)
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
         assert cursor.fetchone() == ("off", "off")
-    sent: list[str] = []
-    real = _manager.run_on_driver
+    sent: list[tuple[str, object]] = []
+    real = _send.run
 
     def spy(*args, **kwargs):
-        sent.append(kwargs["kind"])
+        sent.append((args[1], kwargs["plan"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_manager, "run_on_driver", spy)
-    fast = lease(batch_size=1, decode_payloads=False)[0]
-    assert sent == ["claim"]
+    monkeypatch.setattr(_send, "run", spy)
+    fast = _claim.lease("default", worker_id="w1", decode_payloads=False)[0]
+    assert sent == [(_claim_sql.PLAIN_CLAIM, None)]
     assert [plain.id, fast.id] == ids[:2]
     row = Message.objects.get(id=fast.id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by"):
@@ -265,8 +269,7 @@ def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch,
         assert getattr(fast, field) == getattr(row, field), field
     assert fast.payload == '{"n": 1}' and plain.payload == '{"n": 0}'
     assert lease(batch_size=1)[0].payload == {"n": 2}
-    with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
+    lose_prepared_statements(connection)
     with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
         assert lease(batch_size=1)[0].id == ids[3]
     assert "prepared statement vanished" in caplog.text
@@ -297,11 +300,10 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
         lease(batch_size=100)  # plans the claim for the table as it is now
         load(20_000)  # no ANALYZE: the plan stays
         assert len(lease(batch_size=100)) == 100
-        _, candidate_params = Message.objects._lease_statement("default", "default", 100)
-        params = ["default", *candidate_params, "w1", 30.0]
+        params = {"queue": "default", "batch": 100, "worker": "w1", "visibility_timeout": 30.0}
         with connection.cursor() as cursor:
             # A claim session runs under the claim's settings already.
-            [plan] = explain_prepared(cursor, "pgq_claim_.*", params, {}).values()
+            [plan] = explain_prepared(cursor, _claim_sql.PLAIN_CLAIM, params, {}).values()
         assert unbounded_reads(plan) == [], plan
         # The claimed rows by primary key, not by walking the claim index.
         assert any(
@@ -314,17 +316,16 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
 
 def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
     """complete / extend / release are session-prepared too, with the same fallback."""
-    from django_pgqueue.core import _prepared
+    from django_pgqueue.core import _send
 
     for n in range(4):
         django_pgqueue.enqueue("t", {"n": n})
     first, second, third, fourth = lease(batch_size=4)
     assert transitions.complete([first]).done == [first.id]  # prepares the ack
-    with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
+    lose_prepared_statements(connection)
     with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
         assert transitions.complete([second], results=[{"ok": True}]).done == [second.id]
-    assert connection.connection in _prepared._unpreparable
+    assert connection.connection in _send._unpreparable
     assert transitions.extend([third], 60).done == [third.id]
     assert transitions.release([fourth]).done == [fourth.id]
     archived = ArchivedMessage.objects.order_by("message_id")
@@ -335,18 +336,13 @@ def test_acks_survive_a_session_that_drops_prepared_statements(caplog):
     assert Message.objects.filter(lease_token__isnull=True).count() == 1
 
 
-def test_repeated_claims_reuse_their_bound_text_safely():
-    # A worker's claim text is bound once per connection and sent again (_prepared.execute_all
-    # reuse_text): quotes and semicolons in the worker id must stay data.
-    from django_pgqueue.core import _prepared
-
+def test_repeated_claims_keep_the_worker_id_as_data():
+    # Quotes and semicolons in the worker id stay data, claim after claim.
     worker = "w;'x\"; DROP TABLE pgqueue_message; --"
     for n in range(3):
         django_pgqueue.enqueue("t", {"n": n})
         [message] = Message.objects.lease("default", worker_id=worker, batch_size=5)
         assert message.leased_by == worker and message.payload == {"n": n}
-    texts = _prepared._bound[connection.connection]
-    assert len([key for key in texts if worker in key[1]]) == 1
 
 
 def test_lease_can_leave_payloads_as_json_text():
@@ -354,6 +350,6 @@ def test_lease_can_leave_payloads_as_json_text():
 
     for payload in ("hello", {"k": [1, None]}, None):
         django_pgqueue.enqueue("t", payload)
-    raw = Message.objects.lease("default", worker_id="w", batch_size=5, decode_payloads=False)
+    raw = _claim.lease("default", worker_id="w", batch_size=5, decode_payloads=False)
     assert [json.loads(m.payload) for m in raw] == ["hello", {"k": [1, None]}, None]
     assert all(isinstance(m.payload, str) for m in raw)

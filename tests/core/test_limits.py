@@ -14,9 +14,10 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.conf import SettingsError, get_settings
-from django_pgqueue.core import _flow_control, transitions
+from django_pgqueue.core import _claim_sql, _flow_control, transitions
 from django_pgqueue.core.operations import pause_queue, release_leases, resume_queue
 from django_pgqueue.models import FlowRate, Message
+from tests.sessions import lose_prepared_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -429,22 +430,22 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
     """On a worker's claim session, a claim with limits goes straight to the driver: the
     same messages, columns and types as Django's cursor path; a vanished statement falls
     back to that path."""
-    from django_pgqueue.core import _execution, _manager
+    from django_pgqueue.core import _execution, _send
 
     ids = enqueue("a", 3) + enqueue("b", 3)
     plain = lease(1)[0]  # through Django's cursor
     _execution.dedicate_to_claims(connection)
-    sent: list[str] = []
-    real = _manager.run_on_driver
+    sent: list[tuple[str, object]] = []
+    real = _send.run
 
     def spy(*args, **kwargs):
-        sent.append(kwargs["statement"])
+        sent.append((args[1], kwargs["plan"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_manager, "run_on_driver", spy)
+    monkeypatch.setattr(_send, "run", spy)
     try:
         fast = lease(10)
-        assert sent == [_flow_control.CLAIM]
+        assert sent == [(_claim_sql.FLOW_CLAIM, None)]
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
@@ -454,8 +455,7 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
         assert fast[0].leased_at == row.leased_at and fast[0].payload == row.payload
         complete(fast)
         enqueue("c", 2)
-        with connection.cursor() as cursor:
-            cursor.execute("DEALLOCATE ALL")
+        lose_prepared_statements(connection)
         with caplog.at_level("WARNING", logger="django_pgqueue"):
             assert [m.tenant for m in lease(10)] == ["c", "c"]
         assert "prepared statement vanished" in caplog.text

@@ -20,10 +20,9 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
-from django_pgqueue.core import _flow_control, _flow_sql, _periodic_sql, _retention_sql
+from django_pgqueue.core import _claim_sql, _flow_sql, _periodic_sql, _retention_sql
 from django_pgqueue.core import _sql as core_sql
 from django_pgqueue.metrics import queues as metrics_queues
-from django_pgqueue.models import Message
 from django_pgqueue.tasks import sql as tasks_sql
 from django_pgqueue.worker import sql as worker_sql
 
@@ -32,6 +31,7 @@ REGENERATE = os.environ.get("PGQUEUE_REGENERATE_SQL") == "1"
 
 #: The modules holding named SQL, by the folder their statements render to.
 NAMED = {
+    "claim": _claim_sql,
     "core": core_sql,
     "periodic": _periodic_sql,
     "retention": _retention_sql,
@@ -55,14 +55,8 @@ def rendered() -> dict[str, str]:
     for folder, module in NAMED.items():
         for name, text in named_statements(module):
             statements[f"{folder}/{name}.sql.txt"] = text
-    statements["flow_claim/claim.sql.txt"] = _flow_control.CLAIM
     for name, text in _flow_sql.DEFINITIONS.items():
-        statements[f"flow_claim/{name}.sql.txt"] = text
-    for limit in (1, 10):
-        text, _ = Message.objects._lease_statement("default", "golden", limit)
-        statements[f"plain_claim/batch_{limit}.sql.txt"] = text
-        text = Message.objects._bounded_lease_statement(limit)
-        statements[f"plain_claim/from_bound_batch_{limit}.sql.txt"] = text
+        statements[f"flow_control/{name}.sql.txt"] = text
     return {path: text.strip() + "\n" for path, text in statements.items()}
 
 

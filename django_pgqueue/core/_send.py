@@ -1,0 +1,113 @@
+"""Sending a hot statement (a claim, an ack, ``enqueue()``): prepared by psycopg, one round trip.
+
+Planning a claim costs more than running it, and Django's cursor wrapper costs more than a
+small INSERT, so in autocommit a hot statement goes straight to the driver connection under
+Django's, through psycopg's own prepared statements (``execute(prepare=True)``): prepared
+once per session, then one Bind/Execute. Django turns psycopg's statement cache off
+(``prepare_threshold=None``, for poolers), which switches ``prepare=True`` off too; on the
+connections used here the threshold is set out of reach instead, so psycopg prepares exactly
+the statements sent with ``prepare=True`` and never one of Django's.
+
+A statement that needs plan settings of its own (``plan``) goes in a pipeline after a
+``set_config(..., true)`` of each: both statements before one Sync, so they form one
+implicit transaction, one round trip, and the settings end with it.
+
+Not here (the caller sends the statement through Django's cursor, planned each time): inside
+a transaction, where a vanished statement would abort the caller's work; while something
+observes Django's cursors (``execute_wrappers``, the ``DEBUG`` query log); and on a session
+that lost a prepared statement (a pooler in transaction mode, ``DISCARD ALL``), which goes
+that way from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+logger = logging.getLogger("django_pgqueue")
+
+#: ``prepare_threshold`` on the driver connections: only ``prepare=True`` prepares.
+_ONLY_WHEN_ASKED = 2**62
+#: Whether the libpq under psycopg has pipeline mode (14+), which ``plan`` needs.
+_PIPELINE = psycopg.capabilities.has_pipeline()
+
+# Driver connections that lost a prepared statement: they go the plain way from then on.
+_unpreparable: weakref.WeakSet[Any] = weakref.WeakSet()
+# One cursor per driver connection, kept: its adapters' caches make each call cheaper.
+_cursors: weakref.WeakKeyDictionary[Any, psycopg.Cursor[Any]] = weakref.WeakKeyDictionary()
+
+
+def direct(connection: Any) -> bool:
+    """Whether a hot statement may skip Django's cursor for :func:`run`: in autocommit, when
+    nothing observes Django's cursors, on a session that kept its prepared statements."""
+    if connection.execute_wrappers or connection.queries_logged:
+        return False
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    return (
+        connection.get_autocommit()
+        and not connection.in_atomic_block
+        and connection.connection not in _unpreparable
+    )
+
+
+def run(
+    connection: Any,
+    statement: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    *,
+    plan: Mapping[str, str] | None = None,
+) -> list[tuple[Any, ...]] | None:
+    """``statement`` as a prepared statement on the driver connection (check :func:`direct`
+    first), under ``plan`` settings local to it: its rows, loaded as through Django's cursor;
+    or ``None`` when it was not sent (the session lost the statement, or with ``plan`` a
+    libpq without pipeline mode: nothing ran, the caller sends it through Django's cursor).
+    Database errors come out as Django's exceptions."""
+    if plan and not _PIPELINE:
+        return None  # a libpq before 14: the caller's way, with its ``SET LOCAL``
+    connection.validate_thread_sharing()
+    connection.ensure_connection()
+    raw = connection.connection
+    cursor = _cursors.get(raw)
+    if cursor is None:
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _ONLY_WHEN_ASKED
+        cursor = _cursors[raw] = psycopg.Cursor(raw)
+    with connection.wrap_database_errors:
+        try:
+            if plan:
+                with raw.pipeline():
+                    cursor.execute(_set_config(tuple(plan.items())), prepare=True)
+                    cursor.execute(statement, params, prepare=True)
+            else:
+                cursor.execute(statement, params, prepare=True)
+        except psycopg.errors.InvalidSqlStatementName:
+            _unpreparable.add(raw)
+            logger.warning(
+                "Statements on this connection are planned every time: a prepared statement "
+                "vanished (a pooler in transaction mode?)."
+            )
+            return None
+        # Not ``cursor.description``: it builds a column object per column, on every call.
+        result = cursor.pgresult
+        if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+            return []
+        return cursor.fetchall()
+
+
+_SET_CONFIG: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _set_config(settings: tuple[tuple[str, str], ...]) -> str:
+    """One ``SELECT set_config(name, value, true), ...`` per set of settings (the same text
+    each time, so that it stays prepared)."""
+    text = _SET_CONFIG.get(settings)
+    if text is None:
+        text = _SET_CONFIG[settings] = "SELECT " + ", ".join(
+            f"set_config('{name}', '{value}', true)" for name, value in settings
+        )
+    return text
