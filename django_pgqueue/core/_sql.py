@@ -359,6 +359,8 @@ RETURNING message_id
 
 # A failed attempt: back off while attempts remain (and the failure is retryable), else
 # bury with its reason. Fenced by lease token; ``delay`` is seconds added to database time.
+# A buried row comes back with the reason it was buried with (``cancelled`` may override
+# the caller's).
 FAIL = f"""
 WITH batch AS NOT MATERIALIZED (
     SELECT %s::bigint[] AS ids, %s::uuid[] AS tokens, %s::text[] AS errors,
@@ -400,11 +402,11 @@ WITH batch AS NOT MATERIALIZED (
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts, errors || jsonb_build_array(error), final_reason, error, leased_by, now()
     FROM removed
-    RETURNING message_id
+    RETURNING message_id, reason
 )
-SELECT id, 'retried' FROM retried
+SELECT id, 'retried', NULL FROM retried
 UNION ALL
-SELECT message_id, 'buried' FROM buried
+SELECT message_id, 'buried', reason FROM buried
 """
 
 # Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token. Also tells which of

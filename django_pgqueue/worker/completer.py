@@ -261,6 +261,7 @@ class Completer:
             total.stale += outcome.stale
             total.retried += outcome.retried
             total.buried += outcome.buried
+            total.dead_reasons.update(outcome.dead_reasons)
         return total
 
     def _record_failures(self, failed: list[tuple[transitions.FailedAttempt, Message]]) -> None:
@@ -276,25 +277,26 @@ class Completer:
             )
             outcome = self._write_failures_one_by_one(attempts)
         self.stats.add(failed=len(failed), retried=len(outcome.retried), dead=len(outcome.buried))
-        buried = set(outcome.buried)
+        # The reason the database buried each with: cancel() overrides the attempt's.
+        buried = outcome.dead_reasons
         retried = set(outcome.retried)
         self.instruments.failures(
             failed=[(m.queue, m.task) for _, m in failed],
             retried=[(m.queue, m.task) for _, m in failed if m.id in retried],
-            dead=[(m.queue, m.task, str(a.final_reason)) for a, m in failed if m.id in buried],
+            dead=[(m.queue, m.task, buried[m.id]) for _, m in failed if m.id in buried],
         )
         if retried and self.on_retried is not None:
             self.on_retried({m.queue for _, m in failed if m.id in retried})
         for attempt, message in failed:
             error = attempt.error
             if message.id in buried:
-                notify_dead(message.task, message.id, str(attempt.final_reason))
+                notify_dead(message.task, message.id, buried[message.id])
                 logger.warning(
                     "Message %s (%s on %s) dead-lettered: %s after %s of %s attempts: %s%s",
                     message.id,
                     message.task,
                     message.queue,
-                    attempt.final_reason,
+                    buried[message.id],
                     message.attempts,
                     message.max_attempts,
                     error.get("type"),
