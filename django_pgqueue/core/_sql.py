@@ -496,8 +496,9 @@ RETURNING message_id
 """
 
 # cancel(): a message no worker holds (never leased, backing off, or its lease expired) goes
-# to dead with reason ``cancelled``; one a worker holds is flagged for its handler to see.
-# One statement: the row lock taken by ``target`` orders it against a concurrent claim.
+# to dead with reason ``cancelled``; one a worker holds is flagged for its handler to see,
+# and comes back with that worker's id (``cancel()`` tells it). One statement: the row lock
+# taken by ``target`` orders it against a concurrent claim.
 CANCEL = f"""
 WITH target AS (
     SELECT id, (lease_token IS NOT NULL AND available_at > now()) AS held
@@ -519,11 +520,11 @@ WITH target AS (
     SET cancel_requested_at = COALESCE(m.cancel_requested_at, now())
     FROM target t
     WHERE m.id = t.id AND t.held
-    RETURNING m.id
+    RETURNING m.id, m.leased_by
 )
-SELECT message_id, 'cancelled' FROM buried
+SELECT message_id, 'cancelled', NULL FROM buried
 UNION ALL
-SELECT id, 'flagged' FROM flagged
+SELECT id, 'flagged', leased_by FROM flagged
 """
 
 # Operator: a copy of an archived message as a new live message (new id, no dedup key).

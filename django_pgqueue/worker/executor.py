@@ -2,9 +2,10 @@
 
 Each leased message becomes a :class:`Job`. Its state only moves forward under one lock:
 ``queued -> running -> finished``, or ``queued -> released`` (shutdown gave it back before
-it started), or ``running -> abandoned`` (its timeout or the grace period ran out: the
-worker already failed or released the lease, so whatever the handler returns later is
-dropped). A Python thread cannot be killed, so an abandoned sync handler keeps running until
+it started), or ``queued -> cancelled`` (``cancel()`` flagged it before it started: it
+is buried with reason ``cancelled`` and never runs), or ``running -> abandoned`` (its
+timeout or the grace period ran out: the worker already failed or released the lease, so
+whatever the handler returns later is dropped). A Python thread cannot be killed, so an abandoned sync handler keeps running until
 it returns; its thread then exits and a fresh one has already taken its slot.
 
 A redelivered message (its previous lease expired: its worker died, perhaps because of this
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_pgqueue.worker")
 
-QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED = range(5)
+QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED, CANCELLED = range(6)
 
 
 class HandlerTimeout(PgQueueError):
@@ -321,7 +322,7 @@ class Executor:
 
     def _start(self, job: Job, *, block: bool = True) -> bool | None:
         """Move ``job`` to RUNNING, after the gate (see the module's docstring): True to run
-        it, False when it must not run (released, or its lease is lost), None when it has to
+        it, False when it must not run (released, cancelled, or its lease is lost), None when it has to
         wait and ``block`` is False (the event loop's thread must not wait)."""
         with self.lock:
             while job.state == QUEUED:
@@ -334,11 +335,21 @@ class Executor:
                 self._gate.wait()
             if job.state != QUEUED:
                 return False
-            job.state = RUNNING
-            self._running += 1
-            job.started = time.monotonic()
-            if job.timeout is not None:
-                job.deadline = job.started + job.timeout
+            if job.cancel_requested:
+                # cancel() flagged it before its handler started: it never starts. Reported
+                # before it leaves ``jobs``, as a finished job is (see _finish).
+                self.completer.fail(self._not_started(job), job.message)
+                self._leave(job, CANCELLED)
+                del self.jobs[job.message.id]
+            else:
+                job.state = RUNNING
+                self._running += 1
+                job.started = time.monotonic()
+                if job.timeout is not None:
+                    job.deadline = job.started + job.timeout
+        if job.state == CANCELLED:
+            self.on_finished()
+            return False
         if job.alone and not self._record_start_alone(job):
             with self.lock:
                 if job.state == RUNNING:
@@ -532,6 +543,19 @@ class Executor:
         return extend
 
     # -- failures --------------------------------------------------------------------------
+
+    def _not_started(self, job: Job) -> transitions.FailedAttempt:
+        """The failure that buries a message cancel() flagged before its handler started."""
+        message = job.message
+        entry = transitions.error_entry(
+            attempt=message.attempts,
+            worker_id=self.worker_id,
+            type_name="Cancelled",
+            message="cancel requested before its handler started; it was not run",
+        )
+        return transitions.FailedAttempt(
+            lease=message, error=entry, retry_in=None, final_reason=DeadReason.CANCELLED
+        )
 
     def _failure(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
         message = job.message

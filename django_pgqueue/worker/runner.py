@@ -50,7 +50,7 @@ from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ..core import _execution, _sql, transitions
 from ..core._claim_bound import ClaimBounds
 from ..core._flow_control import flow_config
-from ..core._notify import read_wake_payload
+from ..core._notify import CANCEL_PREFIX, cancel_payload, read_wake_payload
 from ..core._registry import registry
 from ..core._validation import QueueNameError, validate_queue_name
 from ..metrics.instruments import Instruments
@@ -182,6 +182,7 @@ class Worker:
         # same id) arrive on the same channel.
         self._probe_mine = f"{PROBE_PREFIX}{self.worker_id} {uuid.uuid4().hex[:12]} "
         self._bad_notify_logged = False
+        self._cancel_notice = cancel_payload(self.worker_id)
         #: The thread whose unexpected error stopped the worker, if one did.
         self.crashed: str | None = None
         self.taken = 0
@@ -314,6 +315,12 @@ class Worker:
                 self._wake.set()
 
     def _on_notify(self, payload: str) -> None:
+        if payload.startswith(CANCEL_PREFIX):
+            if payload == self._cancel_notice:
+                # Once the connection is quiet; several notices in a row make one read.
+                assert self.listener is not None
+                self.listener.defer("cancel", self._read_cancel_flags)
+            return
         queue, later = read_wake_payload(payload)
         if queue in self.excluded or (self.fixed_queues and queue not in self.fixed_queues):
             return
@@ -372,6 +379,18 @@ class Worker:
         finally:
             self._fetch_lock.release()
         return True  # drained (scheduled messages come with a wake-up of their own)
+
+    def _read_cancel_flags(self) -> None:
+        """In the listener thread: flag the jobs whose message cancel() flagged, so that one
+        not started yet never starts and a running handler sees ``cancel_requested``."""
+        jobs = self.executor.leases()
+        if not jobs:
+            return
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(worker_sql.CANCEL_FLAGS, [[j.message.id for j in jobs]])
+            flagged = [row[0] for row in cursor.fetchall()]
+        self.db_ok_at = time.monotonic()
+        self._flag_cancelled(jobs, flagged)
 
     def _hint_next_due(self, queue: str) -> None:
         """In the listener thread: tell the main loop when ``queue``'s next message is due."""

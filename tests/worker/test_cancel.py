@@ -61,3 +61,46 @@ def test_the_running_handler_sees_cancel_requested_and_is_buried_as_cancelled(
     assert f"Message {sent.id} (tests.cancellable on default) dead-lettered: cancelled" in line
     snapshot = runner.worker.instruments.snapshot()
     assert snapshot.dead == {("default", "tests.cancellable", "cancelled"): 1}
+
+
+@pytest.mark.parametrize(
+    ("listen", "visibility_timeout"),
+    [
+        # The LISTEN connection hears of the cancel at once; no heartbeat falls in the test.
+        pytest.param(True, 60.0, id="told-by-notify"),
+        # Polling only: the next heartbeat (every 0.5 s here) reads the flag.
+        pytest.param(False, 1.5, id="read-by-heartbeat"),
+    ],
+)
+def test_a_message_cancelled_while_it_waits_for_a_handler_never_starts(
+    start_worker: Callable[..., WorkerThread],
+    tmp_path: Path,
+    dead_calls: list[tuple[int, str]],
+    listen: bool,
+    visibility_timeout: float,
+) -> None:
+    first_started, second_started = tmp_path / "first", tmp_path / "second"
+    first = django_pgqueue.enqueue(
+        "tests.cancellable", {"seconds": 2, "started_file": str(first_started)}
+    )
+    second = django_pgqueue.enqueue(
+        "tests.cancellable", {"seconds": 0, "started_file": str(second_started)}
+    )
+    # One handler: the second message is leased with the first and waits for the slot.
+    runner = start_worker(
+        concurrency=1, listen=listen, visibility_timeout=visibility_timeout, poll_interval=30
+    )
+    wait_for(first_started.exists)
+    assert Message.objects.get(pk=second.id).lease_token is not None
+    assert django_pgqueue.cancel(second.id) == CancelResult.FLAGGED
+    dead = wait_for(lambda: DeadMessage.objects.filter(message_id=second.id).first(), timeout=10)
+    assert dead.reason == "cancelled"
+    assert dead.details["type"] == "Cancelled"
+    assert "before its handler started" in dead.details["message"]
+    assert not second_started.exists()
+    assert dead_calls == [(second.id, "cancelled")]
+    # The running one was not touched: it finishes and is archived.
+    wait_for(lambda: not Message.objects.filter(pk=first.id).exists(), timeout=10)
+    assert not DeadMessage.objects.filter(message_id=first.id).exists()
+    assert runner.stop() == 0
+    assert not second_started.exists()
