@@ -25,8 +25,6 @@ class Stats:
     dead: int = 0
     started: float = field(default_factory=time.monotonic)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _last_processed: int = 0
-    _last_at: float = field(default_factory=time.monotonic)
 
     def add(self, *, processed: int = 0, failed: int = 0, retried: int = 0, dead: int = 0) -> None:
         with self._lock:
@@ -35,14 +33,10 @@ class Stats:
             self.retried += retried
             self.dead += dead
 
-    def rate(self) -> float:
-        """Messages archived per second since the previous call."""
-        now = time.monotonic()
-        with self._lock:
-            elapsed = now - self._last_at
-            done = self.processed - self._last_processed
-            self._last_processed, self._last_at = self.processed, now
-        return done / elapsed if elapsed > 0 else 0.0
+    def rate_window(self) -> RateWindow:
+        """A rate of its own for one reader (the heartbeat, the status line): one reader's
+        look never resets another's window."""
+        return RateWindow(self)
 
     def snapshot(self, in_flight: int, rate: float) -> dict[str, Any]:
         return {
@@ -53,6 +47,24 @@ class Stats:
             "in_flight": in_flight,
             "rate": round(rate, 1),
         }
+
+
+class RateWindow:
+    """Messages archived per second between two looks of one reader."""
+
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+        self._processed = stats.processed
+        self._at = time.monotonic()
+
+    def rate(self) -> float:
+        """Messages archived per second since the previous call (or since created)."""
+        now = time.monotonic()
+        processed = self._stats.processed
+        elapsed = now - self._at
+        done = processed - self._processed
+        self._processed, self._at = processed, now
+        return done / elapsed if elapsed > 0 else 0.0
 
 
 def beat(

@@ -154,6 +154,9 @@ class Worker:
         )
 
         self.stats = heartbeat.Stats()
+        # Each reader's own window: the heartbeat's look must not reset the status line's.
+        self._status_rate = self.stats.rate_window()
+        self._beat_rate = self.stats.rate_window()
         self.instruments = Instruments()
         self.db_ok_at = time.monotonic()  # the last successful database round trip
         self._main_thread: threading.Thread | None = None
@@ -882,7 +885,7 @@ class Worker:
         logger.info(
             "pgq_worker %s: %.1f processed/s, %d in flight, %d processed, %d retried, %d dead.",
             self.worker_id,
-            s.rate(),
+            self._status_rate.rate(),
             self.executor.in_flight(),
             s.processed,
             s.retried,
@@ -980,7 +983,7 @@ class Worker:
                 job.cancel_requested = True
 
     def _beat_row(self, first: bool = False) -> None:
-        snapshot = self.stats.snapshot(self.executor.in_flight(), self.stats.rate())
+        snapshot = self.stats.snapshot(self.executor.in_flight(), self._beat_rate.rate())
         heartbeat.beat(
             alias=self.alias,
             worker_id=self.worker_id,
