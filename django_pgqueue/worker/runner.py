@@ -59,7 +59,14 @@ from ..periodic import Ticker
 from . import endpoints, health, heartbeat
 from . import sql as worker_sql
 from .completer import Completer
-from .db import Stopped, is_connection_error, label_connection, retrying
+from .db import (
+    Stopped,
+    describe_database,
+    is_connection_error,
+    label_connection,
+    reach_database,
+    retrying,
+)
 from .discovery import autodiscover
 from .executor import Executor, Job
 from .head_watch import HeadWatcher
@@ -81,6 +88,9 @@ BEATS_PER_LEASE = 3
 
 #: The longest an idle worker sleeps on a far-future message (it polls meanwhile anyway).
 LONGEST_DUE_WAIT = 3600.0
+
+#: Seconds a starting worker tries to reach its database before it exits 1 (--startup-timeout).
+STARTUP_TIMEOUT = 15.0
 
 
 @dataclass
@@ -108,6 +118,8 @@ class WorkerOptions:
     http_host: str = "0.0.0.0"
     #: Seconds without a successful database round trip after which the health probes fail.
     health_db_timeout: float | None = None
+    #: Seconds a starting worker tries to reach its database before it gives up (exit 1).
+    startup_timeout: float = STARTUP_TIMEOUT
 
 
 def default_worker_id() -> str:
@@ -188,6 +200,8 @@ class Worker:
         self._cancel_notice = cancel_payload(self.worker_id)
         #: The thread whose unexpected error stopped the worker, if one did.
         self.crashed: str | None = None
+        #: Why the start could not reach the database, if it could not (the run exits 1).
+        self.unreachable: str | None = None
         self.taken = 0
         self._exit_code = 0
         self._ready_at = 0.0
@@ -481,13 +495,15 @@ class Worker:
                 self._on_signal, (signal.SIGTERM, signal.SIGINT), on_crash=self._on_crash
             )
         try:
+            if not self._reach_database():
+                return 1 if self.unreachable else 0
             handlers = autodiscover()
             # Handlers are known now; their own visibility timeouts may be shorter.
             self.heartbeat_interval = self._heartbeat_interval()
-            self._start(handlers)
-            if own_process:
-                _freeze_startup_objects()
             try:
+                self._start(handlers)
+                if own_process:
+                    _freeze_startup_objects()
                 self._loop()
             except Stopped:
                 pass
@@ -506,6 +522,23 @@ class Worker:
             for server in self.servers:
                 server.stop()
             self.stopped.set()
+
+    def _reach_database(self) -> bool:
+        """False when the start cannot go on: the database stayed unreachable for
+        ``startup_timeout`` seconds (logged in one line), or a signal stopped the wait."""
+        why = reach_database(self.alias, timeout=self.options.startup_timeout, stop=self._stop)
+        if why is not None:
+            self.unreachable = why
+            logger.error(
+                "Cannot reach the database %s within %ss (--startup-timeout): %s. Check "
+                "DATABASES[%r] (host, port, name, credentials).",
+                describe_database(self.alias),
+                f"{self.options.startup_timeout:g}",
+                why,
+                self.alias,
+            )
+            return False
+        return not self._stop.is_set()
 
     def _serve_endpoints(self) -> None:
         for server in self.servers:
@@ -961,7 +994,8 @@ class Worker:
                 "extending leases",
                 lambda m=messages, v=vt: transitions.extend(m, v, using=self.alias),  # type: ignore[misc]
                 alias=self.alias,
-                abort=self._abort_io,
+                # Until nothing runs any more: a stop during an outage does not wait for it.
+                abort=self._completer_stop,
             )
             if outcome.cancel_requested:
                 self._flag_cancelled(group, outcome.cancel_requested)
@@ -972,7 +1006,7 @@ class Worker:
                     len(outcome.stale),
                     outcome.stale[:20],
                 )
-        retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._abort_io)
+        retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._completer_stop)
 
     @staticmethod
     def _flag_cancelled(jobs: list[Job], message_ids: list[int]) -> None:
@@ -1043,7 +1077,8 @@ class Worker:
                 "unregistering the worker",
                 lambda: heartbeat.forget(alias=self.alias, worker_id=self.worker_id),
                 alias=self.alias,
-                abort=self._abort_io,
+                # Tried once: during an outage the row is left to go stale.
+                abort=self._stop,
             )
         except Stopped:
             pass
