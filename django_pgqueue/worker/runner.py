@@ -577,7 +577,7 @@ class Worker:
         if self.listener is not None and not self.draining and not self.listener.is_alive():
             dead.append("listener")
         watcher = self.head_watcher
-        if watcher.ident is not None and not self.draining and not watcher.is_alive():
+        if watcher.started and not self.draining and not watcher.is_alive():
             dead.append("head watcher")
         return dead + self.executor.dead_threads()
 
