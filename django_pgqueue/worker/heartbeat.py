@@ -1,18 +1,32 @@
-"""What a worker tells the world about itself: counters, its heartbeat row, a health file."""
+"""What a worker tells the world about itself: counters, its heartbeat row, a health file;
+and the heartbeat (:class:`Heartbeat`), which keeps the leases it holds and reads the cancel
+flags of their messages.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from ..core import transitions
 from . import sql
+from .db import Stopped, retrying
+from .service import Chore
+
+if TYPE_CHECKING:
+    from .executor import Executor, Job
+
+logger = logging.getLogger("django_pgqueue.worker")
 
 
 @dataclass
@@ -102,3 +116,106 @@ def touch_health_file(path: Path, worker_id: str, stats: dict[str, Any]) -> None
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"worker_id": worker_id, "at": time.time(), **stats}))
     tmp.replace(path)
+
+
+class Heartbeat(Chore):
+    """Every ``interval`` seconds (in the completer's thread): extend the leases of every
+    message the executor holds, pass cancel() flags on to their jobs, upsert the worker's row
+    and rewrite the health file. Retries through an outage until ``halt`` is set."""
+
+    def __init__(
+        self,
+        *,
+        interval: float,
+        alias: str,
+        worker_id: str,
+        queues: list[str],
+        concurrency: int,
+        executor: Executor,
+        stats: Stats,
+        health_file: Path | None,
+        halt: threading.Event,
+        on_db_ok: Callable[[], None],
+    ) -> None:
+        super().__init__(interval)
+        self.alias = alias
+        self.worker_id = worker_id
+        self.hostname = socket.gethostname()
+        self.queues = queues
+        self.concurrency = concurrency
+        self.executor = executor
+        self.stats = stats
+        self.health_file = health_file
+        self.halt = halt
+        self.on_db_ok = on_db_ok
+        # Its own window: the status line's look must not reset it.
+        self._rate = stats.rate_window()
+
+    def run(self) -> None:
+        try:
+            self._extend_leases()
+            retrying("heartbeat", self.write_row, alias=self.alias, abort=self.halt)
+        except Stopped:
+            pass
+        return None
+
+    def _extend_leases(self) -> None:
+        by_vt: dict[float, list[Job]] = {}
+        for job in self.executor.leases():
+            by_vt.setdefault(job.vt, []).append(job)
+        for vt, group in by_vt.items():
+            messages = [j.message for j in group]
+            outcome = retrying(
+                "extending leases",
+                lambda m=messages, v=vt: transitions.extend(m, v, using=self.alias),  # type: ignore[misc]
+                alias=self.alias,
+                # Until nothing runs any more: a stop during an outage does not wait for it.
+                abort=self.halt,
+            )
+            if outcome.cancel_requested:
+                flag_cancelled(group, outcome.cancel_requested)
+            if outcome.stale:
+                logger.warning(
+                    "Lost the lease of %d in-flight messages (expired and taken by another "
+                    "worker, or moved by an operator): %s; their results will not be stored.",
+                    len(outcome.stale),
+                    outcome.stale[:20],
+                )
+
+    def write_row(self, first: bool = False) -> None:
+        """Upsert the worker's row (``first``: this run's first beat) and the health file."""
+        snapshot = self.stats.snapshot(self.executor.in_flight(), self._rate.rate())
+        beat(
+            alias=self.alias,
+            worker_id=self.worker_id,
+            hostname=self.hostname,
+            queues=self.queues,
+            concurrency=self.concurrency,
+            stats=snapshot,
+            first=first,
+        )
+        self.on_db_ok()
+        if self.health_file is not None:
+            touch_health_file(self.health_file, self.worker_id, snapshot)
+
+    def read_cancel_flags(self) -> None:
+        """Read now which held messages cancel() flagged (a notification said one was; in
+        the listener's thread, on its connection): one not started never starts, a running
+        handler sees ``cancel_requested``."""
+        jobs = self.executor.leases()
+        if not jobs:
+            return
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(sql.CANCEL_FLAGS, [[j.message.id for j in jobs]])
+            flagged = [row[0] for row in cursor.fetchall()]
+        self.on_db_ok()
+        flag_cancelled(jobs, flagged)
+
+
+def flag_cancelled(jobs: list[Job], message_ids: list[int]) -> None:
+    """Tell the jobs of messages cancel() flagged (``context.cancel_requested``; a job not
+    started yet never starts)."""
+    flagged = set(message_ids)
+    for job in jobs:
+        if job.message.id in flagged:
+            job.cancel_requested = True

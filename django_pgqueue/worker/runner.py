@@ -70,6 +70,7 @@ from .db import (
 from .discovery import autodiscover
 from .executor import Executor, Job
 from .head_watch import HeadWatcher
+from .heartbeat import Heartbeat
 from .limited import LimitedQueues
 from .listener import PROBE_PREFIX, Listener
 from .maintenance import Maintainer
@@ -166,9 +167,8 @@ class Worker:
         )
 
         self.stats = heartbeat.Stats()
-        # Each reader's own window: the heartbeat's look must not reset the status line's.
+        # Its own window: the heartbeat's look must not reset it.
         self._status_rate = self.stats.rate_window()
-        self._beat_rate = self.stats.rate_window()
         self.instruments = Instruments()
         self.db_ok_at = time.monotonic()  # the last successful database round trip
         self._main_thread: threading.Thread | None = None
@@ -179,7 +179,6 @@ class Worker:
         self._stop = threading.Event()  # graceful: stop fetching, drain
         self._force = threading.Event()  # second signal: release now
         self._abort_io = threading.Event()  # stop retrying writes through an outage
-        self._completer_stop = threading.Event()
         self._notified: set[str] = set()
         self._retried_queues: set[str] = set()
         self._notify_lock = threading.Lock()
@@ -221,6 +220,7 @@ class Worker:
             on_written=self._on_written,
             log_error_chars=conf.LOG_ERROR_CHARS,
             instruments=self.instruments,
+            on_crash=self._on_crash,
         )
         self.executor = Executor(
             concurrency=self.concurrency,
@@ -233,7 +233,6 @@ class Worker:
             instruments=self.instruments,
         )
         self.listener: Listener | None = None
-        self._completer_thread: threading.Thread | None = None
         self.head_watcher = HeadWatcher(alias=self.alias, bounds=self.claim_bounds, stop=self._stop)
         # Bound now, so that a port in use fails the start; served once run() begins.
         self.servers = endpoints.bind_for_worker(self)
@@ -336,7 +335,7 @@ class Worker:
             if payload == self._cancel_notice:
                 # Once the connection is quiet; several notices in a row make one read.
                 assert self.listener is not None
-                self.listener.defer("cancel", self._read_cancel_flags)
+                self.listener.defer("cancel", self.heartbeat.read_cancel_flags)
             return
         queue, later = read_wake_payload(payload)
         if queue in self.excluded or (self.fixed_queues and queue not in self.fixed_queues):
@@ -396,18 +395,6 @@ class Worker:
         finally:
             self._fetch_lock.release()
         return True  # drained (scheduled messages come with a wake-up of their own)
-
-    def _read_cancel_flags(self) -> None:
-        """In the listener thread: flag the jobs whose message cancel() flagged, so that one
-        not started yet never starts and a running handler sees ``cancel_requested``."""
-        jobs = self.executor.leases()
-        if not jobs:
-            return
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(worker_sql.CANCEL_FLAGS, [[j.message.id for j in jobs]])
-            flagged = [row[0] for row in cursor.fetchall()]
-        self.db_ok_at = time.monotonic()
-        self._flag_cancelled(jobs, flagged)
 
     def _hint_next_due(self, queue: str) -> None:
         """In the listener thread: tell the main loop when ``queue``'s next message is due."""
@@ -559,6 +546,9 @@ class Worker:
         """True once the worker stopped taking messages."""
         return self._stop.is_set() or self._loop_ended
 
+    def _db_ok(self) -> None:
+        self.db_ok_at = time.monotonic()
+
     def database_silence(self) -> float:
         """Seconds since the last successful database round trip."""
         return max(0.0, time.monotonic() - self.db_ok_at)
@@ -569,7 +559,7 @@ class Worker:
             name
             for name, thread in (
                 ("main loop", self._main_thread),
-                ("completer", self._completer_thread),
+                ("completer", self.completer),
             )
             if thread is not None and not thread.is_alive()
         ]
@@ -582,10 +572,20 @@ class Worker:
         return dead + self.executor.dead_threads()
 
     def _start(self, handlers: list[str]) -> None:
-        self._completer_thread = threading.Thread(
-            target=self._completer_main, name="completer", daemon=True
+        self.heartbeat = Heartbeat(
+            interval=self.heartbeat_interval,
+            alias=self.alias,
+            worker_id=self.worker_id,
+            queues=self.fixed_queues,
+            concurrency=self.concurrency,
+            executor=self.executor,
+            stats=self.stats,
+            health_file=self.health_file,
+            halt=self.completer.halt,
+            on_db_ok=self._db_ok,
         )
-        self._completer_thread.start()
+        self.completer.heartbeat = self.heartbeat
+        self.completer.start()
         self.executor.start()
         self.head_watcher.start()
         interval = self.conf.RETENTION_INTERVAL
@@ -609,7 +609,7 @@ class Worker:
                 logger.warning("LISTEN connection not up yet; polling until it is.")
         retrying(
             "registering the worker",
-            lambda: self._beat_row(first=True),
+            lambda: self.heartbeat.write_row(first=True),
             alias=self.alias,
             abort=self._stop,
         )
@@ -960,77 +960,6 @@ class Worker:
                 threshold,
             )
 
-    # -- the completer thread ----------------------------------------------------------------
-
-    def _completer_main(self) -> None:
-        next_beat = time.monotonic() + self.heartbeat_interval
-        doing = "completer"
-        try:
-            while not self._completer_stop.is_set():
-                self.completer.wait_for_work(max(0.0, next_beat - time.monotonic()))
-                self.completer.flush()
-                if time.monotonic() >= next_beat:
-                    doing = "completer (heartbeat)"
-                    try:
-                        self._beat()
-                    except Stopped:
-                        pass
-                    doing = "completer"
-                    next_beat = time.monotonic() + self.heartbeat_interval
-            self.completer.flush()
-        except BaseException as exc:
-            self._on_crash(doing, exc)
-        finally:
-            connections.close_all()
-
-    def _beat(self) -> None:
-        jobs = self.executor.leases()
-        by_vt: dict[float, list[Job]] = {}
-        for job in jobs:
-            by_vt.setdefault(job.vt, []).append(job)
-        for vt, group in by_vt.items():
-            messages = [j.message for j in group]
-            outcome = retrying(
-                "extending leases",
-                lambda m=messages, v=vt: transitions.extend(m, v, using=self.alias),  # type: ignore[misc]
-                alias=self.alias,
-                # Until nothing runs any more: a stop during an outage does not wait for it.
-                abort=self._completer_stop,
-            )
-            if outcome.cancel_requested:
-                self._flag_cancelled(group, outcome.cancel_requested)
-            if outcome.stale:
-                logger.warning(
-                    "Lost the lease of %d in-flight messages (expired and taken by another "
-                    "worker, or moved by an operator): %s; their results will not be stored.",
-                    len(outcome.stale),
-                    outcome.stale[:20],
-                )
-        retrying("heartbeat", self._beat_row, alias=self.alias, abort=self._completer_stop)
-
-    @staticmethod
-    def _flag_cancelled(jobs: list[Job], message_ids: list[int]) -> None:
-        """Tell the handlers of messages cancel() flagged (``context.cancel_requested``)."""
-        flagged = set(message_ids)
-        for job in jobs:
-            if job.message.id in flagged:
-                job.cancel_requested = True
-
-    def _beat_row(self, first: bool = False) -> None:
-        snapshot = self.stats.snapshot(self.executor.in_flight(), self._beat_rate.rate())
-        heartbeat.beat(
-            alias=self.alias,
-            worker_id=self.worker_id,
-            hostname=self.hostname,
-            queues=self.fixed_queues,
-            concurrency=self.concurrency,
-            stats=snapshot,
-            first=first,
-        )
-        self.db_ok_at = time.monotonic()
-        if self.health_file is not None:
-            heartbeat.touch_health_file(self.health_file, self.worker_id, snapshot)
-
     # -- shutdown ------------------------------------------------------------------------------
 
     def _shutdown(self) -> int:
@@ -1068,10 +997,9 @@ class Worker:
             unwritten = self.completer.take_unwritten()
             if unwritten:
                 self._release(unwritten, "finished but unrecorded", reset_attempt=False)
-        self._completer_stop.set()
+        self.completer.stop()
         self.completer.wake()
-        if self._completer_thread is not None:
-            self._completer_thread.join(None if code == 0 else 2.0)
+        self.completer.join(None if code == 0 else 2.0)
         try:
             retrying(
                 "unregistering the worker",
