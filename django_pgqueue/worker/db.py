@@ -150,8 +150,8 @@ def describe_database(alias: str) -> str:
 
 def reach_database(alias: str, *, timeout: float, stop: threading.Event) -> str | None:
     """Connect this thread to the database, retrying with backoff for up to ``timeout``
-    seconds: None once connected or when ``stop`` is set, else why it could not (the
-    worker's start then fails in one line instead of waiting for ever)."""
+    seconds: None once connected or when ``stop`` is set, else why it could not, logged in
+    one line (the worker's start then fails instead of waiting for ever)."""
     deadline = time.monotonic() + timeout
     next_delay = backoff_schedule()
     report = OutageReport("start-up")
@@ -168,6 +168,14 @@ def reach_database(alias: str, *, timeout: float, stop: threading.Event) -> str 
             close_connection(alias)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                logger.error(
+                    "Cannot reach the database %s within %ss (--startup-timeout): %s. Check "
+                    "DATABASES[%r] (host, port, name, credentials).",
+                    describe_database(alias),
+                    f"{timeout:g}",
+                    first_line(exc),
+                    alias,
+                )
                 return first_line(exc)
             if first:
                 logger.warning(

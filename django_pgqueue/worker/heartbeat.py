@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from ..conf import PgQueueSettings
 from ..core import transitions
+from ..core._registry import registry
 from . import sql
 from .db import Stopped, retrying
 from .service import Chore
@@ -27,6 +29,17 @@ if TYPE_CHECKING:
     from .executor import Executor, Job
 
 logger = logging.getLogger("django_pgqueue.worker")
+
+#: A heartbeat extends leases at least this many times per visibility timeout.
+BEATS_PER_LEASE = 3
+
+
+def beat_interval(conf: PgQueueSettings, queues: list[str], vt: Callable[[str], float]) -> float:
+    """``HEARTBEAT_INTERVAL``, but at least ``BEATS_PER_LEASE`` beats per shortest lease of
+    ``queues`` (``vt`` gives a queue's) and of the registered handlers."""
+    vts = [vt(q) for q in queues]
+    vts += [h.visibility_timeout for h in registry.handlers() if h.visibility_timeout]
+    return min(conf.HEARTBEAT_INTERVAL, min(vts) / BEATS_PER_LEASE)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 
 import django_pgqueue
 from django_pgqueue.models import Message
-from django_pgqueue.worker import runner as worker_runner
+from django_pgqueue.worker import chores
 
 from .conftest import WorkerThread, wait_for
 
@@ -23,7 +23,7 @@ def test_the_status_line_counts_what_was_processed_since_the_previous_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.INFO, logger="django_pgqueue")
-    monkeypatch.setattr(worker_runner, "STATUS_INTERVAL", 2.0)
+    monkeypatch.setattr(chores, "STATUS_INTERVAL", 2.0)
     django_pgqueue.enqueue_many("tests.echo", [{"n": i} for i in range(40)])
     # A 1.5 s lease: three heartbeats (each reads its own rate) before the first status line.
     start_worker(visibility_timeout=1.5, listen=False)

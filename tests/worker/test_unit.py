@@ -57,9 +57,9 @@ def test_heartbeat_runs_several_times_per_lease() -> None:
 
 def test_prefetch_shrinks_for_slow_handlers() -> None:
     worker = Worker(WorkerOptions(concurrency=4, batch_size=100))
-    assert worker._capacity() == 4 + 200  # nothing measured yet: two batches may wait
+    assert worker.fetcher.capacity() == 4 + 200  # nothing measured yet: two batches may wait
     worker.executor.mean_run = 0.00001  # no-op handlers
-    assert worker._capacity() == 204 and worker._refill_at() == 100
+    assert worker.fetcher.capacity() == 204 and worker.fetcher.refill_at() == 100
     worker.executor.mean_run = 2.0  # two-second handlers: half a second's work may wait
-    assert worker._capacity() == 4 + 2
-    assert worker._refill_at() == 1
+    assert worker.fetcher.capacity() == 4 + 2
+    assert worker.fetcher.refill_at() == 1

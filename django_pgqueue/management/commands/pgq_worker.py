@@ -11,7 +11,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
-from ...worker.runner import STARTUP_TIMEOUT, Worker, WorkerOptions
+from ...worker.options import STARTUP_TIMEOUT
+from ...worker.runner import Worker, WorkerOptions
 
 
 def _positive_int(value: str) -> int:

@@ -1,0 +1,45 @@
+"""What a worker is asked to do: the ``pgq_worker`` flags as :class:`WorkerOptions`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Seconds a starting worker tries to reach its database before it exits 1 (--startup-timeout).
+STARTUP_TIMEOUT = 15.0
+
+
+@dataclass
+class WorkerOptions:
+    """What ``manage.py pgq_worker`` flags set; ``None`` means the ``PGQUEUE`` setting."""
+
+    queues: list[str] = field(default_factory=list)
+    exclude_queues: list[str] = field(default_factory=list)
+    concurrency: int | None = None
+    batch_size: int | None = None
+    visibility_timeout: float | None = None
+    poll_interval: float | None = None
+    listen: bool = True
+    burst: bool = False
+    max_messages: int | None = None
+    worker_id: str | None = None
+    healthcheck_file: str | Path | None = None
+    grace_period: float | None = None
+    install_signal_handlers: bool = True
+    #: Serve ``/metrics`` (needs prometheus_client) on this port; 0: any free port (logged).
+    metrics_port: int | None = None
+    #: Serve ``/healthz`` and ``/readyz`` on this port (may be the metrics port).
+    health_port: int | None = None
+    #: The address both endpoints listen on.
+    http_host: str = "0.0.0.0"
+    #: Seconds without a successful database round trip after which the health probes fail.
+    health_db_timeout: float | None = None
+    #: Seconds a starting worker tries to reach its database before it gives up (exit 1).
+    startup_timeout: float = STARTUP_TIMEOUT
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
