@@ -1,12 +1,14 @@
-"""Runs handlers: a pool of threads for sync handlers, one asyncio event loop for async ones.
+"""Runs handlers: a pool of threads for sync handlers, one asyncio event loop for async ones
+(``async_handlers.py``).
 
 Each leased message becomes a :class:`Job`. Its state only moves forward under one lock:
 ``queued -> running -> finished``, or ``queued -> released`` (shutdown gave it back before
 it started), or ``queued -> cancelled`` (``cancel()`` flagged it before it started: it
 is buried with reason ``cancelled`` and never runs), or ``running -> abandoned`` (its
 timeout or the grace period ran out: the worker already failed or released the lease, so
-whatever the handler returns later is dropped). A Python thread cannot be killed, so an abandoned sync handler keeps running until
-it returns; its thread then exits and a fresh one has already taken its slot.
+whatever the handler returns later is dropped). A Python thread cannot be killed, so an
+abandoned sync handler keeps running until it returns; its thread then exits and a fresh one
+has already taken its slot.
 
 A redelivered message (its previous lease expired: its worker died, perhaps because of this
 very message) runs *alone*: it waits until no other handler runs, no other starts until it
@@ -20,14 +22,12 @@ return).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +36,11 @@ from django.db import connections
 from ..conf import get_settings
 from ..core import transitions
 from ..core._registry import Handler
-from ..exceptions import PgQueueError, ResultNotSerializable
 from ..metrics.instruments import Instruments
-from ..models import DeadReason
+from .async_handlers import AsyncHandlers
 from .context import MessageContext
-from .storable import describe_exception, encode_result
+from .failures import HandlerTimeout, cancelled_before_start, handler_failed
+from .storable import encode_result
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -49,10 +49,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_pgqueue.worker")
 
 QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED, CANCELLED = range(6)
-
-
-class HandlerTimeout(PgQueueError):
-    """The handler ran past its per-message timeout."""
 
 
 class Job:
@@ -135,11 +131,7 @@ class Executor:
         self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._thread_seq = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._async_slots: asyncio.Semaphore | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._helper: ThreadPoolExecutor | None = None
+        self.async_handlers = AsyncHandlers(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -162,14 +154,7 @@ class Executor:
         deadline = time.monotonic() + wait
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._loop_thread is not None:
-                self._loop_thread.join(max(0.0, deadline - time.monotonic()))
-        if self._helper is not None:
-            # Its thread's connection would outlive the worker in a host process.
-            self._helper.submit(connections.close_all)
-            self._helper.shutdown(wait=False)
+        self.async_handlers.stop(deadline)
 
     # -- accounting ------------------------------------------------------------------------
 
@@ -178,7 +163,7 @@ class Executor:
 
     def dead_threads(self) -> list[str]:
         """Handler threads, and the event loop's, that stopped while they should run."""
-        threads = [*self._threads, self._loop_thread]
+        threads = [*self._threads, self.async_handlers.thread]
         return [t.name for t in threads if t is not None and not t.is_alive()]
 
     def running(self) -> list[Job]:
@@ -270,53 +255,9 @@ class Executor:
                 self.jobs[job.message.id] = job
         for job in jobs:
             if job.handler.is_async:
-                self._submit_async(job)
+                self.async_handlers.submit(job)
             else:
                 self._work.put(job)
-
-    def _submit_async(self, job: Job) -> None:
-        if self._loop is None:
-            self._start_loop()
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._start_task_supervised, job)
-
-    def _start_task_supervised(self, job: Job) -> None:
-        # The event loop would only log an error of its callback, and the job would be lost.
-        try:
-            self._start_task(job)
-        except BaseException as exc:
-            self.on_crash("async-handlers", exc)
-
-    def _start_task(self, job: Job) -> None:
-        # The loop keeps only weak references to tasks: hold them until they finish.
-        assert self._loop is not None
-        loop = self._loop
-        task = loop.create_task(self._run_async(job))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        if job.alone:
-            # Waiting for its outcome to be written happens off the loop.
-            task.add_done_callback(lambda _: loop.run_in_executor(None, self._end_alone, job))
-
-    def _start_loop(self) -> None:
-        ready = threading.Event()
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self._loop = loop
-            self._async_slots = asyncio.Semaphore(self.concurrency)
-            ready.set()
-            try:
-                loop.run_forever()
-            except BaseException as exc:
-                self.on_crash("async-handlers", exc)
-            finally:
-                loop.close()
-
-        self._loop_thread = threading.Thread(target=main, name="async-handlers", daemon=True)
-        self._loop_thread.start()
-        ready.wait()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -338,7 +279,9 @@ class Executor:
             if job.cancel_requested:
                 # cancel() flagged it before its handler started: it never starts. Reported
                 # before it leaves ``jobs``, as a finished job is (see _finish).
-                self.completer.fail(self._not_started(job), job.message)
+                self.completer.fail(
+                    cancelled_before_start(job, worker_id=self.worker_id), job.message
+                )
                 self._leave(job, CANCELLED)
                 del self.jobs[job.message.id]
             else:
@@ -485,101 +428,13 @@ class Executor:
         if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
             self.on_finished()
 
-    async def _run_async(self, job: Job) -> None:
-        try:
-            await self._run_async_job(job)
-        except BaseException as exc:
-            self.on_crash("async-handlers", exc)
-
-    async def _run_async_job(self, job: Job) -> None:
-        assert self._async_slots is not None
-        async with self._async_slots:
-            # Waiting at the gate, and recording a start alone (a query), happen off the loop.
-            started = None if job.alone else self._start(job, block=False)
-            if started is None:
-                started = await asyncio.to_thread(self._start, job)
-            if not started:
-                return
-            handler = job.handler
-            timed_out = False
-            try:
-                async with asyncio.timeout(job.timeout) as scope:
-                    if handler.takes_context:
-                        result = await handler.func(
-                            self._context(job, self._async_extend(job)), job.payload()
-                        )
-                    else:
-                        result = await handler.func(job.payload())
-                encoded = encode_result(result, self.max_result_bytes)
-            except TimeoutError as exc:
-                timed_out = scope.expired()
-                error: Exception = (
-                    HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
-                    if timed_out
-                    else exc
-                )
-                failure = self._failure(job, error)
-                if self._finish(job, lambda: self.completer.fail(failure, job.message)):
-                    self.on_finished()
-                return
-            except BaseException as exc:  # SystemExit from a handler is a failure too
-                failure = self._failure(job, exc)
-                if self._finish(job, lambda: self.completer.fail(failure, job.message)):
-                    self.on_finished()
-                return
-            if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
-                self.on_finished()
-
-    def _async_extend(self, job: Job) -> Callable[[float], bool]:
-        # Django refuses database calls on a thread running an event loop: run the extension
-        # on a helper thread and wait for it (a short, rare call).
-        if self._helper is None:
-            self._helper = ThreadPoolExecutor(1, thread_name_prefix="lease-extender")
-        helper = self._helper
-
-        def extend(seconds: float) -> bool:
-            return helper.submit(self._extend_now, job, seconds).result()
-
-        return extend
-
-    # -- failures --------------------------------------------------------------------------
-
-    def _not_started(self, job: Job) -> transitions.FailedAttempt:
-        """The failure that buries a message cancel() flagged before its handler started."""
-        message = job.message
-        entry = transitions.error_entry(
-            attempt=message.attempts,
-            worker_id=self.worker_id,
-            type_name="Cancelled",
-            message="cancel requested before its handler started; it was not run",
-        )
-        return transitions.FailedAttempt(
-            lease=message, error=entry, retry_in=None, final_reason=DeadReason.CANCELLED
-        )
-
     def _failure(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
-        message = job.message
-        timed_out = isinstance(exc, HandlerTimeout)
-        handler = job.handler
-        delay = transitions.backoff_delay(
-            message.attempts, base=handler.backoff_base, maximum=handler.backoff_max
-        )
-        type_name, text, trace = describe_exception(
-            exc, max_message=self.max_error_message, max_traceback=self.max_traceback
-        )
-        entry = transitions.error_entry(
-            attempt=message.attempts,
+        return handler_failed(
+            job,
+            exc,
             worker_id=self.worker_id,
-            type_name="Timeout" if timed_out else type_name,
-            message=text,
-            traceback=trace,
-        )
-        return transitions.FailedAttempt(
-            lease=message,
-            error=entry,
-            # Running it again would repeat its effects only to refuse the result again.
-            retry_in=None if isinstance(exc, ResultNotSerializable) else delay,
-            final_reason=DeadReason.TIMEOUT if timed_out else DeadReason.ERROR,
+            max_message=self.max_error_message,
+            max_traceback=self.max_traceback,
         )
 
 

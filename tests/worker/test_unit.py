@@ -7,9 +7,10 @@ import math
 import pytest
 
 from django_pgqueue.core._registry import registry
+from django_pgqueue.exceptions import ResultNotSerializable
 from django_pgqueue.worker.db import backoff_schedule
-from django_pgqueue.worker.executor import ResultNotSerializable, encode_result
 from django_pgqueue.worker.runner import Worker, WorkerOptions
+from django_pgqueue.worker.storable import encode_result
 
 
 def test_encode_result_accepts_json_and_none() -> None:

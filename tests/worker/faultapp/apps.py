@@ -23,7 +23,7 @@ FAULTS = {
     "heartbeat": ("django_pgqueue.worker.heartbeat", "", "beat"),
     "listener": ("django_pgqueue.worker.notifications", "Notifications", "on_notify"),
     "handler thread": ("django_pgqueue.worker.executor", "Executor", "_start"),
-    "async loop": ("django_pgqueue.worker.executor", "Executor", "_start_task"),
+    "async loop": ("django_pgqueue.worker.async_handlers", "AsyncHandlers", "_start_task"),
 }
 
 
