@@ -29,7 +29,6 @@ class MainLoop:
         executor: Executor,
         completer: Completer,
         wakeups: Wakeups,
-        schedules: Chore | None,
         chores: list[Chore],
         poll_interval: float,
         burst: bool,
@@ -41,18 +40,22 @@ class MainLoop:
         self.executor = executor
         self.completer = completer
         self.wakeups = wakeups
-        # Due slots of periodic schedules are enqueued first thing in each turn.
-        self.schedules = schedules
         self.chores = chores
+        # Due slots of periodic schedules are enqueued first thing in each turn.
+        self.schedules: Chore | None = None
         self.poll_interval = poll_interval
         self.burst = burst
         self.max_messages = max_messages
         self.stop = stop
         self.force = force
 
-    def run(self) -> int:
+    def run(self, schedules: Chore | None = None) -> int:
         """Until stopped or done (``--burst``, ``--max-messages``); 1 when more handler threads
-        are stuck than the concurrency (only a new process frees them), else 0."""
+        are stuck than the concurrency (only a new process frees them), else 0. The chores'
+        timers start now; ``schedules`` runs first thing in each turn."""
+        self.schedules = schedules
+        for chore in self.chores:
+            chore.retime(chore.interval)
         fetcher, executor, wakeups = self.fetcher, self.executor, self.wakeups
         burst, max_messages = self.burst, self.max_messages
         started = time.monotonic()

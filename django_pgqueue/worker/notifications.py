@@ -10,14 +10,17 @@ that names no queue is ignored.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Hashable
 
 from ..core._notify import CANCEL_PREFIX, cancel_payload, read_wake_payload
 from ..core._validation import QueueNameError, validate_queue_name
 from ..metrics.instruments import Instruments
+from .chores import ListenerProbe
 from .fetcher import Fetcher, due_at
 from .heartbeat import Heartbeat
 from .listener import Listener
+from .service import OnCrash
 from .wakeups import Wakeups
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -97,3 +100,41 @@ class Notifications:
             payload[:100],
             "" if level == logging.DEBUG else " (further ones are logged at DEBUG).",
         )
+
+
+def compose_listening(
+    *,
+    alias: str,
+    channel: str,
+    worker_id: str,
+    fetcher: Fetcher,
+    heartbeat: Heartbeat,
+    wakeups: Wakeups,
+    instruments: Instruments,
+    stop: threading.Event,
+    on_crash: OnCrash,
+) -> tuple[Listener, ListenerProbe]:
+    """The listener (not started yet), wired to what its notifications mean, and the chore
+    that probes it."""
+    notifications = Notifications(
+        worker_id=worker_id,
+        channel=channel,
+        fetcher=fetcher,
+        heartbeat=heartbeat,
+        wakeups=wakeups,
+        instruments=instruments,
+    )
+    listener = notifications.listener = Listener(
+        alias=alias,
+        channel=channel,
+        application_name=f"pgq_worker:{worker_id}:listener",
+        on_notify=notifications.on_notify,
+        on_reconnect=notifications.on_reconnect,
+        on_probe=lambda payload: None,  # the probe's, below
+        on_crash=on_crash,
+    )
+    probe = ListenerProbe(
+        alias=alias, channel=channel, worker_id=worker_id, listener=listener, stop=stop
+    )
+    listener.on_probe = probe.heard
+    return listener, probe

@@ -8,6 +8,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
+from ..core._validation import validate_queue_name
+
 #: Seconds a starting worker tries to reach its database before it exits 1 (--startup-timeout).
 STARTUP_TIMEOUT = 15.0
 
@@ -43,3 +46,24 @@ class WorkerOptions:
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def check_sizes(concurrency: int, batch_size: int, max_messages: int | None) -> None:
+    """Raise ValueError for sizes a worker cannot run with."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be a whole number in [1, {MAX_CONCURRENCY}]")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE}]")
+    if max_messages is not None and max_messages < 1:
+        raise ValueError("max_messages must be >= 1")
+
+
+def served_queues(options: WorkerOptions) -> tuple[list[str], set[str]]:
+    """The ``--queue`` names (validated, in order, the excluded ones left out; empty: every
+    queue) and the ``--exclude-queue`` names."""
+    excluded = {validate_queue_name(q) for q in options.exclude_queues}
+    fixed = [validate_queue_name(q) for q in dict.fromkeys(options.queues)]
+    fixed = [q for q in fixed if q not in excluded]
+    if options.queues and not fixed:
+        raise ValueError("every --queue is also excluded: nothing to do")
+    return fixed, excluded

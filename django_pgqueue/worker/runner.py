@@ -44,12 +44,11 @@ from typing import Any
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from ..conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
+from ..conf import get_settings
 from ..core import _execution
-from ..core._validation import validate_queue_name
 from ..metrics.instruments import Instruments
 from . import endpoints, health
-from .chores import ListenerProbe, PeriodicSchedules, StaleReadyWarning, StatusLine
+from .chores import PeriodicSchedules, StaleReadyWarning, StatusLine
 from .completer import Completer
 from .db import Stopped, label_connection, reach_database, retrying
 from .discovery import autodiscover
@@ -60,8 +59,8 @@ from .heartbeat import Heartbeat, Stats, beat_interval
 from .listener import Listener
 from .main_loop import MainLoop
 from .maintenance import Maintainer
-from .notifications import Notifications
-from .options import WorkerOptions, default_worker_id
+from .notifications import compose_listening
+from .options import WorkerOptions, check_sizes, default_worker_id, served_queues
 from .service import Chore
 from .shutdown import shut_down
 from .signals import SignalRelay
@@ -81,21 +80,12 @@ class Worker:
         self.hostname = socket.gethostname()
         self.concurrency = options.concurrency or conf.CONCURRENCY
         self.batch_size = options.batch_size or conf.BATCH_SIZE
-        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-            raise ValueError(f"concurrency must be a whole number in [1, {MAX_CONCURRENCY}]")
-        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE}]")
+        check_sizes(self.concurrency, self.batch_size, options.max_messages)
+        self.fixed_queues, self.excluded = served_queues(options)
         self.poll_interval = options.poll_interval or conf.POLL_INTERVAL
         self.grace_period = (
             conf.GRACE_PERIOD if options.grace_period is None else options.grace_period
         )
-        if options.max_messages is not None and options.max_messages < 1:
-            raise ValueError("max_messages must be >= 1")
-        self.excluded = {validate_queue_name(q) for q in options.exclude_queues}
-        fixed = [validate_queue_name(q) for q in dict.fromkeys(options.queues)]
-        self.fixed_queues = [q for q in fixed if q not in self.excluded]
-        if options.queues and not self.fixed_queues:
-            raise ValueError("every --queue is also excluded: nothing to do")
         self.listening = options.listen and conf.NOTIFY
         self.health_file = Path(options.healthcheck_file) if options.healthcheck_file else None
 
@@ -116,11 +106,10 @@ class Worker:
         self._main_thread: threading.Thread | None = None
         self._loop_ended = False
         self._compose()
-        self.heartbeat_interval = self._beat_interval()
         self.health_db_timeout = health.db_timeout(
             options.health_db_timeout,
             poll_interval=self.poll_interval,
-            heartbeat_interval=self.heartbeat_interval,
+            heartbeat_interval=self.heartbeat.interval,
         )
         # Bound now, so that a port in use fails the start; served once run() begins.
         self.servers = endpoints.bind_for_worker(self)
@@ -172,7 +161,51 @@ class Worker:
         self.head_watcher = HeadWatcher(
             alias=self.alias, bounds=self.fetcher.bounds, stop=self.stopping
         )
+        self.heartbeat = Heartbeat(
+            interval=self._beat_interval(),
+            alias=self.alias,
+            worker_id=self.worker_id,
+            queues=self.fixed_queues,
+            concurrency=self.concurrency,
+            executor=self.executor,
+            stats=self.stats,
+            health_file=self.health_file,
+            halt=self.completer.halt,
+            on_db_ok=self._db_ok,
+        )
+        self.completer.heartbeat = self.heartbeat
         self.listener: Listener | None = None
+        chores: list[Chore] = [StatusLine(self.worker_id, self.stats, self.executor)]
+        if self.listening:
+            self.listener, self.probe = compose_listening(
+                alias=self.alias,
+                channel=conf.NOTIFY_CHANNEL,
+                worker_id=self.worker_id,
+                fetcher=self.fetcher,
+                heartbeat=self.heartbeat,
+                wakeups=self.wakeups,
+                instruments=self.instruments,
+                stop=self.stopping,
+                on_crash=self._on_crash,
+            )
+            chores.append(self.probe)
+        chores.append(
+            StaleReadyWarning(
+                alias=self.alias, threshold=conf.STALE_READY_WARNING, stop=self.stopping
+            )
+        )
+        self.main_loop = MainLoop(
+            fetcher=self.fetcher,
+            executor=self.executor,
+            completer=self.completer,
+            wakeups=self.wakeups,
+            chores=chores,
+            poll_interval=self.poll_interval,
+            burst=options.burst,
+            max_messages=options.max_messages,
+            stop=self.stopping,
+            force=self.forced,
+        )
 
     def _beat_interval(self) -> float:
         queues = self.fixed_queues or [self.conf.DEFAULT_QUEUE, *self.conf.QUEUES]
@@ -264,10 +297,12 @@ class Worker:
             if self.unreachable is not None or self.stopping.is_set():
                 return 1 if self.unreachable else 0
             try:
-                main_loop = self._start()
+                self._start()
                 if own_process:
                     _freeze_startup_objects()
-                if main_loop.run():
+                # Periodic schedules are known once the handlers' modules are imported.
+                schedules = None if self.options.burst else PeriodicSchedules(self.alias)
+                if self.main_loop.run(schedules if schedules else None):
                     self._exit_code = 1  # handler threads stuck: a fresh process is needed
             except Stopped:
                 pass
@@ -298,24 +333,11 @@ class Worker:
                 server.port,
             )
 
-    def _start(self) -> MainLoop:
-        """Start every service; the main loop, returned, runs in the calling thread."""
+    def _start(self) -> None:
+        """Start every service but the main loop (the calling thread runs it)."""
         handlers = autodiscover()
         # Handlers are known now; their own visibility timeouts may be shorter.
-        self.heartbeat_interval = self._beat_interval()
-        self.heartbeat = Heartbeat(
-            interval=self.heartbeat_interval,
-            alias=self.alias,
-            worker_id=self.worker_id,
-            queues=self.fixed_queues,
-            concurrency=self.concurrency,
-            executor=self.executor,
-            stats=self.stats,
-            health_file=self.health_file,
-            halt=self.completer.halt,
-            on_db_ok=self._db_ok,
-        )
-        self.completer.heartbeat = self.heartbeat
+        self.heartbeat.retime(self._beat_interval())
         self.completer.start()
         self.executor.start()
         self.head_watcher.start()
@@ -325,13 +347,10 @@ class Worker:
             Maintainer(
                 alias=self.alias, worker_id=self.worker_id, interval=interval, stop=self.stopping
             ).start()
-        chores: list[Chore] = [StatusLine(self.worker_id, self.stats, self.executor)]
-        if self.listening:
-            chores.append(self._start_listener())
-        stale = StaleReadyWarning(
-            alias=self.alias, threshold=self.conf.STALE_READY_WARNING, stop=self.stopping
-        )
-        chores.append(stale)
+        if self.listener is not None:
+            self.listener.start()
+            if not self.listener.ready.wait(10):
+                logger.warning("LISTEN connection not up yet; polling until it is.")
         retrying(
             "registering the worker",
             lambda: self.heartbeat.write_row(first=True),
@@ -340,52 +359,6 @@ class Worker:
         )
         _log_ready(self, handlers)
         self.ready.set()
-        schedules = None if self.options.burst else PeriodicSchedules(self.alias)
-        return MainLoop(
-            fetcher=self.fetcher,
-            executor=self.executor,
-            completer=self.completer,
-            wakeups=self.wakeups,
-            schedules=schedules if schedules else None,
-            chores=chores,
-            poll_interval=self.poll_interval,
-            burst=self.options.burst,
-            max_messages=self.options.max_messages,
-            stop=self.stopping,
-            force=self.forced,
-        )
-
-    def _start_listener(self) -> ListenerProbe:
-        """Start the listener; returns the chore that probes it."""
-        notifications = Notifications(
-            worker_id=self.worker_id,
-            channel=self.conf.NOTIFY_CHANNEL,
-            fetcher=self.fetcher,
-            heartbeat=self.heartbeat,
-            wakeups=self.wakeups,
-            instruments=self.instruments,
-        )
-        self.listener = notifications.listener = Listener(
-            alias=self.alias,
-            channel=self.conf.NOTIFY_CHANNEL,
-            application_name=f"pgq_worker:{self.worker_id}:listener",
-            on_notify=notifications.on_notify,
-            on_reconnect=notifications.on_reconnect,
-            on_probe=lambda payload: None,
-            on_crash=self._on_crash,
-        )
-        self.probe = ListenerProbe(
-            alias=self.alias,
-            channel=self.conf.NOTIFY_CHANNEL,
-            worker_id=self.worker_id,
-            listener=self.listener,
-            stop=self.stopping,
-        )
-        self.listener.on_probe = self.probe.heard
-        self.listener.start()
-        if not self.listener.ready.wait(10):
-            logger.warning("LISTEN connection not up yet; polling until it is.")
-        return self.probe
 
     # -- health (any thread) -------------------------------------------------------------------
 

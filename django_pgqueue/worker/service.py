@@ -87,6 +87,11 @@ class Chore:
         self.interval = interval
         self.next_at = time.monotonic() + (interval if first is None else first)
 
+    def retime(self, interval: float) -> None:
+        """Run every ``interval`` seconds from now on."""
+        self.interval = interval
+        self.next_at = time.monotonic() + interval
+
     def run_if_due(self, now: float) -> None:
         if now < self.next_at:
             return

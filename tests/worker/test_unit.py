@@ -53,7 +53,7 @@ def test_options_validate_queue_names() -> None:
 
 def test_heartbeat_runs_several_times_per_lease() -> None:
     worker = Worker(WorkerOptions(visibility_timeout=3))
-    assert worker.heartbeat_interval == pytest.approx(1.0)
+    assert worker.heartbeat.interval == pytest.approx(1.0)
 
 
 def test_prefetch_shrinks_for_slow_handlers() -> None:
