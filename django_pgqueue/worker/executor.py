@@ -1,5 +1,6 @@
-"""Runs handlers: a pool of threads for sync handlers, one asyncio event loop for async ones
-(``async_handlers.py``).
+"""Runs handlers: a pool of threads for sync handlers (``sync_handlers.py``), one asyncio
+event loop for async ones (``async_handlers.py``); this module keeps the jobs, their states,
+the gate and the deadlines.
 
 Each leased message becomes a :class:`Job`. Its state only moves forward under one lock:
 ``queued -> running -> finished``, or ``queued -> released`` (shutdown gave it back before
@@ -24,11 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
-import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -40,7 +39,7 @@ from ..metrics.instruments import Instruments
 from .async_handlers import AsyncHandlers
 from .context import MessageContext
 from .failures import HandlerTimeout, cancelled_before_start, handler_failed
-from .storable import encode_result
+from .sync_handlers import SyncHandlers
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -83,6 +82,10 @@ class Job:
         # Leased with decode_payloads=False: the JSON text is decoded by the handler's
         # thread, off the main loop that claims the next batch.
         self.encoded = isinstance(message.payload, str)
+
+    @property
+    def abandoned(self) -> bool:
+        return self.state == ABANDONED
 
     def payload(self) -> Any:
         """The message's payload, decoded on first use."""
@@ -128,32 +131,18 @@ class Executor:
         self._gate = threading.Condition(self.lock)  # notified when either changes
         self.mean_run = 0.0  # seconds, moving average over recent handler runs
         self.stuck = 0  # threads still running a handler that timed out
-        self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._thread_seq = 0
+        self.sync_handlers = SyncHandlers(self)
         self.async_handlers = AsyncHandlers(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        for _ in range(self.concurrency):
-            self._spawn_thread()
-
-    def _spawn_thread(self) -> None:
-        self._thread_seq += 1
-        thread = threading.Thread(
-            target=self._thread_main, name=f"handler-{self._thread_seq}", daemon=True
-        )
-        self._threads.append(thread)
-        thread.start()
+        self.sync_handlers.start(self.concurrency)
 
     def stop(self, wait: float) -> None:
         """Let idle threads exit and close their connections (busy ones are daemons)."""
-        for _ in self._threads:
-            self._work.put(None)
         deadline = time.monotonic() + wait
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self.sync_handlers.stop(deadline)
         self.async_handlers.stop(deadline)
 
     # -- accounting ------------------------------------------------------------------------
@@ -163,7 +152,7 @@ class Executor:
 
     def dead_threads(self) -> list[str]:
         """Handler threads, and the event loop's, that stopped while they should run."""
-        threads = [*self._threads, self.async_handlers.thread]
+        threads = [*self.sync_handlers.threads, self.async_handlers.thread]
         return [t.name for t in threads if t is not None and not t.is_alive()]
 
     def running(self) -> list[Job]:
@@ -244,7 +233,7 @@ class Executor:
                 job.message.max_attempts,
             )
             # The stuck thread still holds a slot: give the pool a fresh one.
-            self._spawn_thread()
+            self.sync_handlers.spawn()
         return next_deadline
 
     # -- submission ------------------------------------------------------------------------
@@ -257,7 +246,7 @@ class Executor:
             if job.handler.is_async:
                 self.async_handlers.submit(job)
             else:
-                self._work.put(job)
+                self.sync_handlers.submit(job)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -353,39 +342,6 @@ class Executor:
         self.instruments.handler_ran(job.message.queue, job.message.task, ran)
         return True
 
-    def _thread_main(self) -> None:
-        me = threading.current_thread()
-        try:
-            self._serve_jobs()
-        except BaseException as exc:
-            self.on_crash(me.name, exc)
-        finally:
-            connections.close_all()
-            if me in self._threads:
-                self._threads.remove(me)
-
-    def _serve_jobs(self) -> None:
-        while True:
-            job = self._work.get()
-            if job is None:
-                return
-            if not self._start(job):
-                continue
-            try:
-                self._run_sync(job)
-            except Exception:
-                # A bug here must not kill the thread and strand the job: fail it.
-                logger.exception("Internal error while handling message %s", job.message.id)
-                failure = self._failure(job, RuntimeError("internal worker error"))
-                self._finish(job, partial(self.completer.fail, failure, job.message))
-            if job.alone:
-                self._end_alone(job)
-            if job.state == ABANDONED:
-                # Timed out: a replacement thread owns this slot now.
-                with self.lock:
-                    self.stuck -= 1
-                return
-
     def _context(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
         m = job.message
         return MessageContext(
@@ -408,25 +364,6 @@ class Executor:
         if outcome.cancel_requested:
             job.cancel_requested = True
         return bool(outcome.done)
-
-    def _run_sync(self, job: Job) -> None:
-        handler = job.handler
-        try:
-            if handler.takes_context:
-                ctx = self._context(job, lambda s: self._extend_now(job, s))
-                result = handler.func(ctx, job.payload())
-            else:
-                result = handler.func(job.payload())
-            encoded = encode_result(result, self.max_result_bytes)
-        except BaseException as exc:  # SystemExit from a handler is a failure too
-            # A handler's failed query may leave this thread's connection unusable.
-            connections[self.alias].close_if_unusable_or_obsolete()
-            failure = self._failure(job, exc)
-            if self._finish(job, lambda: self.completer.fail(failure, job.message)):
-                self.on_finished()
-            return
-        if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
-            self.on_finished()
 
     def _failure(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
         return handler_failed(
