@@ -1,7 +1,7 @@
 """The executor's async half: one asyncio event loop, in a thread of its own
 (``async-handlers``), runs at most ``concurrency`` async handlers at once.
 
-Jobs go through the executor's gate and bookkeeping (``Executor._start``, ``_finish``) like
+Jobs go through the executor's gate and bookkeeping (``Executor.start_job``, ``finish_job``) like
 sync ones; only what must not block the loop (waiting at the gate, recording a start alone,
 a lease extension) runs on helper threads.
 """
@@ -66,7 +66,7 @@ class AsyncHandlers:
         task.add_done_callback(self._tasks.discard)
         if job.alone:
             # Waiting for its outcome to be written happens off the loop.
-            end_alone = self.executor._end_alone
+            end_alone = self.executor.end_alone
             task.add_done_callback(lambda _: loop.run_in_executor(None, end_alone, job))
 
     def _start_loop(self) -> None:
@@ -100,16 +100,16 @@ class AsyncHandlers:
         assert self._slots is not None
         async with self._slots:
             # Waiting at the gate, and recording a start alone (a query), happen off the loop.
-            started = None if job.alone else ex._start(job, block=False)
+            started = None if job.alone else ex.start_job(job, block=False)
             if started is None:
-                started = await asyncio.to_thread(ex._start, job)
+                started = await asyncio.to_thread(ex.start_job, job)
             if not started:
                 return
             handler = job.handler
             try:
                 async with asyncio.timeout(job.timeout) as scope:
                     if handler.takes_context:
-                        context = ex._context(job, self._extend(job))
+                        context = ex.context_for(job, self._extend(job))
                         result = await handler.func(context, job.payload())
                     else:
                         result = await handler.func(job.payload())
@@ -118,11 +118,11 @@ class AsyncHandlers:
                 error = exc
                 if isinstance(exc, TimeoutError) and scope.expired():
                     error = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
-                failure = ex._failure(job, error)
-                if ex._finish(job, lambda: ex.completer.fail(failure, job.message)):
+                failure = ex.failure_of(job, error)
+                if ex.finish_job(job, lambda: ex.completer.fail(failure, job.message)):
                     ex.on_finished()
                 return
-            if ex._finish(job, lambda: ex.completer.complete(job.message, encoded)):
+            if ex.finish_job(job, lambda: ex.completer.complete(job.message, encoded)):
                 ex.on_finished()
 
     def _extend(self, job: Job) -> Callable[[float], bool]:
@@ -131,7 +131,7 @@ class AsyncHandlers:
         if self._helper is None:
             self._helper = ThreadPoolExecutor(1, thread_name_prefix="lease-extender")
         helper = self._helper
-        extend_now = self.executor._extend_now
+        extend_now = self.executor.extend_now
 
         def extend(seconds: float) -> bool:
             return helper.submit(extend_now, job, seconds).result()

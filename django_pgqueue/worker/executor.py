@@ -183,7 +183,7 @@ class Executor:
     def _leave(self, job: Job, state: int) -> None:
         """Move ``job`` out of QUEUED or RUNNING (the lock held) and wake jobs at the gate.
         A job alone that finished keeps the gate until its outcome is written
-        (:meth:`_end_alone`)."""
+        (:meth:`end_alone`)."""
         if job.state == RUNNING:
             self._running -= 1
         if self._alone is job and state != FINISHED:
@@ -191,7 +191,7 @@ class Executor:
         job.state = state
         self._gate.notify_all()
 
-    def _end_alone(self, job: Job) -> None:
+    def end_alone(self, job: Job) -> None:
         """Open the gate after ``job`` ran alone, once its outcome is written: had another
         handler killed the worker first, the finished message would have spent an attempt."""
         self.completer.wake()
@@ -219,7 +219,7 @@ class Executor:
             for job in expired:
                 # Reported before it leaves ``jobs``: nobody may see it in neither place.
                 timeout = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
-                self.completer.fail(self._failure(job, timeout), job.message)
+                self.completer.fail(self.failure_of(job, timeout), job.message)
                 del self.jobs[job.message.id]
         for job in expired:
             logger.warning(
@@ -250,7 +250,7 @@ class Executor:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, job: Job, *, block: bool = True) -> bool | None:
+    def start_job(self, job: Job, *, block: bool = True) -> bool | None:
         """Move ``job`` to RUNNING, after the gate (see the module's docstring): True to run
         it, False when it must not run (released, cancelled, or its lease is lost), None when it has to
         wait and ``block`` is False (the event loop's thread must not wait)."""
@@ -267,7 +267,7 @@ class Executor:
                 return False
             if job.cancel_requested:
                 # cancel() flagged it before its handler started: it never starts. Reported
-                # before it leaves ``jobs``, as a finished job is (see _finish).
+                # before it leaves ``jobs``, as a finished job is (see finish_job).
                 self.completer.fail(
                     cancelled_before_start(job, worker_id=self.worker_id), job.message
                 )
@@ -324,7 +324,7 @@ class Executor:
                 connections[self.alias].close()
         return False
 
-    def _finish(self, job: Job, report: Callable[[], None]) -> bool:
+    def finish_job(self, job: Job, report: Callable[[], None]) -> bool:
         """Report the job's outcome unless it was abandoned meanwhile (then return False).
 
         The report reaches the completer before the job leaves ``jobs``, so a burst worker
@@ -342,7 +342,7 @@ class Executor:
         self.instruments.handler_ran(job.message.queue, job.message.task, ran)
         return True
 
-    def _context(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
+    def context_for(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
         m = job.message
         return MessageContext(
             message_id=m.id,
@@ -359,13 +359,13 @@ class Executor:
             _cancel_requested=lambda: job.cancel_requested,
         )
 
-    def _extend_now(self, job: Job, seconds: float) -> bool:
+    def extend_now(self, job: Job, seconds: float) -> bool:
         outcome = transitions.extend([job.message], seconds, using=self.alias)
         if outcome.cancel_requested:
             job.cancel_requested = True
         return bool(outcome.done)
 
-    def _failure(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
+    def failure_of(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
         return handler_failed(
             job,
             exc,

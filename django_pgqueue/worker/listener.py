@@ -65,7 +65,7 @@ class Listener(Service):
         on_probe: Callable[[str], None],
         on_crash: OnCrash | None = None,
     ) -> None:
-        # Its own stop: it stops last but one when the worker drains (see Worker._shutdown).
+        # Its own stop: it stops first when the worker shuts down (see shutdown.py).
         super().__init__(on_crash=on_crash)
         self.alias = alias
         self.application_name = application_name[:63]

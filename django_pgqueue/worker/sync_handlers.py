@@ -70,17 +70,17 @@ class SyncHandlers:
             job = self._work.get()
             if job is None:
                 return
-            if not ex._start(job):
+            if not ex.start_job(job):
                 continue
             try:
                 self._run(job)
             except Exception:
                 # A bug here must not kill the thread and strand the job: fail it.
                 logger.exception("Internal error while handling message %s", job.message.id)
-                failure = ex._failure(job, RuntimeError("internal worker error"))
-                ex._finish(job, partial(ex.completer.fail, failure, job.message))
+                failure = ex.failure_of(job, RuntimeError("internal worker error"))
+                ex.finish_job(job, partial(ex.completer.fail, failure, job.message))
             if job.alone:
-                ex._end_alone(job)
+                ex.end_alone(job)
             if job.abandoned:
                 # Timed out: a replacement thread owns this slot now.
                 with ex.lock:
@@ -92,7 +92,7 @@ class SyncHandlers:
         handler = job.handler
         try:
             if handler.takes_context:
-                ctx = ex._context(job, lambda s: ex._extend_now(job, s))
+                ctx = ex.context_for(job, lambda s: ex.extend_now(job, s))
                 result = handler.func(ctx, job.payload())
             else:
                 result = handler.func(job.payload())
@@ -100,9 +100,9 @@ class SyncHandlers:
         except BaseException as exc:  # SystemExit from a handler is a failure too
             # A handler's failed query may leave this thread's connection unusable.
             connections[ex.alias].close_if_unusable_or_obsolete()
-            failure = ex._failure(job, exc)
-            if ex._finish(job, lambda: ex.completer.fail(failure, job.message)):
+            failure = ex.failure_of(job, exc)
+            if ex.finish_job(job, lambda: ex.completer.fail(failure, job.message)):
                 ex.on_finished()
             return
-        if ex._finish(job, lambda: ex.completer.complete(job.message, encoded)):
+        if ex.finish_job(job, lambda: ex.completer.complete(job.message, encoded)):
             ex.on_finished()

@@ -22,7 +22,7 @@ FAULTS = {
     "completer": ("django_pgqueue.worker.completer", "Completer", "flush"),
     "heartbeat": ("django_pgqueue.worker.heartbeat", "", "beat"),
     "listener": ("django_pgqueue.worker.notifications", "Notifications", "on_notify"),
-    "handler thread": ("django_pgqueue.worker.executor", "Executor", "_start"),
+    "handler thread": ("django_pgqueue.worker.executor", "Executor", "start_job"),
     "async loop": ("django_pgqueue.worker.async_handlers", "AsyncHandlers", "_start_task"),
 }
 
