@@ -202,6 +202,27 @@ class Executor:
                 self._alone = None
                 self._gate.notify_all()
 
+    def flag_cancelled(self, message_ids: list[int]) -> None:
+        """cancel() flagged these messages: a job not started yet is buried now and never
+        starts; a running one's handler sees ``context.cancel_requested``."""
+        flagged = set(message_ids)
+        buried = False
+        with self.lock:
+            for job in [j for j in self.jobs.values() if j.message.id in flagged]:
+                job.cancel_requested = True
+                if job.state == QUEUED:
+                    self._bury_cancelled(job)
+                    buried = True
+        if buried:
+            self.on_finished()
+
+    def _bury_cancelled(self, job: Job) -> None:
+        """Bury a job cancel() flagged before it started (the lock held). Reported before it
+        leaves ``jobs``, as a finished job is (see finish_job)."""
+        self.completer.fail(cancelled_before_start(job, worker_id=self.worker_id), job.message)
+        self._leave(job, CANCELLED)
+        del self.jobs[job.message.id]
+
     def expire_overdue(self, now: float) -> float | None:
         """Fail running sync jobs past their deadline; return the next deadline, if any."""
         expired: list[Job] = []
@@ -266,13 +287,7 @@ class Executor:
             if job.state != QUEUED:
                 return False
             if job.cancel_requested:
-                # cancel() flagged it before its handler started: it never starts. Reported
-                # before it leaves ``jobs``, as a finished job is (see finish_job).
-                self.completer.fail(
-                    cancelled_before_start(job, worker_id=self.worker_id), job.message
-                )
-                self._leave(job, CANCELLED)
-                del self.jobs[job.message.id]
+                self._bury_cancelled(job)
             else:
                 job.state = RUNNING
                 self._running += 1

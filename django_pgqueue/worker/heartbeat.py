@@ -186,7 +186,7 @@ class Heartbeat(Chore):
                 abort=self.halt,
             )
             if outcome.cancel_requested:
-                flag_cancelled(group, outcome.cancel_requested)
+                self.executor.flag_cancelled(outcome.cancel_requested)
             if outcome.stale:
                 logger.warning(
                     "Lost the lease of %d in-flight messages (expired and taken by another "
@@ -222,13 +222,4 @@ class Heartbeat(Chore):
             cursor.execute(sql.CANCEL_FLAGS, [[j.message.id for j in jobs]])
             flagged = [row[0] for row in cursor.fetchall()]
         self.on_db_ok()
-        flag_cancelled(jobs, flagged)
-
-
-def flag_cancelled(jobs: list[Job], message_ids: list[int]) -> None:
-    """Tell the jobs of messages cancel() flagged (``context.cancel_requested``; a job not
-    started yet never starts)."""
-    flagged = set(message_ids)
-    for job in jobs:
-        if job.message.id in flagged:
-            job.cancel_requested = True
+        self.executor.flag_cancelled(flagged)

@@ -81,7 +81,7 @@ def test_a_message_cancelled_while_it_waits_for_a_handler_never_starts(
 ) -> None:
     first_started, second_started = tmp_path / "first", tmp_path / "second"
     first = django_pgqueue.enqueue(
-        "tests.cancellable", {"seconds": 2, "started_file": str(first_started)}
+        "tests.cancellable", {"seconds": 4, "started_file": str(first_started)}
     )
     second = django_pgqueue.enqueue(
         "tests.cancellable", {"seconds": 0, "started_file": str(second_started)}
@@ -94,6 +94,8 @@ def test_a_message_cancelled_while_it_waits_for_a_handler_never_starts(
     assert Message.objects.get(pk=second.id).lease_token is not None
     assert django_pgqueue.cancel(second.id) == CancelResult.FLAGGED
     dead = wait_for(lambda: DeadMessage.objects.filter(message_id=second.id).first(), timeout=10)
+    # Buried as soon as the worker saw the flag, not once a handler was free for it.
+    assert Message.objects.filter(pk=first.id, lease_token__isnull=False).exists()
     assert dead.reason == "cancelled"
     assert dead.details["type"] == "Cancelled"
     assert "before its handler started" in dead.details["message"]
