@@ -238,6 +238,8 @@ def history_cut(errors: str) -> str:
 
 # A failed attempt: back off while attempts remain (and the failure is retryable), else
 # bury with its reason. Fenced by lease token; ``delay`` is seconds added to database time.
+# A buried row comes back with the reason it was buried with (``cancelled`` may override
+# the caller's).
 FAIL = f"""
 WITH batch AS NOT MATERIALIZED (
     SELECT %s::bigint[] AS ids, %s::uuid[] AS tokens, %s::text[] AS errors,
@@ -280,11 +282,11 @@ WITH batch AS NOT MATERIALIZED (
            max_attempts, {history_with("removed.errors", "removed.error")}, final_reason, error,
            leased_by, now()
     FROM removed
-    RETURNING message_id
+    RETURNING message_id, reason
 )
-SELECT id, 'retried' FROM retried
+SELECT id, 'retried', NULL FROM retried
 UNION ALL
-SELECT message_id, 'buried' FROM buried
+SELECT message_id, 'buried', reason FROM buried
 """
 
 # Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token. Also tells which of
@@ -374,8 +376,9 @@ RETURNING message_id
 """
 
 # cancel(): a message no worker holds (never leased, backing off, or its lease expired) goes
-# to dead with reason ``cancelled``; one a worker holds is flagged for its handler to see.
-# One statement: the row lock taken by ``target`` orders it against a concurrent claim.
+# to dead with reason ``cancelled``; one a worker holds is flagged for its handler to see,
+# and comes back with that worker's id (``cancel()`` tells it). One statement: the row lock
+# taken by ``target`` orders it against a concurrent claim.
 CANCEL = f"""
 WITH target AS (
     SELECT id, (lease_token IS NOT NULL AND available_at > now()) AS held
@@ -397,11 +400,11 @@ WITH target AS (
     SET cancel_requested_at = COALESCE(m.cancel_requested_at, now())
     FROM target t
     WHERE m.id = t.id AND t.held
-    RETURNING m.id
+    RETURNING m.id, m.leased_by
 )
-SELECT message_id, 'cancelled' FROM buried
+SELECT message_id, 'cancelled', NULL FROM buried
 UNION ALL
-SELECT id, 'flagged' FROM flagged
+SELECT id, 'flagged', leased_by FROM flagged
 """
 
 # Operator: a copy of an archived message as a new live message (new id, no dedup key).

@@ -53,6 +53,8 @@ class Outcome:
     buried: list[int] = field(default_factory=list)
     # extend(): the leases among ``done`` whose message cancel() flagged meanwhile.
     cancel_requested: list[int] = field(default_factory=list)
+    # fail(): the reason each of ``buried`` was buried with (cancel() overrides the caller's).
+    dead_reasons: dict[int, str] = field(default_factory=dict)
 
 
 def _pairs(leases: Iterable[LeaseRef]) -> tuple[list[int], list[uuid.UUID | None]]:
@@ -213,9 +215,14 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
     params = [_array(ids), _array(tokens), errors, reasons, delays]
     rows = _run(connection, _sql.FAIL, params, ack_settings(connection))
     retried = [r[0] for r in rows if r[1] == "retried"]
-    buried = [r[0] for r in rows if r[1] == "buried"]
+    dead_reasons = {r[0]: r[2] for r in rows if r[1] == "buried"}
+    buried = list(dead_reasons)
     return Outcome(
-        done=retried + buried, stale=_stale(ids, retried + buried), retried=retried, buried=buried
+        done=retried + buried,
+        stale=_stale(ids, retried + buried),
+        retried=retried,
+        buried=buried,
+        dead_reasons=dead_reasons,
     )
 
 

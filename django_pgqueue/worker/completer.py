@@ -1,4 +1,5 @@
-"""The completer thread: archives finished messages and records failures in batches.
+"""The completer service: archives finished messages and records failures in batches, in a
+thread of its own, which also runs the heartbeat (``heartbeat.py``) when it falls due.
 
 Handlers hand their outcome over and move on; this thread writes them with one statement
 per batch (flushed every ``COMPLETION_FLUSH_INTERVAL`` or as soon as ``flush_size`` are
@@ -30,7 +31,8 @@ from ..exceptions import ResultNotSerializable, Stopped
 from ..metrics.instruments import Instruments
 from ..models import DeadReason
 from .db import retrying
-from .heartbeat import Stats
+from .heartbeat import Heartbeat, Stats
+from .service import OnCrash, Service
 from .storable import log_excerpt, storable_text
 
 if TYPE_CHECKING:
@@ -39,7 +41,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_pgqueue.worker")
 
 
-class Completer:
+class Completer(Service):
+    name = "completer"
+
     def __init__(
         self,
         *,
@@ -52,7 +56,9 @@ class Completer:
         on_written: Callable[[set[str]], None] | None = None,
         log_error_chars: int = 200,
         instruments: Instruments | None = None,
+        on_crash: OnCrash | None = None,
     ) -> None:
+        super().__init__(on_crash=on_crash)
         self.alias = alias
         self.instruments = instruments or Instruments()
         self.flush_interval = flush_interval
@@ -70,6 +76,8 @@ class Completer:
         self._oldest = 0.0
         self._busy = False
         self._kicked = False
+        #: Run by this thread when due (set by the worker before it starts the thread).
+        self.heartbeat: Heartbeat | None = None
 
     # -- called from handler threads -------------------------------------------------------
 
@@ -92,6 +100,18 @@ class Completer:
             self._cond.notify()
 
     # -- the thread ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Flush what is due until stopped, beating meanwhile; then flush what is left."""
+        beat = self.heartbeat
+        while not self.halt.is_set():
+            self.wait_for_work(_FAR if beat is None else max(0.0, beat.next_at - time.monotonic()))
+            self.flush()
+            if beat is not None:
+                self.doing = "completer (heartbeat)"
+                beat.run_if_due(time.monotonic())
+                self.doing = "completer"
+        self.flush()
 
     def pending(self) -> int:
         with self._cond:
@@ -262,6 +282,7 @@ class Completer:
             total.stale += outcome.stale
             total.retried += outcome.retried
             total.buried += outcome.buried
+            total.dead_reasons.update(outcome.dead_reasons)
         return total
 
     def _record_failures(self, failed: list[tuple[transitions.FailedAttempt, Message]]) -> None:
@@ -277,25 +298,26 @@ class Completer:
             )
             outcome = self._write_failures_one_by_one(attempts)
         self.stats.add(failed=len(failed), retried=len(outcome.retried), dead=len(outcome.buried))
-        buried = set(outcome.buried)
+        # The reason the database buried each with: cancel() overrides the attempt's.
+        buried = outcome.dead_reasons
         retried = set(outcome.retried)
         self.instruments.failures(
             failed=[(m.queue, m.task) for _, m in failed],
             retried=[(m.queue, m.task) for _, m in failed if m.id in retried],
-            dead=[(m.queue, m.task, str(a.final_reason)) for a, m in failed if m.id in buried],
+            dead=[(m.queue, m.task, buried[m.id]) for _, m in failed if m.id in buried],
         )
         if retried and self.on_retried is not None:
             self.on_retried({m.queue for _, m in failed if m.id in retried})
         for attempt, message in failed:
             error = attempt.error
             if message.id in buried:
-                notify_dead(message.task, message.id, str(attempt.final_reason))
+                notify_dead(message.task, message.id, buried[message.id])
                 logger.warning(
                     "Message %s (%s on %s) dead-lettered: %s after %s of %s attempts: %s%s",
                     message.id,
                     printable(message.task),
                     message.queue,
-                    attempt.final_reason,
+                    buried[message.id],
                     message.attempts,
                     message.max_attempts,
                     error.get("type"),
@@ -324,6 +346,10 @@ class Completer:
         """``": <excerpt>"`` of an error message for a log line, or nothing (type only)."""
         excerpt = log_excerpt(error.get("message"), self.log_error_chars)
         return f": {excerpt}" if excerpt else ""
+
+
+#: How long the thread waits for work when no heartbeat is due (a wake-up comes first).
+_FAR = 3600.0
 
 
 def _first_line(exc: BaseException) -> str:

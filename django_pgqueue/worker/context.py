@@ -18,8 +18,8 @@ class MessageContext:
     True once the worker has given this run up (its timeout or the shutdown grace period ran
     out: the attempt is already failed or released, and what the handler returns is dropped).
     ``cancel_requested`` turns True once ``django_pgqueue.cancel()`` flagged the message, seen
-    at the worker's next lease extension (its heartbeat, or ``extend_lease()``): stop early
-    and raise, and the message is buried with reason ``cancelled`` instead of retried.
+    when the worker hears of it (a notification, its heartbeat, or ``extend_lease()``): stop
+    early and raise, and the message is buried with reason ``cancelled`` instead of retried.
     """
 
     message_id: int

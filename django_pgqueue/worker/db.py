@@ -26,6 +26,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OperationalError, Interfac
 
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 5.0
+#: An outage is reported again after this many seconds, then at doubling intervals of at
+#: most REPORT_MAX: a worker that waits for its database never looks hung.
+REPORT_FIRST = 10.0
+REPORT_MAX = 60.0
 
 
 def backoff_schedule(first: float = BACKOFF_FIRST, cap: float = BACKOFF_MAX) -> Callable[[], float]:
@@ -72,6 +76,7 @@ def retrying[T](
     """
     next_delay: Callable[[], float] | None = None
     started = 0.0
+    report = OutageReport(what)
     while True:
         try:
             result = call()
@@ -85,9 +90,10 @@ def retrying[T](
                 logger.warning(
                     "Database unavailable during %s (%s); reconnecting with backoff.",
                     what,
-                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    first_line(exc),
                 )
             delay = next_delay()
+            report.still(exc, delay)
             if abort is not None:
                 if abort.wait(delay):
                     raise Stopped(what) from exc
@@ -99,6 +105,87 @@ def retrying[T](
                 "Database reachable again for %s after %.1fs.", what, time.monotonic() - started
             )
         return result
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class OutageReport:
+    """Says again, now and then, that an outage ``what`` waits through still lasts."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.started = time.monotonic()
+        self._every = REPORT_FIRST
+        self._next = self.started + REPORT_FIRST
+
+    def still(self, exc: BaseException, delay: float) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        logger.warning(
+            "Database still unavailable during %s after %.0fs (%s); retrying every %.1fs.",
+            self.what,
+            now - self.started,
+            first_line(exc),
+            delay,
+        )
+        self._every = min(self._every * 2, REPORT_MAX)
+        self._next = now + self._every
+
+
+def describe_database(alias: str) -> str:
+    """``'default' (name at host:port)``: which database a line about it means."""
+    settings = connections[alias].settings_dict
+    host = settings.get("HOST") or "local socket"
+    port = f":{settings['PORT']}" if settings.get("PORT") else ""
+    return f"{alias!r} ({settings.get('NAME')} at {host}{port})"
+
+
+def reach_database(alias: str, *, timeout: float, stop: threading.Event) -> str | None:
+    """Connect this thread to the database, retrying with backoff for up to ``timeout``
+    seconds: None once connected or when ``stop`` is set, else why it could not, logged in
+    one line (the worker's start then fails instead of waiting for ever)."""
+    deadline = time.monotonic() + timeout
+    next_delay = backoff_schedule()
+    report = OutageReport("start-up")
+    first = True
+    while True:
+        try:
+            connections[alias].ensure_connection()
+            if not first:
+                logger.info("Database %s reachable.", describe_database(alias))
+            return None
+        except DatabaseError as exc:
+            if not is_connection_error(exc):
+                raise
+            close_connection(alias)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.error(
+                    "Cannot reach the database %s within %ss (--startup-timeout): %s. Check "
+                    "DATABASES[%r] (host, port, name, credentials).",
+                    describe_database(alias),
+                    f"{timeout:g}",
+                    first_line(exc),
+                    alias,
+                )
+                return first_line(exc)
+            if first:
+                logger.warning(
+                    "Database %s unreachable at start (%s); retrying for up to %ss "
+                    "(--startup-timeout).",
+                    describe_database(alias),
+                    first_line(exc),
+                    f"{timeout:g}",
+                )
+                first = False
+            delay = next_delay()
+            report.still(exc, delay)
+            if stop.wait(min(delay, remaining)):
+                return None
 
 
 def label_connection(worker_id: str) -> Callable[..., Any]:

@@ -1,11 +1,15 @@
-"""Runs handlers: a pool of threads for sync handlers, one asyncio event loop for async ones.
+"""Runs handlers: a pool of threads for sync handlers (``sync_handlers.py``), one asyncio
+event loop for async ones (``async_handlers.py``); this module keeps the jobs, their states,
+the gate and the deadlines.
 
 Each leased message becomes a :class:`Job`. Its state only moves forward under one lock:
 ``queued -> running -> finished``, or ``queued -> released`` (shutdown gave it back before
-it started), or ``running -> abandoned`` (its timeout or the grace period ran out: the
-worker already failed or released the lease, so whatever the handler returns later is
-dropped). A Python thread cannot be killed, so an abandoned sync handler keeps running until
-it returns; its thread then exits and a fresh one has already taken its slot.
+it started), or ``queued -> cancelled`` (``cancel()`` flagged it before it started: it
+is buried with reason ``cancelled`` and never runs), or ``running -> abandoned`` (its
+timeout or the grace period ran out: the worker already failed or released the lease, so
+whatever the handler returns later is dropped). A Python thread cannot be killed, so an
+abandoned sync handler keeps running until it returns; its thread then exits and a fresh one
+has already taken its slot.
 
 A redelivered message (its previous lease expired: its worker died, perhaps because of this
 very message) runs *alone*: it waits until no other handler runs, no other starts until it
@@ -19,15 +23,11 @@ return).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -36,11 +36,11 @@ from ..conf import get_settings
 from ..core import transitions
 from ..core._registry import Handler
 from ..core._validation import printable
-from ..exceptions import HandlerTimeout, ResultNotSerializable
 from ..metrics.instruments import Instruments
-from ..models import DeadReason
+from .async_handlers import AsyncHandlers
 from .context import MessageContext
-from .storable import describe_exception, encode_result
+from .failures import HandlerTimeout, cancelled_before_start, handler_failed
+from .sync_handlers import SyncHandlers
 
 if TYPE_CHECKING:
     from ..models import Message
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_pgqueue.worker")
 
-QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED = range(5)
+QUEUED, RUNNING, FINISHED, RELEASED, ABANDONED, CANCELLED = range(6)
 
 
 class Job:
@@ -83,6 +83,10 @@ class Job:
         # Leased with decode_payloads=False: the JSON text is decoded by the handler's
         # thread, off the main loop that claims the next batch.
         self.encoded = isinstance(message.payload, str)
+
+    @property
+    def abandoned(self) -> bool:
+        return self.state == ABANDONED
 
     def payload(self) -> Any:
         """The message's payload, decoded on first use."""
@@ -128,44 +132,19 @@ class Executor:
         self._gate = threading.Condition(self.lock)  # notified when either changes
         self.mean_run = 0.0  # seconds, moving average over recent handler runs
         self.stuck = 0  # threads still running a handler that timed out
-        self._work: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._thread_seq = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._async_slots: asyncio.Semaphore | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._helper: ThreadPoolExecutor | None = None
+        self.sync_handlers = SyncHandlers(self)
+        self.async_handlers = AsyncHandlers(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        for _ in range(self.concurrency):
-            self._spawn_thread()
-
-    def _spawn_thread(self) -> None:
-        self._thread_seq += 1
-        thread = threading.Thread(
-            target=self._thread_main, name=f"handler-{self._thread_seq}", daemon=True
-        )
-        self._threads.append(thread)
-        thread.start()
+        self.sync_handlers.start(self.concurrency)
 
     def stop(self, wait: float) -> None:
         """Let idle threads exit and close their connections (busy ones are daemons)."""
-        for _ in self._threads:
-            self._work.put(None)
         deadline = time.monotonic() + wait
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._loop_thread is not None:
-                self._loop_thread.join(max(0.0, deadline - time.monotonic()))
-        if self._helper is not None:
-            # Its thread's connection would outlive the worker in a host process.
-            self._helper.submit(connections.close_all)
-            self._helper.shutdown(wait=False)
+        self.sync_handlers.stop(deadline)
+        self.async_handlers.stop(deadline)
 
     # -- accounting ------------------------------------------------------------------------
 
@@ -174,7 +153,7 @@ class Executor:
 
     def dead_threads(self) -> list[str]:
         """Handler threads, and the event loop's, that stopped while they should run."""
-        threads = [*self._threads, self._loop_thread]
+        threads = [*self.sync_handlers.threads, self.async_handlers.thread]
         return [t.name for t in threads if t is not None and not t.is_alive()]
 
     def running(self) -> list[Job]:
@@ -205,7 +184,7 @@ class Executor:
     def _leave(self, job: Job, state: int) -> None:
         """Move ``job`` out of QUEUED or RUNNING (the lock held) and wake jobs at the gate.
         A job alone that finished keeps the gate until its outcome is written
-        (:meth:`_end_alone`)."""
+        (:meth:`end_alone`)."""
         if job.state == RUNNING:
             self._running -= 1
         if self._alone is job and state != FINISHED:
@@ -213,7 +192,7 @@ class Executor:
         job.state = state
         self._gate.notify_all()
 
-    def _end_alone(self, job: Job) -> None:
+    def end_alone(self, job: Job) -> None:
         """Open the gate after ``job`` ran alone, once its outcome is written: had another
         handler killed the worker first, the finished message would have spent an attempt."""
         self.completer.wake()
@@ -223,6 +202,27 @@ class Executor:
             if self._alone is job:
                 self._alone = None
                 self._gate.notify_all()
+
+    def flag_cancelled(self, message_ids: list[int]) -> None:
+        """cancel() flagged these messages: a job not started yet is buried now and never
+        starts; a running one's handler sees ``context.cancel_requested``."""
+        flagged = set(message_ids)
+        buried = False
+        with self.lock:
+            for job in [j for j in self.jobs.values() if j.message.id in flagged]:
+                job.cancel_requested = True
+                if job.state == QUEUED:
+                    self._bury_cancelled(job)
+                    buried = True
+        if buried:
+            self.on_finished()
+
+    def _bury_cancelled(self, job: Job) -> None:
+        """Bury a job cancel() flagged before it started (the lock held). Reported before it
+        leaves ``jobs``, as a finished job is (see finish_job)."""
+        self.completer.fail(cancelled_before_start(job, worker_id=self.worker_id), job.message)
+        self._leave(job, CANCELLED)
+        del self.jobs[job.message.id]
 
     def expire_overdue(self, now: float) -> float | None:
         """Fail running sync jobs past their deadline; return the next deadline, if any."""
@@ -241,7 +241,7 @@ class Executor:
             for job in expired:
                 # Reported before it leaves ``jobs``: nobody may see it in neither place.
                 timeout = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
-                self.completer.fail(self._failure(job, timeout), job.message)
+                self.completer.fail(self.failure_of(job, timeout), job.message)
                 del self.jobs[job.message.id]
         for job in expired:
             logger.warning(
@@ -255,7 +255,7 @@ class Executor:
                 job.message.max_attempts,
             )
             # The stuck thread still holds a slot: give the pool a fresh one.
-            self._spawn_thread()
+            self.sync_handlers.spawn()
         return next_deadline
 
     # -- submission ------------------------------------------------------------------------
@@ -266,59 +266,15 @@ class Executor:
                 self.jobs[job.message.id] = job
         for job in jobs:
             if job.handler.is_async:
-                self._submit_async(job)
+                self.async_handlers.submit(job)
             else:
-                self._work.put(job)
-
-    def _submit_async(self, job: Job) -> None:
-        if self._loop is None:
-            self._start_loop()
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._start_task_supervised, job)
-
-    def _start_task_supervised(self, job: Job) -> None:
-        # The event loop would only log an error of its callback, and the job would be lost.
-        try:
-            self._start_task(job)
-        except BaseException as exc:
-            self.on_crash("async-handlers", exc)
-
-    def _start_task(self, job: Job) -> None:
-        # The loop keeps only weak references to tasks: hold them until they finish.
-        assert self._loop is not None
-        loop = self._loop
-        task = loop.create_task(self._run_async(job))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        if job.alone:
-            # Waiting for its outcome to be written happens off the loop.
-            task.add_done_callback(lambda _: loop.run_in_executor(None, self._end_alone, job))
-
-    def _start_loop(self) -> None:
-        ready = threading.Event()
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self._loop = loop
-            self._async_slots = asyncio.Semaphore(self.concurrency)
-            ready.set()
-            try:
-                loop.run_forever()
-            except BaseException as exc:
-                self.on_crash("async-handlers", exc)
-            finally:
-                loop.close()
-
-        self._loop_thread = threading.Thread(target=main, name="async-handlers", daemon=True)
-        self._loop_thread.start()
-        ready.wait()
+                self.sync_handlers.submit(job)
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, job: Job, *, block: bool = True) -> bool | None:
+    def start_job(self, job: Job, *, block: bool = True) -> bool | None:
         """Move ``job`` to RUNNING, after the gate (see the module's docstring): True to run
-        it, False when it must not run (released, or its lease is lost), None when it has to
+        it, False when it must not run (released, cancelled, or its lease is lost), None when it has to
         wait and ``block`` is False (the event loop's thread must not wait)."""
         with self.lock:
             while job.state == QUEUED:
@@ -331,11 +287,17 @@ class Executor:
                 self._gate.wait()
             if job.state != QUEUED:
                 return False
-            job.state = RUNNING
-            self._running += 1
-            job.started = time.monotonic()
-            if job.timeout is not None:
-                job.deadline = job.started + job.timeout
+            if job.cancel_requested:
+                self._bury_cancelled(job)
+            else:
+                job.state = RUNNING
+                self._running += 1
+                job.started = time.monotonic()
+                if job.timeout is not None:
+                    job.deadline = job.started + job.timeout
+        if job.state == CANCELLED:
+            self.on_finished()
+            return False
         if job.alone and not self._record_start_alone(job):
             with self.lock:
                 if job.state == RUNNING:
@@ -378,7 +340,7 @@ class Executor:
                 connections[self.alias].close()
         return False
 
-    def _finish(self, job: Job, report: Callable[[], None]) -> bool:
+    def finish_job(self, job: Job, report: Callable[[], None]) -> bool:
         """Report the job's outcome unless it was abandoned meanwhile (then return False).
 
         The report reaches the completer before the job leaves ``jobs``, so a burst worker
@@ -396,40 +358,7 @@ class Executor:
         self.instruments.handler_ran(job.message.queue, job.message.task, ran)
         return True
 
-    def _thread_main(self) -> None:
-        me = threading.current_thread()
-        try:
-            self._serve_jobs()
-        except BaseException as exc:
-            self.on_crash(me.name, exc)
-        finally:
-            connections.close_all()
-            if me in self._threads:
-                self._threads.remove(me)
-
-    def _serve_jobs(self) -> None:
-        while True:
-            job = self._work.get()
-            if job is None:
-                return
-            if not self._start(job):
-                continue
-            try:
-                self._run_sync(job)
-            except Exception:
-                # A bug here must not kill the thread and strand the job: fail it.
-                logger.exception("Internal error while handling message %s", job.message.id)
-                failure = self._failure(job, RuntimeError("internal worker error"))
-                self._finish(job, partial(self.completer.fail, failure, job.message))
-            if job.alone:
-                self._end_alone(job)
-            if job.state == ABANDONED:
-                # Timed out: a replacement thread owns this slot now.
-                with self.lock:
-                    self.stuck -= 1
-                return
-
-    def _context(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
+    def context_for(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
         m = job.message
         return MessageContext(
             message_id=m.id,
@@ -446,113 +375,19 @@ class Executor:
             _cancel_requested=lambda: job.cancel_requested,
         )
 
-    def _extend_now(self, job: Job, seconds: float) -> bool:
+    def extend_now(self, job: Job, seconds: float) -> bool:
         outcome = transitions.extend([job.message], seconds, using=self.alias)
         if outcome.cancel_requested:
             job.cancel_requested = True
         return bool(outcome.done)
 
-    def _run_sync(self, job: Job) -> None:
-        handler = job.handler
-        try:
-            if handler.takes_context:
-                ctx = self._context(job, lambda s: self._extend_now(job, s))
-                result = handler.func(ctx, job.payload())
-            else:
-                result = handler.func(job.payload())
-            encoded = encode_result(result, self.max_result_bytes)
-        except BaseException as exc:  # SystemExit from a handler is a failure too
-            # A handler's failed query may leave this thread's connection unusable.
-            connections[self.alias].close_if_unusable_or_obsolete()
-            failure = self._failure(job, exc)
-            if self._finish(job, lambda: self.completer.fail(failure, job.message)):
-                self.on_finished()
-            return
-        if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
-            self.on_finished()
-
-    async def _run_async(self, job: Job) -> None:
-        try:
-            await self._run_async_job(job)
-        except BaseException as exc:
-            self.on_crash("async-handlers", exc)
-
-    async def _run_async_job(self, job: Job) -> None:
-        assert self._async_slots is not None
-        async with self._async_slots:
-            # Waiting at the gate, and recording a start alone (a query), happen off the loop.
-            started = None if job.alone else self._start(job, block=False)
-            if started is None:
-                started = await asyncio.to_thread(self._start, job)
-            if not started:
-                return
-            handler = job.handler
-            timed_out = False
-            try:
-                async with asyncio.timeout(job.timeout) as scope:
-                    if handler.takes_context:
-                        result = await handler.func(
-                            self._context(job, self._async_extend(job)), job.payload()
-                        )
-                    else:
-                        result = await handler.func(job.payload())
-                encoded = encode_result(result, self.max_result_bytes)
-            except TimeoutError as exc:
-                timed_out = scope.expired()
-                error: Exception = (
-                    HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
-                    if timed_out
-                    else exc
-                )
-                failure = self._failure(job, error)
-                if self._finish(job, lambda: self.completer.fail(failure, job.message)):
-                    self.on_finished()
-                return
-            except BaseException as exc:  # SystemExit from a handler is a failure too
-                failure = self._failure(job, exc)
-                if self._finish(job, lambda: self.completer.fail(failure, job.message)):
-                    self.on_finished()
-                return
-            if self._finish(job, lambda: self.completer.complete(job.message, encoded)):
-                self.on_finished()
-
-    def _async_extend(self, job: Job) -> Callable[[float], bool]:
-        # Django refuses database calls on a thread running an event loop: run the extension
-        # on a helper thread and wait for it (a short, rare call).
-        if self._helper is None:
-            self._helper = ThreadPoolExecutor(1, thread_name_prefix="lease-extender")
-        helper = self._helper
-
-        def extend(seconds: float) -> bool:
-            return helper.submit(self._extend_now, job, seconds).result()
-
-        return extend
-
-    # -- failures --------------------------------------------------------------------------
-
-    def _failure(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
-        message = job.message
-        timed_out = isinstance(exc, HandlerTimeout)
-        handler = job.handler
-        delay = transitions.backoff_delay(
-            message.attempts, base=handler.backoff_base, maximum=handler.backoff_max
-        )
-        type_name, text, trace = describe_exception(
-            exc, max_message=self.max_error_message, max_traceback=self.max_traceback
-        )
-        entry = transitions.error_entry(
-            attempt=message.attempts,
+    def failure_of(self, job: Job, exc: BaseException) -> transitions.FailedAttempt:
+        return handler_failed(
+            job,
+            exc,
             worker_id=self.worker_id,
-            type_name="Timeout" if timed_out else type_name,
-            message=text,
-            traceback=trace,
-        )
-        return transitions.FailedAttempt(
-            lease=message,
-            error=entry,
-            # Running it again would repeat its effects only to refuse the result again.
-            retry_in=None if isinstance(exc, ResultNotSerializable) else delay,
-            final_reason=DeadReason.TIMEOUT if timed_out else DeadReason.ERROR,
+            max_message=self.max_error_message,
+            max_traceback=self.max_traceback,
         )
 
 

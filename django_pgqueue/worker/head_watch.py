@@ -24,29 +24,32 @@ from django.db import DatabaseError, connections
 from ..core._claim import look_from_head
 from ..core._claim_bound import HEAD_WALK_EVERY, ClaimBounds, head_walk_pause
 from .db import is_connection_error
+from .service import Service
 
 logger = logging.getLogger("django_pgqueue.worker")
 
 
-class HeadWatcher(threading.Thread):
+class HeadWatcher(Service):
+    """Looks at the heads of the bounded queues; its timer is the pause between looks."""
+
+    name = "head watcher"
+
     def __init__(self, *, alias: str, bounds: ClaimBounds, stop: threading.Event) -> None:
-        super().__init__(name="head watcher", daemon=True)
+        super().__init__(stop=stop)
         self.alias = alias
         self.bounds = bounds
-        self._stop_event = stop
         #: Looks made (test seam).
         self.looks = 0
 
     def run(self) -> None:
         pause = HEAD_WALK_EVERY
-        while not self._stop_event.wait(pause):
+        while not self.halt.wait(pause):
             queues = self.bounds.bounded_queues()
             if not queues:
                 connections.close_all()  # this thread's own
                 pause = HEAD_WALK_EVERY
                 continue
             pause = max(head_walk_pause(self._look(queue)) for queue in queues)
-        connections.close_all()
 
     def _look(self, queue: str) -> float:
         """Look at the head of ``queue``: the seconds it took (0 when it failed)."""

@@ -23,7 +23,8 @@ from django.db import DatabaseError, connections
 
 from ..core._notify import listen_statement
 from . import sql
-from .db import backoff_schedule, close_connection
+from .db import backoff_schedule, close_connection, first_line
+from .service import OnCrash, Service
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -42,18 +43,14 @@ DEFER_MAX = 0.05
 LOST = (psycopg.Error, DatabaseError)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-class Listener(threading.Thread):
+class Listener(Service):
     """LISTENs on ``channel`` and calls ``on_notify(queue)`` for each notification.
 
     ``on_notify`` runs in this thread, outside the driver's wait for notifications, so it may
     query through ``connections[alias]``: in this thread, that is the LISTEN connection.
     """
 
+    name = "listener"
     _deferred: dict[Hashable, Callable[[], None]]
     _deferred_since = 0.0
 
@@ -66,9 +63,10 @@ class Listener(threading.Thread):
         on_notify: Callable[[str], None],
         on_reconnect: Callable[[], None],
         on_probe: Callable[[str], None],
-        on_crash: Callable[[str, BaseException], None] | None = None,
+        on_crash: OnCrash | None = None,
     ) -> None:
-        super().__init__(name="listener", daemon=True)
+        # Its own stop: it stops first when the worker shuts down (see shutdown.py).
+        super().__init__(on_crash=on_crash)
         self.alias = alias
         self.application_name = application_name[:63]
         self.channel = channel
@@ -79,7 +77,6 @@ class Listener(threading.Thread):
         self.ready = threading.Event()
         #: True while the connection is up and LISTENing (read by the readiness probe).
         self.connected = False
-        self._halt = threading.Event()
         self._reset = threading.Event()
         self._deferred = {}
 
@@ -91,22 +88,15 @@ class Listener(threading.Thread):
             self._deferred_since = time.monotonic()
         self._deferred[key] = work
 
-    def stop(self) -> None:
-        self._halt.set()
-
     def reconnect(self) -> None:
         """Drop the connection and listen again (the probe found it deaf)."""
         self._reset.set()
 
     def run(self) -> None:
+        # A lost connection reconnects; anything else escaping is an internal error (the
+        # worker stops: deaf to wake-ups, it would only look alive).
         try:
             self._serve()
-        except BaseException as exc:
-            # Not a lost connection (those reconnect): a listener that stopped hearing would
-            # leave the worker deaf to wake-ups, so the worker is told and stops.
-            if self.on_crash is None:
-                raise
-            self.on_crash(self.name, exc)
         finally:
             close_connection(self.alias)
 
@@ -114,7 +104,7 @@ class Listener(threading.Thread):
         next_delay: Callable[[], float] | None = None
         outage_started = 0.0
         first = True
-        while not self._halt.is_set():
+        while not self.halt.is_set():
             try:
                 conn = self._connect()
             except LOST as exc:
@@ -123,9 +113,9 @@ class Listener(threading.Thread):
                     next_delay = backoff_schedule()
                     outage_started = time.monotonic()
                     logger.warning(
-                        "LISTEN connection failed (%s); retrying with backoff.", _first_line(exc)
+                        "LISTEN connection failed (%s); retrying with backoff.", first_line(exc)
                     )
-                self._halt.wait(next_delay())
+                self.halt.wait(next_delay())
                 continue
             try:
                 if next_delay is not None:
@@ -142,13 +132,13 @@ class Listener(threading.Thread):
                 self._listen(conn)
             except LOST as exc:
                 self.connected = False
-                if self._halt.is_set():
+                if self.halt.is_set():
                     break
                 if next_delay is None:
                     next_delay = backoff_schedule()
                     outage_started = time.monotonic()
-                    logger.warning("LISTEN connection lost (%s); reconnecting.", _first_line(exc))
-                self._halt.wait(next_delay())
+                    logger.warning("LISTEN connection lost (%s); reconnecting.", first_line(exc))
+                self.halt.wait(next_delay())
             finally:
                 self.connected = False
                 close_connection(self.alias)
@@ -164,7 +154,7 @@ class Listener(threading.Thread):
         return conn
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
-        while not self._halt.is_set():
+        while not self.halt.is_set():
             if self._reset.is_set():
                 self._reset.clear()
                 logger.warning("LISTEN connection missed its probe; reconnecting.")

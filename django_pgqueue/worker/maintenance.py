@@ -14,6 +14,7 @@ from django.db import DatabaseError, connections
 
 from ..core import _retention
 from .db import is_connection_error
+from .service import Service
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -22,19 +23,22 @@ logger = logging.getLogger("django_pgqueue.worker")
 FIRST_DELAY = 10.0
 
 
-class Maintainer(threading.Thread):
+class Maintainer(Service):
+    """Retention every ``interval`` seconds (its timer), until ``stop`` is set."""
+
+    name = "maintenance"
+
     def __init__(self, *, alias: str, worker_id: str, interval: float, stop: threading.Event):
-        super().__init__(name="maintenance", daemon=True)
+        super().__init__(stop=stop)
         self.alias = alias
         self.worker_id = worker_id
         self.interval = interval
-        self._stop_event = stop
         #: Completed runs that did the work (test seam).
         self.runs = 0
 
     def run(self) -> None:
         delay = min(FIRST_DELAY, self.interval)
-        while not self._stop_event.wait(delay):
+        while not self.halt.wait(delay):
             delay = self.interval
             try:
                 report = _retention.maintain(worker_id=self.worker_id, using=self.alias)

@@ -56,3 +56,9 @@ SET_APPLICATION_NAME = "SELECT set_config('application_name', %s, false)"
 
 #: The listener's probe: a notification the worker sends itself to prove its listener hears.
 PROBE = "SELECT pg_notify(%s, %s)"
+
+#: Which of the worker's leased messages ``cancel()`` flagged (read when a notification says
+#: one was).
+CANCEL_FLAGS = """
+SELECT id FROM pgqueue_message WHERE id = ANY(%s) AND cancel_requested_at IS NOT NULL
+"""

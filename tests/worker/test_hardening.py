@@ -21,6 +21,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message
+from django_pgqueue.worker import chores
 from django_pgqueue.worker import runner as runner_module
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.heartbeat import Stats
@@ -353,7 +354,7 @@ def test_a_message_enqueued_at_an_unloadable_time_runs(
 def test_only_a_deaf_worker_reconnects_its_listener(
     start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner_module, "PROBE_INTERVAL", 0.4)
+    monkeypatch.setattr(chores, "PROBE_INTERVAL", 0.4)
     deaf, hearing = start_worker(), start_worker()
     reconnects = {deaf: 0, hearing: 0}
     for runner in (deaf, hearing):

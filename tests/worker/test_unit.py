@@ -7,9 +7,10 @@ import math
 import pytest
 
 from django_pgqueue.core._registry import registry
+from django_pgqueue.exceptions import ResultNotSerializable
 from django_pgqueue.worker.db import backoff_schedule
-from django_pgqueue.worker.executor import ResultNotSerializable, encode_result
 from django_pgqueue.worker.runner import Worker, WorkerOptions
+from django_pgqueue.worker.storable import encode_result
 
 
 def test_encode_result_accepts_json_and_none() -> None:
@@ -52,14 +53,14 @@ def test_options_validate_queue_names() -> None:
 
 def test_heartbeat_runs_several_times_per_lease() -> None:
     worker = Worker(WorkerOptions(visibility_timeout=3))
-    assert worker.heartbeat_interval == pytest.approx(1.0)
+    assert worker.heartbeat.interval == pytest.approx(1.0)
 
 
 def test_prefetch_shrinks_for_slow_handlers() -> None:
     worker = Worker(WorkerOptions(concurrency=4, batch_size=100))
-    assert worker._capacity() == 4 + 200  # nothing measured yet: two batches may wait
+    assert worker.fetcher.capacity() == 4 + 200  # nothing measured yet: two batches may wait
     worker.executor.mean_run = 0.00001  # no-op handlers
-    assert worker._capacity() == 204 and worker._refill_at() == 100
+    assert worker.fetcher.capacity() == 204 and worker.fetcher.refill_at() == 100
     worker.executor.mean_run = 2.0  # two-second handlers: half a second's work may wait
-    assert worker._capacity() == 4 + 2
-    assert worker._refill_at() == 1
+    assert worker.fetcher.capacity() == 4 + 2
+    assert worker.fetcher.refill_at() == 1

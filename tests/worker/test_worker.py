@@ -16,7 +16,7 @@ from django.test import override_settings
 
 import django_pgqueue
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message, WorkerHeartbeat
-from django_pgqueue.worker.runner import Worker
+from django_pgqueue.worker.fetcher import Fetcher
 from tests.factories import QueueStateFactory
 
 from .conftest import WorkerThread, wait_for
@@ -145,15 +145,15 @@ def test_an_idle_worker_claims_on_its_listen_connection(
     # The idle-latency path: the listener thread claims on the connection that received the
     # NOTIFY and hands the message to a handler thread itself.
     claimed_in: list[str] = []
-    original = Worker._lease_one_queue
+    original = Fetcher.claim
 
-    def spy(self: Worker, queue: str, want: int) -> list[Message]:
+    def spy(self: Fetcher, queue: str, want: int) -> list[Message]:
         batch = original(self, queue, want)
         if batch:
             claimed_in.append(threading.current_thread().name)
         return batch
 
-    monkeypatch.setattr(Worker, "_lease_one_queue", spy)
+    monkeypatch.setattr(Fetcher, "claim", spy)
     runner = start_worker(poll_interval=30)
     time.sleep(0.2)
     msg = django_pgqueue.enqueue("tests.echo", {"hi": 1})
@@ -166,14 +166,14 @@ def test_a_failing_claim_in_the_listener_falls_back_to_the_main_loop(
     start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A bug in the listener's claim must not cost the worker its listener or the message.
-    original = Worker._lease_one_queue
+    original = Fetcher.claim
 
-    def broken_in_listener(self: Worker, queue: str, want: int) -> list[Message]:
+    def broken_in_listener(self: Fetcher, queue: str, want: int) -> list[Message]:
         if threading.current_thread().name == "listener":
             raise RuntimeError("bug in the fast path")
         return original(self, queue, want)
 
-    monkeypatch.setattr(Worker, "_lease_one_queue", broken_in_listener)
+    monkeypatch.setattr(Fetcher, "claim", broken_in_listener)
     runner = start_worker(poll_interval=30)
     time.sleep(0.2)
     first = django_pgqueue.enqueue("tests.echo", {"n": 1})
@@ -209,13 +209,13 @@ def test_ready_messages_cost_no_lookup_of_the_next_due_time(
     # Under a long-running transaction elsewhere that lookup walks every recently leased
     # message's index entry: it runs when something scheduled came, not after every claim.
     looked_up: list[list[str]] = []
-    original = Worker._seconds_to_next_due
+    original = Fetcher.seconds_to_next_due
 
-    def spy(self: Worker, queues: list[str]) -> float | None:
+    def spy(self: Fetcher, queues: list[str]) -> float | None:
         looked_up.append(list(queues))
         return original(self, queues)
 
-    monkeypatch.setattr(Worker, "_seconds_to_next_due", spy)
+    monkeypatch.setattr(Fetcher, "seconds_to_next_due", spy)
     runner = start_worker(poll_interval=30, queues=["ready-only"])
     time.sleep(0.3)
     looked_up.clear()  # the start-up lookup
@@ -401,8 +401,8 @@ def test_a_deaf_listener_is_found_by_the_probe_and_reconnected(
     listener = runner.worker.listener
     assert listener is not None
     listener.on_probe = lambda payload: None  # the probe goes unheard
-    runner.worker._probe()
-    runner.worker._probe()
+    runner.worker.probe.run()
+    runner.worker.probe.run()
     wait_for(lambda: "missed its probe" in caplog.text)
     wait_for(lambda: "LISTEN connection back" in caplog.text)
     msg = django_pgqueue.enqueue("tests.echo", "still hears")
@@ -413,9 +413,9 @@ def test_a_deaf_listener_is_found_by_the_probe_and_reconnected(
 def test_status_line_reports_rates_and_counters(
     start_worker: StartWorker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_pgqueue.worker import runner as runner_module
+    from django_pgqueue.worker import chores
 
-    monkeypatch.setattr(runner_module, "STATUS_INTERVAL", 0.2)
+    monkeypatch.setattr(chores, "STATUS_INTERVAL", 0.2)
     caplog.set_level(logging.INFO, logger="django_pgqueue")
     django_pgqueue.enqueue("tests.echo", 1)
     runner = start_worker()

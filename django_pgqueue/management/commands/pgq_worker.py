@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
 from ...worker.endpoints import DEFAULT_HOST
+from ...worker.options import STARTUP_TIMEOUT
 from ...worker.runner import Worker, WorkerOptions
 
 
@@ -139,6 +140,14 @@ class Command(BaseCommand):
             "a liveness probe checks its age. Removed on exit.",
         )
         parser.add_argument(
+            "--startup-timeout",
+            type=_non_negative_float,
+            default=STARTUP_TIMEOUT,
+            metavar="SECONDS",
+            help="Seconds a starting worker tries to reach its database before it exits 1 "
+            f"with one line saying why. Default {STARTUP_TIMEOUT:g}.",
+        )
+        parser.add_argument(
             "--grace-period",
             type=_non_negative_float,
             help="Seconds "
@@ -196,6 +205,7 @@ class Command(BaseCommand):
             health_port=options["health_port"],
             http_host=options["http_host"],
             health_db_timeout=options["health_db_timeout"],
+            startup_timeout=options["startup_timeout"],
         )
         if options["health_port"] is None and options["health_db_timeout"] is not None:
             raise CommandError("--health-db-timeout needs --health-port")
@@ -204,6 +214,8 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         code = worker.run()
+        if worker.unreachable:
+            sys.exit(code)  # the worker logged why, in one line
         if code and worker.crashed:
             raise CommandError(
                 f"stopped after an internal error in the {worker.crashed} thread (logged above "

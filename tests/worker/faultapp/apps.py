@@ -18,12 +18,12 @@ from django.apps import AppConfig
 
 #: Thread -> (module, owner in it or "", function): what raises in that thread.
 FAULTS = {
-    "main loop": ("django_pgqueue.worker.runner", "Worker", "_refresh_queues"),
+    "main loop": ("django_pgqueue.worker.fetcher", "Fetcher", "refresh_queues"),
     "completer": ("django_pgqueue.worker.completer", "Completer", "flush"),
     "heartbeat": ("django_pgqueue.worker.heartbeat", "", "beat"),
-    "listener": ("django_pgqueue.worker.runner", "Worker", "_on_notify"),
-    "handler thread": ("django_pgqueue.worker.executor", "Executor", "_start"),
-    "async loop": ("django_pgqueue.worker.executor", "Executor", "_start_task"),
+    "listener": ("django_pgqueue.worker.notifications", "Notifications", "on_notify"),
+    "handler thread": ("django_pgqueue.worker.executor", "Executor", "start_job"),
+    "async loop": ("django_pgqueue.worker.async_handlers", "AsyncHandlers", "_start_task"),
 }
 
 
