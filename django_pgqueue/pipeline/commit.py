@@ -38,7 +38,7 @@ from .committed import (
     table_schema,
     table_uri,
 )
-from .errors import LeaseLost
+from .errors import LeaseLost, PipelineError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -211,6 +211,12 @@ class LocalCommitter(Committer):
         return os.path.exists(path)
 
     def delete(self, path: str) -> None:
+        # Never through a symbolic link: what is deleted stays inside the export.
+        inside = os.path.realpath(os.path.dirname(path)).startswith(
+            os.path.realpath(self.destination) + os.sep
+        )
+        if not inside or os.path.islink(path):
+            raise PipelineError(f"refusing to delete {path}: it is not a file of the export")
         try:
             os.remove(path)
         except FileNotFoundError:
@@ -333,10 +339,3 @@ class HadoopCommitter(Committer):
         self.delete_tree(written_root)
         return staged
 
-
-def committer_for(spark: SparkSession | None, destination: str, file_mode: int) -> Committer:
-    if local_directory(destination) is not None:
-        return LocalCommitter(destination, file_mode)
-    if spark is None:
-        raise ValueError(f"{destination} can only be written through Spark")
-    return HadoopCommitter(spark, destination, file_mode)

@@ -72,17 +72,18 @@ class TableFile:
 
 def table_files(table: DeltaTable) -> list[TableFile]:
     """The data files of the table's loaded version (its add actions)."""
-    import pyarrow as pa
-
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    # Read column by column as delta-rs returns them (no pyarrow import: a no-op export
+    # decides with this alone).
+    actions = table.get_add_actions(flatten=True)
+    if not actions.num_rows:
+        return []
+    paths, sizes, rows, ranges = (
+        actions.column(name).to_pylist()
+        for name in ("path", "size_bytes", "num_records", "partition.id_range")
+    )
     return [
-        TableFile(
-            path=unquote(a["path"]),
-            bytes=int(a["size_bytes"]),
-            rows=None if a.get("num_records") is None else int(a["num_records"]),
-            id_range=int(a["partition.id_range"]),
-        )
-        for a in actions
+        TableFile(unquote(p), int(b), None if n is None else int(n), int(r))
+        for p, b, n, r in zip(paths, sizes, rows, ranges, strict=True)
     ]
 
 

@@ -1,4 +1,4 @@
-"""export: archive and dead-letter rows -> Parquet, in verified, committed, resumable id ranges.
+"""export: archive and dead-letter rows -> Delta Lake tables, in verified, resumable id ranges.
 
 Layout: one Delta Lake table per source, ``<destination>/<archive|dead>``, partitioned by
 ``queue``, ``day`` (the UTC day of ``finished_at`` / ``died_at``) and ``id_range``; each range
@@ -6,12 +6,13 @@ becomes part of it through one Delta commit (:mod:`committed`, :mod:`commit`).
 
 One run writes a destination at a time: it holds the destination's lease (:mod:`lease`).
 Each range is one Spark task: one psycopg ``COPY`` of the range (one short statement), the
-row hash of the text read, pyarrow writes the files and they are read back, hashed and their ids compared with the rows read (:mod:`rangeio`); the driver then
-commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
-ranges are read by Spark's JDBC source, one predicate each, and written by Spark's writer,
-then verified by reading the files back through Spark. Either way nothing holds a snapshot
-open for the whole export, so the primary's xmin is never pinned. See docs/how-to/pipeline.md
-for the safe-horizon rule that keeps late committing transactions from being skipped.
+row hash of the text read, pyarrow writes the files and they are read back, hashed and their
+ids compared with the rows read (:mod:`rangeio`); the driver then commits the verified range.
+For URLs Python workers cannot write (``s3a://``, ``hdfs://``...) ranges are read by Spark's
+JDBC source, one predicate each, and written by Spark's writer, then verified by reading the
+files back through Spark. Either way nothing holds a snapshot open for the whole export, so
+the primary's xmin is never pinned. See docs/how-to/pipeline.md for the safe-horizon rule that
+keeps late committing transactions from being skipped.
 """
 
 from __future__ import annotations
@@ -97,11 +98,17 @@ def check_max_ranges(max_ranges: int | None) -> int | None:
 
 
 def check_file_mode(mode: int) -> int:
-    """Files must stay readable and writable by their owner and are never executable."""
+    """Files stay readable and writable by their owner, are never executable, and only the
+    owner may write: whoever can write in the export can plant files and commits in it."""
     if not 0 <= mode <= 0o777 or mode & 0o600 != 0o600 or mode & 0o111:
         raise PipelineError(
             f"file mode {mode:o} is not a file permission with owner read/write and no execute "
             "bits (e.g. 600, 640, 644)."
+        )
+    if mode & 0o022:
+        raise PipelineError(
+            f"file mode {mode:o} lets the group or others write to the export; use one only "
+            "the owner may write (e.g. 600, 640, 644)."
         )
     return mode
 

@@ -13,9 +13,10 @@ from deltalake import DeltaTable
 
 from django_pgqueue.pipeline.columns import ARCHIVE
 from django_pgqueue.pipeline.commit import APP_ID, LocalCommitter, WrittenFile
-from django_pgqueue.pipeline.errors import LeaseLost
-from django_pgqueue.pipeline.export import export, read_export
+from django_pgqueue.pipeline.errors import LeaseLost, PipelineError
+from django_pgqueue.pipeline.export import check_file_mode, export, read_export
 from django_pgqueue.pipeline.models import ExportRange, ExportRun
+from django_pgqueue.pipeline.prune import prune
 
 from .conftest import fill_archive, fill_dead, run_sql
 
@@ -111,3 +112,48 @@ def test_a_run_older_than_the_last_committing_run_may_not_commit(tmp_path: Path)
     with pytest.raises(LeaseLost, match="run #9 has committed to it since"):
         committer.commit(ARCHIVE, 8, {}, [_one_file(destination, 100)], [])
     assert len(DeltaTable(str(destination / "archive")).file_uris()) == 1
+
+
+@pytest.mark.parametrize("mode", [0o660, 0o602, 0o666])
+def test_file_modes_letting_the_group_or_others_write_are_refused(mode: int) -> None:
+    with pytest.raises(PipelineError, match="lets the group or others write"):
+        check_file_mode(mode)
+
+
+def test_leftover_cleaning_never_follows_a_symbolic_link_out_of_the_export(tmp_path: Path) -> None:
+    destination = tmp_path / "out"
+    committer = LocalCommitter(str(destination), 0o600)
+    committer.commit(ARCHIVE, 1, {}, [_one_file(destination, 0)], [])
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep.parquet").write_bytes(b"not the export's")
+    link = destination / "archive" / "queue=q0" / "day=2026-10-01" / "id_range=100"
+    link.symlink_to(outside, target_is_directory=True)
+
+    try:
+        committer.remove_untracked(ARCHIVE, [100])
+    except PipelineError as refused:
+        assert "not a file of the export" in str(refused)
+
+    assert (outside / "keep.parquet").read_bytes() == b"not the export's"
+
+
+@pytest.mark.spark
+def test_prune_refuses_a_range_the_tables_latest_version_no_longer_holds(
+    spark: Any, tmp_path: Path
+) -> None:
+    fill_archive(300)
+    destination = str(tmp_path / "out")
+    export(spark, destination, sources=["archive"], range_size=100)
+    ranges = list(ExportRange.objects.order_by("lo"))
+    # Another Delta writer removes the first range's files: they stay on disk, for older
+    # versions, but the latest version no longer holds them.
+    DeltaTable(f"{destination}/archive").delete(f"id_range = {ranges[0].lo}")
+
+    result = prune(destination=destination)
+
+    assert len(result.refused) == 1 and "is not in version" in result.refused[0]
+    assert result.rows == 300 - ranges[0].source_rows
+    assert ExportRange.objects.get(pk=ranges[0].pk).status == "verified"
+    kept = run_sql("SELECT count(*) FROM pgqueue_archive WHERE id < %s", [ranges[0].hi])[0][0]
+    assert kept == ranges[0].source_rows
