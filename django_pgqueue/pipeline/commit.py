@@ -338,4 +338,3 @@ class HadoopCommitter(Committer):
             staged.append(StagedFile(target, lo, rows, self.size(target), hashes[path], checksum))
         self.delete_tree(written_root)
         return staged
-
