@@ -4,18 +4,20 @@ Each source (``archive``, ``dead``) is one Delta table, ``<destination>/<source>
 by ``queue``, ``day`` (the UTC day of ``finished_at`` / ``died_at``) and ``id_range`` (the
 first id of the export range that wrote the file). Any Delta reader (deltalake, Polars,
 DuckDB over deltalake's dataset, Spark with Delta) sees committed data only, and older versions.
-This module needs neither Django nor pyspark.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
+
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -60,6 +62,16 @@ def open_table(destination: str, source: str, version: int | None = None) -> Del
     return DeltaTable(uri, version=version)
 
 
+#: Where the export writes a data file, relative to its table: no ``..``, no other directory.
+_FILE_PATH = re.compile(
+    r"queue=[a-z0-9][a-z0-9_-]*/day=\d{4}-\d{2}-\d{2}/id_range=\d+/[\w.-]+\.parquet"
+)
+
+
+class ForeignTableEntry(PipelineError):
+    """A table's log lists a file the export would never write there."""
+
+
 @dataclass(frozen=True)
 class TableFile:
     """One data file of a table version: its path relative to the table, as the log has it."""
@@ -81,10 +93,18 @@ def table_files(table: DeltaTable) -> list[TableFile]:
         actions.column(name).to_pylist()
         for name in ("path", "size_bytes", "num_records", "partition.id_range")
     )
-    return [
+    files = [
         TableFile(unquote(p), int(b), None if n is None else int(n), int(r))
         for p, b, n, r in zip(paths, sizes, rows, ranges, strict=True)
     ]
+    for f in files:
+        if not _FILE_PATH.fullmatch(f.path) or f"/id_range={f.id_range}/" not in f.path:
+            raise ForeignTableEntry(
+                f"the Delta table at {table.table_uri} lists {f.path!r}, not a file the export "
+                "writes (queue=<queue>/day=<day>/id_range=<lo>/<name>.parquet): nothing of it is "
+                "read or deleted; find out who could write to the table."
+            )
+    return files
 
 
 def files_by_range(table: DeltaTable | None) -> dict[int, list[TableFile]]:

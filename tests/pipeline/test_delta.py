@@ -157,3 +157,28 @@ def test_prune_refuses_a_range_the_tables_latest_version_no_longer_holds(
     assert ExportRange.objects.get(pk=ranges[0].pk).status == "verified"
     kept = run_sql("SELECT count(*) FROM pgqueue_archive WHERE id < %s", [ranges[0].hi])[0][0]
     assert kept == ranges[0].source_rows
+
+
+def test_a_file_the_export_never_writes_listed_by_the_table_is_refused(tmp_path: Path) -> None:
+    from deltalake.transaction import AddAction
+
+    destination = tmp_path / "out"
+    LocalCommitter(str(destination), 0o600).commit(ARCHIVE, 1, {}, [_one_file(destination, 0)], [])
+    secret = tmp_path / "secret.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"id": [1]}), secret)
+    table = DeltaTable(str(destination / "archive"))
+    partition = {"queue": "q0", "day": "2026-10-01", "id_range": "0"}
+    planted = AddAction("../../secret.parquet", 1, partition, 0, True, '{"numRecords": 1}')
+    table.create_write_transaction([planted], "append", table.schema())
+    (destination / "_PGQUEUE_EXPORT").write_text("{}")
+    run = ExportRun.objects.create(destination=str(destination), status="completed")
+    ExportRange.objects.create(
+        run=run, destination=str(destination), source="archive", lo=0, hi=100,
+        status="verified", source_rows=2, source_checksum=0, parquet_rows=2, parquet_checksum=0,
+    )  # fmt: skip
+
+    with pytest.raises(PipelineError, match=r"lists '\.\./\.\./secret\.parquet', not a file"):
+        prune(destination=str(destination))
+    with pytest.raises(PipelineError, match="not a file the export writes"):
+        export(None, str(destination), sources=["archive"])  # refused before Spark is needed
+    assert secret.exists()
