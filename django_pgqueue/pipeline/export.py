@@ -34,10 +34,10 @@ from ..conf import get_settings
 from .columns import SOURCES, SourceTable, sql_row_hash
 from .commit import Committer, HadoopCommitter, LocalCommitter, StagedFile, WrittenFile
 from .committed import (
+    arrow_schema,
     files_by_range,
     local_directory,
     open_table,
-    table_schema,
 )
 from .errors import ForeignOutput, PipelineError
 from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, Lease, acquire, release
@@ -705,9 +705,11 @@ def read_export(
     table = open_table(destination, source, version)
     files = table.file_uris() if table is not None else []
     if table is None or not files:
+        import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        schema = table_schema(SOURCES[source].columns)
+        text = [pa.field("day", pa.string()), pa.field("id_range", pa.string())]
+        schema = pa.schema([*arrow_schema(SOURCES[source].columns), *text])
         return spark.createDataFrame([], from_arrow_schema(schema))
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     return spark.read.option("basePath", table.table_uri).parquet(*files)
