@@ -107,9 +107,9 @@ class LeaseLost(PipelineError):
     """This run's lease on its destination expired or was taken over; it stops committing."""
 
 
-class BadManifest(PipelineError, ValueError):
-    """A file under the export's ``_committed/`` is not a manifest the exporter could have
-    written; nothing it lists is read or deleted."""
+class ForeignTableEntry(PipelineError):
+    """An export table's log lists a file the export would never write there; nothing is read
+    or deleted."""
 
 
 class NotPrunable(PipelineError):

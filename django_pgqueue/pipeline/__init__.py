@@ -1,11 +1,7 @@
-"""The data pipeline on Spark: export the archive to Parquet, hourly stats, verified pruning
-and bulk enqueue.
+"""The data pipeline on Spark: export the archive to Delta Lake tables, hourly stats, verified
+pruning and bulk enqueue.
 
 Importing this package needs neither pyspark nor Java; the jobs import pyspark when they
-start a session (``pip install 'django-pgqueue-mq[spark]'``).
+start a session (``pip install 'django-pgqueue-mq[spark]'``). An export is read with any
+Delta Lake reader (docs/how-to/pipeline.md).
 """
-
-# Readers of an export's committed files: no Django, no Spark needed to import them.
-from .committed import read_committed, read_committed_arrow, read_committed_spark
-
-__all__ = ["read_committed", "read_committed_arrow", "read_committed_spark"]

@@ -126,6 +126,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Rows per merged range at most (default 1,000,000).",
     )
     compact.add_argument(
+        "--retain-hours",
+        type=int,
+        default=None,
+        metavar="HOURS",
+        help="Vacuum: delete the files only table versions older than HOURS hold (default: "
+        "the table's delta.deletedFileRetentionDuration, 7 days).",
+    )
+    compact.add_argument(
         "--file-mode", type=_octal_mode, default="600", help="As for export (default 600)."
     )
 
@@ -481,6 +489,7 @@ def _compact(
         spark=spark,
         sources=options.get("source") or ["archive", "dead"],
         target_rows=options.get("target_rows") or 1_000_000,
+        retain_hours=options.get("retain_hours"),
         file_mode=options.get("file_mode") or 0o600,
         report=report,
         using=alias,
@@ -491,13 +500,14 @@ def _compact(
         "ranges_written": compacted.ranges_written,
         "files_before": compacted.files_before,
         "files_after": compacted.files_after,
+        "files_vacuumed": compacted.files_vacuumed,
         "skipped": compacted.skipped,
         "seconds": round(compacted.seconds, 3),
     }
     text = (
         f"compact #{compacted.run_id}: {compacted.ranges_merged} ranges merged into "
         f"{compacted.ranges_written}, {compacted.files_before:,} files -> "
-        f"{compacted.files_after:,}"
+        f"{compacted.files_after:,}, {compacted.files_vacuumed:,} old files vacuumed"
     )
     if compacted.skipped:
         text += "; skipped: " + "; ".join(compacted.skipped)

@@ -1,132 +1,204 @@
-"""Export side of the commit protocol (format and readers: :mod:`committed`).
+"""Export side of the Delta tables: commit a range's files, or a compaction, in one commit.
 
-The driver, holding the destination's lease, commits a verified range in three steps: rename
-its files from their hidden temporary names to their final ones, replace the range's manifest
-atomically (the commit point for readers), then delete the files of the manifest it replaced.
-Only then is the range ``verified`` in PostgreSQL. Whatever a crash leaves between those steps
-is either committed (listed by a manifest) or deleted by :meth:`Committer.clean_leftovers`
-on the next run, before it writes anything.
+The files of a range are written under their final names in the range's ``id_range=<lo>``
+partition; they are part of the export once the driver, holding the destination's lease, has
+committed them to the source's Delta table: one commit with an add action per file (its size
+and row count) and a remove action for each file an earlier commit of the same range holds.
+The commit carries the range's bounds, row count and checksum (``pgqueue`` in its commit
+info) and an application transaction (``txn``) of app id :data:`APP_ID` with the run's id as
+version. Two writers racing their commits cannot both win: delta-rs's conflict check fails a
+commit when a concurrent one carried the same app id. A run older than the table's last
+committing run refuses to commit (it lost the destination to that run).
 
-Two implementations of the file operations: plain ``os`` calls for a local path (what Spark
-tasks wrote with pyarrow), Hadoop's FileSystem through the JVM for other URLs.
+Files written by a killed run are in no version: :meth:`Committer.remove_untracked` deletes
+those of the ranges to redo before the next run writes them again. Two implementations of the
+file operations: plain ``os`` calls for a local path, Hadoop's FileSystem (through the JVM)
+for other URLs, which Spark's writer writes.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
+from ..exceptions import LeaseLost, PipelineError
 from .columns import SourceTable, spark_row_hash
 from .committed import (
-    COMMITTED_DIR,
-    TEMP_PREFIX,
-    CommittedFile,
-    LocalStore,
-    Manifest,
+    PARTITION_COLUMNS,
+    TableFile,
     directory_mode,
-    load_manifest,
+    file_mode_umask,
     local_directory,
     make_dirs,
-    manifest_name,
+    open_table,
+    table_files,
+    table_schema,
+    table_uri,
 )
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
+#: The application transaction id of every commit of an export (its version: the run's id).
+APP_ID = "django_pgqueue.pipeline"
 
-def final_name(temp_path: str) -> str:
-    directory, name = os.path.split(temp_path)
-    if not name.startswith(TEMP_PREFIX):
-        raise ValueError(f"{temp_path} is not a temporary export file")
-    return os.path.join(directory, name[len(TEMP_PREFIX) :])
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A data file written for a commit: full path (or URL), rows, bytes, SHA-256."""
+
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
 
 
 class Committer:
-    """Manifests and files of one destination; subclasses say how files are reached."""
+    """The Delta tables of one destination; subclasses say how files are reached."""
 
     def __init__(self, destination: str, file_mode: int) -> None:
         self.destination = destination.rstrip("/")
         self.file_mode = file_mode
-
-    @property
-    def root(self) -> str:
-        return self.destination
+        self._tables: dict[str, DeltaTable] = {}
 
     # -- file operations (paths are full paths or URLs) --
     def exists(self, path: str) -> bool:
         raise NotImplementedError
 
-    def list_names(self, directory: str) -> list[str]:
-        raise NotImplementedError
-
-    def read_bytes(self, path: str) -> bytes:
-        raise NotImplementedError
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        raise NotImplementedError
-
-    def rename(self, source: str, target: str) -> None:
-        raise NotImplementedError
-
     def delete(self, path: str) -> None:
         raise NotImplementedError
 
-    def range_files(self, source: str, lo: int) -> list[str]:
-        """Every file (temporary or final) under ``<source>/queue=*/day=*/id_range=<lo>``."""
-        raise NotImplementedError
-
-    # -- the protocol --
     def source_root(self, source: str) -> str:
         return f"{self.destination}/{source}"
-
-    def manifest_path(self, source: str, lo: int, hi: int) -> str:
-        return f"{self.destination}/{COMMITTED_DIR}/{source}/{manifest_name(lo, hi)}"
-
-    def manifest(self, source: str, lo: int, hi: int) -> Manifest | None:
-        directory = f"{self.destination}/{COMMITTED_DIR}/{source}"
-        name = manifest_name(lo, hi)
-        if name not in self.list_names(directory):
-            return None
-        return load_manifest(self, source, name)
-
-    def manifest_names(self, source: str) -> set[str]:
-        return set(self.list_names(f"{self.destination}/{COMMITTED_DIR}/{source}"))
-
-    def commit(self, manifest: Manifest, renames: Iterable[tuple[str, str]]) -> None:
-        """Make ``manifest`` the range's committed state: the one step readers observe."""
-        previous = self.manifest(manifest.source, manifest.lo, manifest.hi)
-        for temp, final in renames:
-            self.rename(temp, final)
-        self.write_atomic(
-            self.manifest_path(manifest.source, manifest.lo, manifest.hi), (manifest.to_json())
-        )
-        if previous is not None:
-            kept = {f.path for f in manifest.files}
-            root = self.source_root(manifest.source)
-            for old in previous.files:
-                if old.path not in kept:
-                    self.delete(f"{root}/{old.path}")
-
-    def clean_leftovers(self, source: str, ranges: Iterable[tuple[int, int]]) -> int:
-        """Delete the files of these ranges that their manifest (if any) does not list."""
-        removed = 0
-        root = self.source_root(source)
-        for lo, hi in ranges:
-            current = self.manifest(source, lo, hi)
-            listed = {f"{root}/{f.path}" for f in current.files} if current else set()
-            for path in self.range_files(source, lo):
-                if path not in listed:
-                    self.delete(path)
-                    removed += 1
-        return removed
 
     def relative(self, source: str, path: str) -> str:
         return path[len(self.source_root(source)) + 1 :]
 
-    def committed_file(self, source: str, path: str, rows: int, size: int, sha: str) -> Any:
-        return CommittedFile(path=self.relative(source, path), rows=rows, bytes=size, sha256=sha)
+    # -- the tables --
+    def table(self, source: SourceTable) -> DeltaTable:
+        """The source's table at its latest version, created (empty) if there is none."""
+        from deltalake import DeltaTable
+
+        table = self._tables.get(source.name)
+        if table is None:
+            with file_mode_umask(self.file_mode):
+                table = open_table(self.destination, source.name) or DeltaTable.create(
+                    table_uri(self.destination, source.name),
+                    table_schema(source.columns),
+                    partition_by=list(PARTITION_COLUMNS),
+                    name=f"pgqueue_{source.name}",
+                    description=f"django_pgqueue export of {source.table}",
+                )
+            self._tables[source.name] = table
+        else:
+            table.update_incremental()
+        return table
+
+    def commit(
+        self,
+        source: SourceTable,
+        run_id: int,
+        info: dict[str, Any],
+        added: Iterable[WrittenFile],
+        replaced: Iterable[TableFile],
+        data_change: bool = True,
+    ) -> int:
+        """One Delta commit adding ``added`` and removing ``replaced``; returns its version.
+
+        ``info`` is stored as ``pgqueue`` in the commit info.
+        """
+        from deltalake import CommitProperties
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction, RemoveAction, Transaction
+
+        table = self.table(source)
+        last_run = table.transaction_version(APP_ID)
+        if last_run is not None and last_run > run_id:
+            raise LeaseLost(
+                f"Export run #{run_id} may not commit to {self.destination}: run #{last_run} "
+                "has committed to it since (this run lost its lease)."
+            )
+        now = int(time.time() * 1000)
+        actions: list[Any] = [
+            RemoveAction(
+                quote(old.path, safe="/="), data_change, now, old.bytes, _partition_of(old.path)
+            )
+            for old in replaced
+        ]
+        for new in added:
+            relative = self.relative(source.name, new.path)
+            actions.append(
+                AddAction(
+                    quote(relative, safe="/="),
+                    new.bytes,
+                    _partition_of(relative),
+                    now,
+                    data_change,
+                    f'{{"numRecords": {new.rows}}}',
+                )
+            )
+        properties = CommitProperties(
+            custom_metadata={"pgqueue": info},
+            app_transactions=[Transaction(APP_ID, run_id, now)],
+        )
+        try:
+            with file_mode_umask(self.file_mode):
+                table.create_write_transaction(
+                    actions, "append", table.schema(), commit_properties=properties
+                )
+        except CommitFailedError as exc:
+            raise LeaseLost(
+                f"Export run #{run_id} lost the race to commit to {table.table_uri}: another "
+                f"writer committed to the table first ({exc}); nothing of this commit is in it."
+            ) from exc
+        table.update_incremental()
+        return table.version()
+
+    def remove_untracked(self, source: SourceTable, lows: Iterable[int]) -> int:
+        """Delete the files of the ``id_range=<lo>`` partitions no version of the table holds
+        (what a killed run wrote). Runs under the lease, before anything is written."""
+        wanted = {f"id_range={lo}" for lo in lows}
+        if not wanted:
+            return 0
+        table = self.table(source)
+        every = set(_vacuum_candidates(table, full=True))
+        untracked = every - set(_vacuum_candidates(table, full=False))
+        removed = 0
+        for relative in sorted(untracked):
+            if set(relative.split("/")) & wanted:
+                self.delete(f"{self.source_root(source.name)}/{relative}")
+                removed += 1
+        return removed
+
+    def files_of(self, source: SourceTable, lows: Iterable[int]) -> list[TableFile]:
+        """The files the table's latest version holds in these ranges' partitions."""
+        lows = set(lows)
+        return [f for f in table_files(self.table(source)) if f.id_range in lows]
+
+
+def _vacuum_candidates(table: DeltaTable, *, full: bool) -> list[str]:
+    """What a vacuum would delete now: every file outside the latest version (``full``), or
+    only the files removed by a commit (tombstones); nothing is deleted."""
+    return [
+        str(p)
+        for p in table.vacuum(
+            retention_hours=0, dry_run=True, enforce_retention_duration=False, full=full
+        )
+    ]
+
+
+def _partition_of(relative: str) -> dict[str, str | None]:
+    """Partition values from a ``queue=/day=/id_range=`` path."""
+    values: dict[str, str | None] = {}
+    for part in relative.split("/")[:-1]:
+        name, _, value = part.partition("=")
+        values[name] = value
+    return values
 
 
 class LocalCommitter(Committer):
@@ -134,65 +206,30 @@ class LocalCommitter(Committer):
         directory = local_directory(destination)
         assert directory is not None
         super().__init__(directory, file_mode)
-        self._store = LocalStore(directory)
 
     def exists(self, path: str) -> bool:
-        return self._store.exists(path)
-
-    def list_names(self, directory: str) -> list[str]:
-        return self._store.list_names(directory)
-
-    def read_bytes(self, path: str) -> bytes:
-        return self._store.read_bytes(path)
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self._store.write_atomic(path, data, self.file_mode)
-
-    def rename(self, source: str, target: str) -> None:
-        os.replace(source, target)
+        return os.path.exists(path)
 
     def delete(self, path: str) -> None:
-        self._store.delete(path)
-
-    def range_files(self, source: str, lo: int) -> list[str]:
-        found = []
-        root = self.source_root(source)
-        for queue in _subdirs(root, "queue="):
-            for day in _subdirs(queue, "day="):
-                directory = f"{day}/id_range={lo}"
-                if os.path.islink(directory):
-                    continue
-                for name in self.list_names(directory):
-                    found.append(f"{directory}/{name}")
-        return found
-
-    def temp_files(self, source: str) -> list[str]:
-        """Every temporary file anywhere under the source (a killed run's, by construction)."""
-        found = []
-        for directory, _, names in os.walk(self.source_root(source)):
-            found += [os.path.join(directory, n) for n in names if n.startswith(TEMP_PREFIX)]
-        return found
+        # Never through a symbolic link: what is deleted stays inside the export.
+        inside = os.path.realpath(os.path.dirname(path)).startswith(
+            os.path.realpath(self.destination) + os.sep
+        )
+        if not inside or os.path.islink(path):
+            raise PipelineError(f"refusing to delete {path}: it is not a file of the export")
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
 
     def create_root(self) -> None:
         make_dirs(self.destination, self.file_mode)
         os.chmod(self.destination, directory_mode(self.file_mode))
 
 
-def _subdirs(directory: str, prefix: str) -> list[str]:
-    """Subdirectories, never a symbolic link: what is deleted in them stays in the export."""
-    try:
-        return [
-            e.path
-            for e in os.scandir(directory)
-            if e.is_dir(follow_symlinks=False) and e.name.startswith(prefix)
-        ]
-    except FileNotFoundError:
-        return []
-
-
 @dataclass(frozen=True)
 class StagedFile:
-    """A file Spark wrote, moved under its temporary name into its final directory."""
+    """A file Spark wrote, moved into its final directory of the table."""
 
     path: str
     lo: int  # its id_range directory
@@ -213,47 +250,23 @@ class HadoopCommitter(Committer):
         umask = f"{0o777 & ~directory_mode(file_mode):03o}"
         spark.sparkContext._jsc.hadoopConfiguration().set("fs.permissions.umask-mode", umask)
         fs, path = hadoop_fs(spark, destination.rstrip("/"))
+        super().__init__(destination, file_mode)
         # Fully qualified (file:/x, s3a://b/x): the form listings return paths in.
-        super().__init__(str(fs.makeQualified(path).toString()), file_mode)
+        self.qualified = str(fs.makeQualified(path).toString())
         self.spark = spark
         self._fs = fs
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         self._jvm = jvm
 
+    def source_root(self, source: str) -> str:
+        return f"{self.qualified}/{source}"
+
     def _path(self, path: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(path)
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._path(path)))
-
-    def list_names(self, directory: str) -> list[str]:
-        path = self._path(directory)
-        if not self._fs.exists(path):
-            return []
-        return [status.getPath().getName() for status in self._fs.listStatus(path)]
-
-    def read_bytes(self, path: str) -> bytes:
-        stream = self._fs.open(self._path(path))
-        try:
-            reader = self._jvm.java.io.ByteArrayOutputStream()
-            self._jvm.org.apache.hadoop.io.IOUtils.copyBytes(stream, reader, 65536, False)
-            return bytes(reader.toByteArray())
-        finally:
-            stream.close()
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        directory, name = path.rsplit("/", 1)
-        temp = self._path(f"{directory}/{TEMP_PREFIX}{name}")
-        stream = self._fs.create(temp, True)
-        stream.write(bytearray(data))
-        stream.close()
-        target = self._path(path)
-        # Hadoop's rename does not replace: the range is briefly uncommitted, never half.
-        if self._fs.exists(target):
-            self._fs.delete(target, False)
-        if not self._fs.rename(temp, target):
-            raise OSError(f"could not rename {temp} to {path}")
 
     def rename(self, source: str, target: str) -> None:
         if not self._fs.rename(self._path(source), self._path(target)):
@@ -277,24 +290,17 @@ class HadoopCommitter(Committer):
         path = self._jvm.org.apache.hadoop.fs.Path(self._jvm.java.net.URI(uri))
         return str(self._fs.makeQualified(path).toString())
 
-    def make_dirs(self, directory: str) -> None:
-        self._fs.mkdirs(self._path(directory))
-
     def size(self, path: str) -> int:
         return int(self._fs.getFileStatus(self._path(path)).getLen())
 
     def delete_tree(self, path: str) -> None:
         self._fs.delete(self._path(path), True)
 
-    def range_files(self, source: str, lo: int) -> list[str]:
-        pattern = self._path(f"{self.source_root(source)}/queue=*/day=*/id_range={lo}/*")
-        return [str(status.getPath().toString()) for status in self._fs.globStatus(pattern) or []]
-
     def stage(self, source: SourceTable, written_root: str) -> list[StagedFile]:
         """The Parquet files Spark's writer left under ``written_root`` (``queue=/day=/
         id_range=`` directories), each read back through Spark (rows and checksum, SHA-256 of
-        its bytes) and moved under a temporary name into the same directory of the source's
-        export; ``written_root`` is then deleted. The commit renames them."""
+        its bytes) and moved into the same directory of the source's table; ``written_root``
+        is then deleted. They are part of the export once committed."""
         from pyspark.sql import functions as F
 
         spark = self.spark
@@ -325,19 +331,10 @@ class HadoopCommitter(Committer):
         for path in written:
             relative = path[len(written_root) + 1 :]
             lo = int(relative.split("id_range=", 1)[1].split("/", 1)[0])
-            directory, name = f"{root}/{relative}".rsplit("/", 1)
-            target = f"{directory}/{TEMP_PREFIX}{name}"
-            self.make_dirs(directory)
+            target = f"{root}/{relative}"
+            self._fs.mkdirs(self._path(target.rsplit("/", 1)[0]))
             self.rename(path, target)
             rows, checksum = per_file[path]
             staged.append(StagedFile(target, lo, rows, self.size(target), hashes[path], checksum))
         self.delete_tree(written_root)
         return staged
-
-
-def committer_for(spark: SparkSession | None, destination: str, file_mode: int) -> Committer:
-    if local_directory(destination) is not None:
-        return LocalCommitter(destination, file_mode)
-    if spark is None:
-        raise ValueError(f"{destination} can only be written through Spark")
-    return HadoopCommitter(spark, destination, file_mode)

@@ -1,18 +1,18 @@
-"""export: archive and dead-letter rows -> Parquet, in verified, committed, resumable id ranges.
+"""export: archive and dead-letter rows -> Delta Lake tables, in verified, resumable id ranges.
 
-Layout: ``<destination>/<archive|dead>/queue=<q>/day=<YYYY-MM-DD>/id_range=<lo>/part-*.parquet``
-(hive-style; ``day`` is the UTC day of ``finished_at`` / ``died_at``) and one manifest per
-committed range under ``<destination>/_committed/`` (:mod:`committed`, :mod:`commit`).
+Layout: one Delta Lake table per source, ``<destination>/<archive|dead>``, partitioned by
+``queue``, ``day`` (the UTC day of ``finished_at`` / ``died_at``) and ``id_range``; each range
+becomes part of it through one Delta commit (:mod:`committed`, :mod:`commit`).
 
 One run writes a destination at a time: it holds the destination's lease (:mod:`lease`).
 Each range is one Spark task: one psycopg ``COPY`` of the range (one short statement), the
-row hash of the text read, pyarrow writes the files under temporary names and they are read
-back, hashed and their ids compared with the rows read (:mod:`rangeio`); the driver then
-commits the verified range. For URLs Python workers cannot write (``s3a://``, ``hdfs://``...)
-ranges are read by Spark's JDBC source, one predicate each, and written by Spark's writer,
-then verified by reading the files back through Spark. Either way nothing holds a snapshot
-open for the whole export, so the primary's xmin is never pinned. See docs/how-to/pipeline.md
-for the safe-horizon rule that keeps late committing transactions from being skipped.
+row hash of the text read, pyarrow writes the files and they are read back, hashed and their
+ids compared with the rows read (:mod:`rangeio`); the driver then commits the verified range.
+For URLs Python workers cannot write (``s3a://``, ``hdfs://``...) ranges are read by Spark's
+JDBC source, one predicate each, and written by Spark's writer, then verified by reading the
+files back through Spark. Either way nothing holds a snapshot open for the whole export, so
+the primary's xmin is never pinned. See docs/how-to/pipeline.md for the safe-horizon rule that
+keeps late committing transactions from being skipped.
 """
 
 from __future__ import annotations
@@ -33,14 +33,16 @@ from django.utils import timezone
 from ..conf import get_settings
 from ..exceptions import ForeignOutput, PipelineError
 from .columns import SOURCES, SourceTable, sql_row_hash
-from .commit import Committer, HadoopCommitter, LocalCommitter, StagedFile, final_name
+from .commit import Committer, HadoopCommitter, LocalCommitter, StagedFile, WrittenFile
 from .committed import (
-    Manifest,
+    arrow_schema,
     check_file_mode,
+    files_by_range,
     local_directory,
-    read_committed_spark,
+    open_table,
 )
 from .lease import DEFAULT_LEASE_SECONDS, Heartbeat, Lease, acquire, release
+from .merged import finish_interrupted
 from .models import (
     ExportRange,
     ExportRangeStatus,
@@ -153,7 +155,7 @@ def export(
                 # its horizon, so ranges planned and left would make later ranges short.
                 limit = None if max_ranges is None else max(0, max_ranges - unfinished.count())
                 planned_to = plan_ranges(run, source, horizon, range_size, alias, limit)
-                result.warnings += reconcile_manifests(committer, source, destination, alias)
+                result.warnings += reconcile_table(committer, source, destination, alias)
                 recheck_recent(source, destination, alias)
                 pending = list(unfinished.order_by("lo"))
                 if cleanup or any(
@@ -272,7 +274,9 @@ def create_destination(spark: SparkSession, committer: Committer, alias: str) ->
     if isinstance(committer, LocalCommitter):
         committer.create_root()
         if not os.path.exists(marker):
-            committer.write_atomic(marker, text.encode())
+            descriptor = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, committer.file_mode)
+            with os.fdopen(descriptor, "w") as stream:
+                stream.write(text)
         return
     fs, root = hadoop_fs(spark, committer.destination)
     jvm = spark.sparkContext._jvm
@@ -285,22 +289,22 @@ def create_destination(spark: SparkSession, committer: Committer, alias: str) ->
         stream.close()
 
 
-def reconcile_manifests(
+def reconcile_table(
     committer: Committer, source: SourceTable, destination: str, alias: str
 ) -> list[str]:
-    """Verified ranges whose manifest is gone (files deleted by hand) are exported again.
-
-    Pruned ranges cannot be: their rows left the database. Those are reported.
-    """
-    present = committer.manifest_names(source.name)
+    """Verified ranges whose files the table no longer holds (deleted by hand) are exported
+    again. Pruned ranges cannot be: their rows left the database. Those are reported."""
+    finish_interrupted(committer, source, destination, alias)
+    present = files_by_range(committer.table(source))
     done = ExportRange.objects.using(alias).filter(
         destination=destination,
         source=source.name,
         status__in=[ExportRangeStatus.VERIFIED, ExportRangeStatus.PRUNED],
+        parquet_rows__gt=0,
     )
     missing_verified, missing_pruned = [], []
     for record in done.only("pk", "lo", "hi", "status"):
-        if f"{record.lo}-{record.hi}.json" in present:
+        if record.lo in present:
             continue
         if record.status == ExportRangeStatus.VERIFIED:
             missing_verified.append(record.pk)
@@ -314,9 +318,9 @@ def reconcile_manifests(
         return []
     shown = ", ".join(f"[{r.lo}, {r.hi})" for r in missing_pruned[:5])
     return [
-        f"{len(missing_pruned)} pruned {source.name} ranges are no longer committed at "
+        f"{len(missing_pruned)} pruned {source.name} ranges are no longer in the table at "
         f"{destination} ({shown}...): their rows were deleted from the database after export, "
-        "so only a backup of the files can bring them back."
+        "so only a backup of the files (or an older table version) can bring them back."
     ]
 
 
@@ -528,25 +532,17 @@ def export_batch(
         # database sent, and (direct writes) exactly the ids read.
         record.parquet_rows = got.parquet_rows
         record.parquet_checksum = got.parquet_checksum if got.ids_match else -1
+        written = [WrittenFile(*f) for f in got.files]
         if (got.rows, got.checksum) == (record.parquet_rows, record.parquet_checksum):
-            manifest = Manifest(
-                source=source.name,
-                lo=record.lo,
-                hi=record.hi,
-                rows=got.parquet_rows,
-                checksum=got.parquet_checksum,
-                run=run.pk,
-                files=tuple(
-                    committer.committed_file(source.name, final_name(path), rows, size, sha)
-                    for path, rows, size, sha in got.files
-                ),
-            )
-            committer.commit(manifest, [(path, final_name(path)) for path, *_ in got.files])
+            info = range_info("export", source, record, run.pk)
+            committer.commit(source, run.pk, info, written, committer.files_of(source, [record.lo]))
+            record.files = recorded_files(committer, source, written)
             record.status = ExportRangeStatus.VERIFIED
             record.verified_at = timezone.now()
         else:
             # Keep what was committed before (if anything); drop this attempt's files.
-            committer.clean_leftovers(source.name, [(record.lo, record.hi)])
+            for f in written:
+                committer.delete(f.path)
             record.status = ExportRangeStatus.MISMATCH
         rows_total += record.parquet_rows
     ExportRange.objects.using(alias).bulk_update(
@@ -560,23 +556,46 @@ def export_batch(
             "min_at",
             "max_at",
             "verified_at",
+            "files",
         ],
     )
     return rows_total
 
 
+def range_info(operation: str, source: SourceTable, record: ExportRange, run: int) -> dict:
+    """What a commit says about its range (``pgqueue`` in the Delta commit info)."""
+    return {
+        "operation": operation,
+        "source": source.name,
+        "lo": record.lo,
+        "hi": record.hi,
+        "rows": record.parquet_rows,
+        "checksum": record.parquet_checksum,
+        "run": run,
+    }
+
+
+def recorded_files(
+    committer: Committer, source: SourceTable, written: Iterable[WrittenFile]
+) -> list[dict]:
+    """The files of a committed range as prune re-verifies them (path relative to the table)."""
+    return [
+        {
+            "path": committer.relative(source.name, f.path),
+            "rows": f.rows,
+            "bytes": f.bytes,
+            "sha256": f.sha256,
+        }
+        for f in written
+    ]
+
+
 def remove_leftovers(committer: Committer, source: SourceTable, pending: list[ExportRange]) -> int:
-    """Delete what interrupted runs left: temporary files anywhere, and files of the ranges to
-    redo that their manifest does not list. Runs under the lease, before anything is written."""
-    removed = 0
-    if isinstance(committer, LocalCommitter):
-        for path in committer.temp_files(source.name):
-            committer.delete(path)
-            removed += 1
-    else:
-        assert isinstance(committer, HadoopCommitter)
-        committer.delete_tree(f"{committer.source_root(source.name)}/_temporary")
-    return removed + committer.clean_leftovers(source.name, [(r.lo, r.hi) for r in pending])
+    """Delete what interrupted runs left: files of the ranges to redo that no version of the
+    table holds. Runs under the lease, before anything is written."""
+    if isinstance(committer, HadoopCommitter):
+        committer.delete_tree(f"{committer.qualified}/_temporary_ranges/{source.name}")
+    return committer.remove_untracked(source, [r.lo for r in pending])
 
 
 def write_ranges_direct(
@@ -621,7 +640,7 @@ def write_ranges_with_spark(
 ) -> dict[int, RangeFigures]:
     """For a URL Python workers cannot write (s3a://, hdfs://...): JDBC -> Spark's writer,
     then the files read back through Spark (rows and checksum per file, SHA-256 of each)."""
-    temp_root = f"{committer.destination}/_temporary_ranges/{source.name}"
+    temp_root = f"{committer.qualified}/_temporary_ranges/{source.name}"
     frame = read_ranges(spark, source, batch, alias)
     # Written aside, then each file moved to a temporary name in its final directory.
     (
@@ -663,18 +682,31 @@ def _from_micros(micros: int | None) -> datetime | None:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
 
 
-def read_export(spark: SparkSession, destination: str, source: str) -> DataFrame:
-    """The committed rows of ``source`` as Spark reads them (partition values as text)."""
-    return read_committed_spark(spark, destination, source)
+def read_export(
+    spark: SparkSession, destination: str, source: str, version: int | None = None
+) -> DataFrame:
+    """The rows of a version of ``source``'s table (the latest by default) as Spark without
+    the Delta connector reads them: the version's file list; partition values as text."""
+    table = open_table(destination, source, version)
+    files = table.file_uris() if table is not None else []
+    if table is None or not files:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        text = [pa.field("day", pa.string()), pa.field("id_range", pa.string())]
+        schema = pa.schema([*arrow_schema(SOURCES[source].columns), *text])
+        return spark.createDataFrame([], from_arrow_schema(schema))
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    return spark.read.option("basePath", table.table_uri).parquet(*files)
 
 
 def nothing_to_export(destination: str, sources: Iterable[str], using: str | None = None) -> bool:
     """Whether an export to ``destination`` would find nothing to do, decided from PostgreSQL
-    (and the manifests, for a local destination) without starting Spark.
+    and the local destination's Delta tables, without starting Spark.
 
     True only when every source has no row past its watermark, no range left to (re)do, the
-    ranges a run re-checks are unchanged, no run is left shown running, and (local) every
-    verified range's manifest is in place.
+    ranges a run re-checks are unchanged, no run is left shown running, and every verified
+    range holding rows has its files in the latest version of the table.
     """
     alias = using or get_settings().DATABASE_ALIAS
     destination = destination.rstrip("/")
@@ -684,7 +716,6 @@ def nothing_to_export(destination: str, sources: Iterable[str], using: str | Non
     runs = ExportRun.objects.using(alias).filter(destination=destination)
     if runs.filter(status=ExportRunStatus.RUNNING).exists():
         return False  # a run to take over (or a live one, which the export will name)
-    committer = LocalCommitter(destination, DEFAULT_FILE_MODE)
     for name in sources:
         source = _source(name)
         ranges = ExportRange.objects.using(alias).filter(
@@ -700,9 +731,12 @@ def nothing_to_export(destination: str, sources: Iterable[str], using: str | Non
             newest = cursor.fetchone()[0]
         if newest is not None and (watermark is None or newest >= watermark):
             return False
-        verified = ranges.filter(status=ExportRangeStatus.VERIFIED)
-        present = committer.manifest_names(source.name)
-        if any(f"{lo}-{hi}.json" not in present for lo, hi in verified.values_list("lo", "hi")):
+        verified = ranges.filter(status=ExportRangeStatus.VERIFIED, parquet_rows__gt=0)
+        table = open_table(destination, source.name)
+        if table is None:
+            return False
+        present = files_by_range(table)
+        if any(lo not in present for lo in verified.values_list("lo", flat=True)):
             return False
         if changed_recent_ranges(source, destination, alias):
             return False

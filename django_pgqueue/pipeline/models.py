@@ -107,6 +107,11 @@ class ExportRange(models.Model):
     pruned_at = models.DateTimeField(null=True, blank=True)
     pruned_rows = models.BigIntegerField(null=True, blank=True)
     pruned_bytes = models.BigIntegerField(null=True, blank=True)
+    files = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The committed files (path in the table, rows, bytes, SHA-256) prune re-verifies.",
+    )
 
     class Meta:
         db_table = EXPORT_RANGE_TABLE

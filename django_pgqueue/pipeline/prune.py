@@ -1,8 +1,9 @@
 """prune: delete archive / dead rows of one destination's committed export, one range at a time.
 
-Before it deletes a range, prune re-verifies the destination it was told: the range's
-committed manifest is there and agrees with what the export recorded, and every file it lists
-exists with the recorded size and SHA-256. A range that fails any check is refused, with the
+Before it deletes a range, prune re-verifies the destination it was told against the latest
+version of the source's Delta table: the version holds exactly the files the export recorded
+for the range, with their recorded rows and sizes, and every one of them exists with the
+recorded size and SHA-256. A range that fails any check is refused, with the
 reason, and its rows stay. Each accepted range is deleted in its own short transaction by one
 ``DELETE ... RETURNING`` whose returned rows are counted and checksummed in the same statement;
 when they differ from what the export verified (a late-committed row, a requeue since), the
@@ -13,21 +14,26 @@ Not a Spark job: Spark's JDBC source cannot DELETE; this runs from the driver.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 from django.utils import timezone
 
 from ..conf import get_settings
-from ..exceptions import BadManifest, NotPrunable, NoVerifiedExport, PipelineError
+from ..exceptions import NotPrunable, NoVerifiedExport, PipelineError
 from .columns import SOURCES, SourceTable, sql_row_hash
-from .committed import COMMITTED_DIR, Store, load_manifest, manifest_name, open_store
+from .committed import TableFile, files_by_range, open_table, table_uri
 from .export import pruned_elsewhere
 from .models import ExportRange, ExportRangeStatus
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 @dataclass
@@ -100,7 +106,9 @@ def prune(
             f"Nothing to prune: no verified export range to {destination}. Run `pgq_pipeline "
             "export` first; prune only deletes rows an export has written and verified."
         )
-    store = _open(destination)
+    files = _open(destination)
+    tables = {s.name: open_table(destination, s.name) for s in chosen}
+    committed = {name: files_by_range(table) for name, table in tables.items()}
     if keep_days is not None:
         if keep_days < 0:
             raise PipelineError(f"keep_days must be >= 0, got {keep_days}")
@@ -115,7 +123,8 @@ def prune(
     progress = Progress("prune", len(ranges), report)
     for record in ranges:
         where = f"{record.source} [{record.lo}, {record.hi})"
-        reason = verify_committed(store, record)
+        table = tables[record.source]
+        reason = verify_committed(files, table, committed[record.source], record)
         if reason is not None:
             result.refused.append(f"{where}: {reason}")
             _say(report, f"prune: refused {where}: {reason}")
@@ -160,10 +169,13 @@ def _say(report: Callable[[str], None] | None, line: str) -> None:
         report(line)
 
 
-def _open(destination: str) -> Store:
+def _open(destination: str) -> Any:
+    """The file system of ``destination`` (pyarrow.fs), refusing one that is not there."""
+    from pyarrow import fs
+
     try:
-        store = open_store(destination)
-        exists = store.exists(store.root)
+        filesystem, root = fs.FileSystem.from_uri(table_uri(destination, "").rstrip("/"))
+        exists = filesystem.get_file_info(root).type != fs.FileType.NotFound
     except Exception as exc:  # any reason the files cannot be read refuses
         raise NotPrunable(
             f"Cannot read the export at {destination} from here to re-verify it ({exc}); "
@@ -176,37 +188,55 @@ def _open(destination: str) -> Store:
             "so nothing was pruned. Run `pgq_pipeline export` to that destination to write "
             "the rows that are still in the database again."
         )
-    return store
+    return filesystem
 
 
-def verify_committed(store: Store, record: ExportRange) -> str | None:
-    """Why the committed files of ``record`` do not hold its rows, or None when they do."""
-    name = manifest_name(record.lo, record.hi)
+def verify_committed(
+    filesystem: Any,
+    table: DeltaTable | None,
+    committed: dict[int, list[TableFile]],
+    record: ExportRange,
+) -> str | None:
+    """Why the latest version of the table does not hold the rows of ``record``, or None
+    when it does."""
+    from pyarrow import fs
+
+    if table is None:
+        return f"the destination has no Delta table for {record.source}"
+    recorded = {f["path"]: f for f in record.files or []}
+    if sum(f["rows"] for f in recorded.values()) != record.parquet_rows:
+        return "the files the export recorded do not add up to its row count"
+    listed = {f.path: f for f in committed.get(record.lo, [])}
+    version = table.version()
+    extra = sorted(set(listed) - set(recorded))
+    if extra:
+        return f"version {version} of the table holds file {extra[0]} the export did not record"
+    for path, expected in sorted(recorded.items()):
+        if path not in listed:
+            return f"file {path} is not in version {version} of the table"
+        if (listed[path].bytes, listed[path].rows) != (expected["bytes"], expected["rows"]):
+            return f"version {version} of the table lists file {path} with other size or rows"
+    _, root = fs.FileSystem.from_uri(table.table_uri.rstrip("/"))
     try:
-        if not store.exists(f"{store.root}/{COMMITTED_DIR}/{record.source}/{name}"):
-            return "its commit manifest is missing (files deleted or moved)"
-        manifest = load_manifest(store, record.source, name)
-        if (manifest.rows, manifest.checksum) != (record.parquet_rows, record.parquet_checksum):
-            return (
-                f"its manifest lists {manifest.rows} rows (checksum {manifest.checksum}), the "
-                f"export verified {record.parquet_rows} (checksum {record.parquet_checksum})"
-            )
-        if sum(f.rows for f in manifest.files) != manifest.rows:
-            return "its manifest's files do not add up to its row count"
-        root = f"{store.root}/{record.source}"
-        for committed in manifest.files:
-            file_path = f"{root}/{committed.path}"
-            if not store.exists(file_path):
-                return f"file {committed.path} is missing"
-            if store.size(file_path) != committed.bytes:
-                return f"file {committed.path} changed size"
-            if store.sha256(file_path) != committed.sha256:
-                return f"file {committed.path} changed (SHA-256 differs)"
-    except BadManifest as exc:
-        return str(exc)
+        for path, expected in sorted(recorded.items()):
+            info = filesystem.get_file_info(f"{root}/{path}")
+            if info.type == fs.FileType.NotFound:
+                return f"file {path} is missing"
+            if info.size != expected["bytes"]:
+                return f"file {path} changed size"
+            if _sha256(filesystem, f"{root}/{path}") != expected["sha256"]:
+                return f"file {path} changed (SHA-256 differs)"
     except Exception as exc:  # unreadable means unverified
         return f"its files could not be read ({type(exc).__name__}: {exc})"
     return None
+
+
+def _sha256(filesystem: Any, path: str) -> str:
+    digest = hashlib.sha256()
+    with filesystem.open_input_stream(path) as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _mark_pruned(record: ExportRange, rows: int, row_bytes: int, alias: str) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .committed import TEMP_PREFIX, arrow_schema, directory_mode, file_sha256
+from .committed import arrow_schema, directory_mode, file_sha256
 from .rowhash import NULL_MARK, arrow_checksum, csv_checksum
 
 
@@ -45,7 +45,7 @@ class RangeFigures:
     parquet_rows: int
     parquet_checksum: int  # of the rows in the files, read back from disk
     ids_match: bool
-    #: (path under a temporary name, rows, bytes, sha256) of each file written
+    #: (path, rows, bytes, sha256) of each file written
     files: tuple[tuple[str, int, int, str], ...]
 
 
@@ -101,8 +101,8 @@ def read_range(job: RangeJob, conn: Any, lo: int, hi: int) -> tuple[Any, tuple[A
 
 
 def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
-    """Write ``table`` under ``root/queue=/day=/id_range=lo`` with temporary (hidden) names;
-    returns (path, rows) per file. Readers skip the files until the commit renames them."""
+    """Write ``table`` under ``root/queue=/day=/id_range=lo``; returns (path, rows) per file.
+    They are part of the export once the driver commits them to the table."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -112,7 +112,7 @@ def write_range(job: RangeJob, table: Any, lo: int) -> list[tuple[str, int]]:
 
 def write_partitioned(table: Any, root: str, lo: int) -> list[tuple[str, int]]:
     """``table`` (with its ``queue`` and ``day`` columns) as zstd Parquet files under
-    ``root/queue=/day=/id_range=lo``, with temporary names; (path, rows) of each file."""
+    ``root/queue=/day=/id_range=lo``; (path, rows) of each file."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -128,7 +128,7 @@ def write_partitioned(table: Any, root: str, lo: int) -> list[tuple[str, int]]:
         format="parquet",
         partitioning=["queue", "day", "id_range"],
         partitioning_flavor="hive",
-        basename_template=f"{TEMP_PREFIX}part-{uuid.uuid4().hex}-{{i}}.zstd.parquet",
+        basename_template=f"part-{uuid.uuid4().hex}-{{i}}.zstd.parquet",
         existing_data_behavior="overwrite_or_ignore",
         max_partitions=1 << 20,
         file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),

@@ -93,3 +93,25 @@ def fill_dead(rows: int, *, start_day: str = "2026-10-01") -> None:
         """,
         [rows, start_day],
     )
+
+
+def committed_files(destination: str, source: str = "archive") -> list[str]:
+    """Local paths of the data files of the latest version of the source's Delta table."""
+    from deltalake import DeltaTable
+
+    from django_pgqueue.pipeline.committed import table_uri
+
+    uri = table_uri(destination, source)
+    if not DeltaTable.is_deltatable(uri):
+        return []
+    return [f.removeprefix("file://") for f in DeltaTable(uri).file_uris()]
+
+
+def committed_ids_arrow(destination: str, source: str = "archive") -> list[int]:
+    """The ids of the latest version of the source's table, read by deltalake (no Spark)."""
+    from deltalake import DeltaTable
+
+    from django_pgqueue.pipeline.committed import table_uri
+
+    table = DeltaTable(table_uri(destination, source)).to_pyarrow_table(columns=["id"])
+    return sorted(table["id"].to_pylist())

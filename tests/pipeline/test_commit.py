@@ -1,5 +1,5 @@
-"""The export's commit protocol: one writer per destination, committed ranges only for readers,
-empty ranges committed, prune re-verifying the destination it was told (issue #30)."""
+"""The export's Delta commits: one writer per destination, committed ranges only for readers,
+empty ranges committed, prune re-verifying the destination it was told (issues #30, #61)."""
 
 from __future__ import annotations
 
@@ -14,22 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset
 import pyarrow.parquet
 import pytest
+from deltalake import DeltaTable
 from django.db import connections
 
 from django_pgqueue.exceptions import PipelineError
 from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline import compact as compact_module
 from django_pgqueue.pipeline import export as export_module
-from django_pgqueue.pipeline.committed import read_committed, read_committed_arrow
 from django_pgqueue.pipeline.compact import compact
 from django_pgqueue.pipeline.export import export, read_export
 from django_pgqueue.pipeline.models import ExportRange, ExportRun
 from django_pgqueue.pipeline.prune import prune
 
-from .conftest import fill_archive, fill_dead, run_sql
+from .conftest import committed_files, committed_ids_arrow, fill_archive, fill_dead, run_sql
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
@@ -96,7 +95,7 @@ def test_a_range_emptied_by_retried_dead_letters_is_committed_empty(
     assert again.mismatched == [] and again.ranges_exported == 1
     dead_range = ExportRange.objects.get(source="dead")
     assert (dead_range.status, dead_range.parquet_rows) == ("verified", 0)
-    assert read_committed(destination, "dead") == []
+    assert committed_files(destination, "dead") == []
     assert read_export(spark, destination, "dead").count() == 0
     assert committed_ids(spark, destination) == db_ids()
     # And the next export does not trip over it either.
@@ -124,7 +123,7 @@ def test_prune_refuses_ranges_whose_files_changed_or_went_missing(
     fill_archive(300)
     destination = str(tmp_path / "out")
     export(spark, destination, sources=["archive"], range_size=100)
-    files = read_committed(destination, "archive")
+    files = committed_files(destination, "archive")
     ranges = list(ExportRange.objects.order_by("lo"))
     missing = next(f for f in files if f"id_range={ranges[0].lo}/" in f)
     os.remove(missing)
@@ -228,10 +227,8 @@ def test_a_killed_export_leaves_readers_committed_data_and_the_next_run_takes_ov
     assert killed.status == "running"  # nobody could tell it yet
 
     # Readers: every committed file is whole, and holds rows of committed ranges only.
-    files = read_committed(destination, "archive")
-    ids = sorted(
-        read_committed_arrow(destination, "archive").to_table(columns=["id"])["id"].to_pylist()
-    )
+    files = committed_files(destination, "archive")
+    ids = committed_ids_arrow(destination, "archive")
     assert files and len(ids) == len(set(ids)) and set(ids) <= set(db_ids())
     assert sum(pyarrow.parquet.ParquetFile(f).metadata.num_rows for f in files) == len(ids)
 
@@ -248,9 +245,8 @@ def test_a_killed_export_leaves_readers_committed_data_and_the_next_run_takes_ov
     assert killed.status == "failed" and "lease expired" in killed.error
     assert resumed.took_over_from == killed.pk
     assert committed_ids(spark, destination) == db_ids()
-    assert not [p for p in Path(destination).rglob(".pgq-tmp-*")]
     on_disk = {str(p) for p in Path(destination, "archive").rglob("*.parquet")}
-    assert on_disk == set(read_committed(destination, "archive"))
+    assert on_disk == set(committed_files(destination, "archive"))
 
 
 def test_compact_merges_small_files_and_readers_and_prune_see_the_same_rows(
@@ -259,16 +255,30 @@ def test_compact_merges_small_files_and_readers_and_prune_see_the_same_rows(
     fill_archive(1_200)
     destination = str(tmp_path / "out")
     export(spark, destination, sources=["archive"], range_size=100)
-    files_before = len(read_committed(destination, "archive"))
+    files_before = len(committed_files(destination, "archive"))
     ranges_before = ExportRange.objects.count()
+    table = DeltaTable(f"{destination}/archive")
+    version_before = table.version()
 
     result = compact(destination, sources=["archive"], target_rows=700)
 
     assert result.ranges_merged == ranges_before and result.files_after < files_before
     assert ExportRange.objects.count() == result.ranges_written < ranges_before
     assert committed_ids(spark, destination) == db_ids()
+    # One commit per merged range replaced its files; readers of the version before still
+    # read it whole.
+    table.update_incremental()
+    assert table.version() == version_before + result.ranges_written
+    assert table.history(1)[0]["pgqueue"]["operation"] == "compact"
+    old = DeltaTable(f"{destination}/archive", version=version_before)
+    assert sorted(old.to_pyarrow_table(columns=["id"])["id"].to_pylist()) == db_ids()
     on_disk = {str(p) for p in Path(destination, "archive").rglob("*.parquet")}
-    assert on_disk == set(read_committed(destination, "archive"))  # replaced files deleted
+    assert len(on_disk) == files_before + result.files_after  # kept for older versions
+    # Vacuum past the retention deletes the replaced files.
+    vacuumed = compact(destination, sources=["archive"], target_rows=700, retain_hours=0)
+    assert vacuumed.files_vacuumed == files_before and vacuumed.ranges_merged == 0
+    on_disk = {str(p) for p in Path(destination, "archive").rglob("*.parquet")}
+    assert on_disk == set(committed_files(destination, "archive"))
     assert export(spark, destination, sources=["archive"], range_size=100).rows_exported == 0
     pruned = prune(destination=destination)
     assert pruned.rows == 1_200 and pruned.refused == [] and pruned.skipped == []
@@ -284,24 +294,24 @@ def test_compact_of_a_url_only_spark_can_write_goes_through_spark_inside_the_pro
     fill_dead(60)
     destination = f"file://{tmp_path / 'out'}"
     export(spark, destination, range_size=100)
-    files_before = len(read_committed(destination, "archive"))
+    files_before = len(committed_files(destination, "archive"))
     ranges_before = ExportRange.objects.filter(source="archive").count()
     with pytest.raises(PipelineError, match="needs a SparkSession"):
         compact(destination)
 
-    result = compact(destination, spark=spark, target_rows=700)
+    result = compact(destination, spark=spark, target_rows=700, retain_hours=0)
 
     assert result.skipped == [] and result.files_after < result.files_before
     archive = ExportRange.objects.filter(source="archive")
     assert archive.count() < ranges_before
-    assert len(read_committed(destination, "archive")) < files_before
+    assert len(committed_files(destination, "archive")) < files_before
     assert committed_ids(spark, destination) == db_ids()
     assert committed_ids(spark, destination, "dead") == db_ids("pgqueue_dead")
     out = tmp_path / "out"
     on_disk = {str(p) for p in (out / "archive").rglob("*.parquet")}
-    assert on_disk == set(read_committed(destination, "archive"))  # replaced files deleted
+    assert on_disk == set(committed_files(destination, "archive"))  # replaced files deleted
     leftovers = [str(p) for p in out.rglob("*") if p.is_file()]
-    assert not [p for p in leftovers if ".pgq-tmp-" in p or "/_temporary" in p]
+    assert not [p for p in leftovers if "/_temporary" in p]
     assert export(spark, destination, range_size=100).rows_exported == 0
     pruned = prune(destination=destination)  # re-verifies every file's size and SHA-256
     assert pruned.rows == 1_260 and pruned.refused == [] and pruned.skipped == []
@@ -317,11 +327,10 @@ def test_a_compaction_killed_after_its_commit_is_read_once_and_finished_next_tim
     def killed(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("killed after the manifest was committed")
 
-    monkeypatch.setattr(compact_module, "_merge_records", killed)
+    monkeypatch.setattr(compact_module, "merge_records", killed)
     with pytest.raises(RuntimeError, match="killed"):
         compact(destination, sources=["archive"])
-    ids = read_committed_arrow(destination, "archive").to_table(columns=["id"])["id"]
-    assert sorted(ids.to_pylist()) == db_ids()  # old and new manifests both there: read once
+    assert committed_ids_arrow(destination) == db_ids()  # the merged files only: read once
     monkeypatch.undo()
 
     compact(destination, sources=["archive"])

@@ -118,17 +118,25 @@ def test_export_with_nothing_new_decides_so_without_starting_spark(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill_archive(30)
+    import pyarrow
+    import pyarrow.parquet
+
+    from django_pgqueue.pipeline.commit import LocalCommitter, WrittenFile
     from django_pgqueue.pipeline.models import ExportRange, ExportRun
 
     destination = tmp_path / "out"
-    (destination / "_committed" / "archive").mkdir(parents=True)
     run = ExportRun.objects.create(destination=str(destination), status="completed")
     lo, hi = ArchivedMax() - 29, ArchivedMax() + 1
     ExportRange.objects.create(
         run=run, destination=str(destination), source="archive", lo=lo, hi=hi,
-        status="verified", source_rows=30, source_checksum=_checksum(lo, hi),
+        status="verified", source_rows=30, source_checksum=_checksum(lo, hi), parquet_rows=30,
     )  # fmt: skip
-    (destination / "_committed" / "archive" / f"{lo}-{hi}.json").write_text("{}")
+    # The range's file, committed to the archive's Delta table.
+    part = destination / "archive" / "queue=q0" / "day=2026-10-01" / f"id_range={lo}" / "p.parquet"
+    part.parent.mkdir(parents=True)
+    pyarrow.parquet.write_table(pyarrow.table({"id": list(range(lo, hi))}), part)
+    written = WrittenFile(str(part), 30, part.stat().st_size, "")
+    LocalCommitter(str(destination), 0o600).commit(ARCHIVE, run.pk, {}, [written], [])
 
     def no_spark(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("Spark started for an export with nothing to do")

@@ -13,7 +13,6 @@ from django.test import override_settings
 from django_pgqueue.core import _retention
 from django_pgqueue.models import ArchivedMessage, DeadMessage
 from django_pgqueue.pipeline import retention_guard
-from django_pgqueue.pipeline.committed import read_committed_arrow
 from django_pgqueue.pipeline.export import RECHECK_RANGES, export
 from django_pgqueue.pipeline.models import ExportRange
 from django_pgqueue.pipeline.prune import prune
@@ -26,6 +25,8 @@ from tests.core.test_retention import (  # noqa: F401 (fixture)
     old_day,
 )
 from tests.factories import DeadMessageFactory
+
+from .conftest import committed_ids_arrow
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
@@ -80,10 +81,7 @@ def test_retention_keeps_what_the_destination_does_not_hold(spark: Any, tmp_path
     assert {r.status for r in touched} == {"pruned"}
     assert export(spark, destination, sources=["archive"], range_size=50).mismatched == []
     assert prune(destination=destination, sources=["archive"]).skipped == []
-    exported = read_committed_arrow(destination, "archive").to_table(columns=["id"])
-    assert sorted(exported.column("id").to_pylist()) == sorted(
-        oldest_ids + older_ids + old_ids + today_ids
-    )
+    assert committed_ids_arrow(destination) == sorted(oldest_ids + older_ids + old_ids + today_ids)
 
 
 def test_a_malformed_setting_is_reported() -> None:
