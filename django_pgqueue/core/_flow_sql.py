@@ -1,30 +1,34 @@
-"""The SQL of flow control (``_flow_control.py``): one function, created by the migration.
+"""The SQL of flow control (``_flow_control.py``): small functions, created by the migration.
 
 A queue with fairness, limits or rates is claimed by ``_claim_sql.FLOW_CLAIM``, whose
 candidates come from
 ``pgq_flow_candidates(queue, wanted, exact, settings, levels, bounds, after)``: the
 messages to lease, locked, in the order to lease them, each with its place in the fair order.
-The function is PL/pgSQL because its steps depend on each other: under READ COMMITTED every
-statement in it takes a fresh snapshot, so after it has waited for the queue's lock it sees
-everything committed before that, and each step reads as plain SQL.
-``settings`` is the queue's settings as JSON (``FlowConfig.settings_json``), so one prepared
-claim text serves every flow-controlled queue.
+It is PL/pgSQL because its steps depend on each other: under READ COMMITTED every statement
+in it takes a fresh snapshot, so after it has waited for the queue's lock it sees everything
+committed before that. ``settings`` is the queue's settings as JSON
+(``FlowConfig.settings_json``), so one prepared claim text serves every flow-controlled queue;
+each step reads from it what it needs.
 
-The steps (see ``docs/explanation/design.md``, "Fair queues and limits"):
+It runs four steps, each a function of its own below it (see ``docs/explanation/design.md``,
+"Fair queues and limits"):
 
-1. a paused queue gives nothing; the same query probes (two index probes) whether a message
-   outside the fair order has fallen due (a retry, a scheduled message, an expired lease);
-2. a queue with limits or rates leases under the session's *allowance* when it has one (a
-   share of the room under every limit and of the rate's tokens, reserved for a fraction of
-   a second, ``pgqueue_flow_allowance``), counting nothing; otherwise it claims *exactly*: it
-   takes the queue's advisory lock, counts what is in flight and takes what every limit
-   leaves, then reserves the session's next allowance;
-3. the head of the fair order (or of the plain claim order) ``FOR UPDATE SKIP LOCKED``; what
-   fell due outside the order competes with it at the place it takes there, and only what
-   is not leased now has that place written. The fair order is walked from the claimer's
-   bounds when it gives some (``levels``, ``bounds``, ``after``: a place and an id per
-   priority level, see ``core/_claim_bound.py``), else from its head;
-4. bookkeeping: the allowance's units, the rate's tokens.
+1. **look**: a paused queue gives nothing; the same query probes (two index probes) whether a
+   message outside the fair order has fallen due (a retry, a scheduled message, an expired
+   lease);
+2. **room**: a queue with limits or rates leases under the session's *allowance* when it has
+   one (a share of the room under every limit and of the rate's tokens, reserved for a
+   fraction of a second, ``pgqueue_flow_allowance``), counting nothing; otherwise it claims
+   *exactly*: ``pgq_flow_count_room`` takes the queue's advisory lock, counts what is in
+   flight and gives the room every limit leaves (a ``pgq_flow_room``);
+3. **pick**: the head of the plain claim order, or ``pgq_flow_fair``: the head of the fair
+   order, where what fell due outside it (``pgq_flow_due``) competes at the place it takes
+   there and tenants are kept within their limits (``pgq_flow_choose``). The fair order is
+   walked from the claimer's bounds when it gives some (``levels``, ``bounds``, ``after``: a
+   place and an id per priority level, see ``core/_claim_bound.py``), else from its head
+   (``pgq_flow_head``);
+4. **book**: what an allowance did not lease goes back to it; an exact claim spends the
+   rate's tokens and reserves the session's next allowance (``pgq_flow_reserve``).
 
 Why the limits hold: exact claims take turns (the queue's advisory lock, held until they
 commit), and the room one takes or reserves is the limit minus the leases in flight minus
@@ -44,7 +48,7 @@ from ._sql import FAIR_ORDER_ENTRY
 #: The first key of the queues' advisory locks (the second is the queue name's hash).
 LOCK_CLASS = 0x70677100
 
-CANDIDATES_FUNCTION = f"""
+CANDIDATES_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_flow_candidates(
     p_queue text, p_wanted int, p_exact boolean, p_settings jsonb,
     p_levels smallint[], p_bounds float8[], p_after bigint[])
@@ -54,37 +58,20 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     keyed constant boolean := coalesce((p_settings ->> 'keyed')::boolean, false);
-    weights constant jsonb := coalesce(p_settings -> 'weights', '{{}}');
-    queue_limit constant int := (p_settings ->> 'queue_limit')::int;
-    key_limit constant int := (p_settings ->> 'key_limit')::int;
-    key_limits constant jsonb := coalesce(p_settings -> 'key_limits', '{{}}');
-    rate constant float8 := (p_settings ->> 'rate')::float8;
-    key_rate constant float8 := (p_settings ->> 'key_rate')::float8;
-    allowance_claims constant int := coalesce((p_settings ->> 'allowance_claims')::int, 0);
-    allowance_window constant float8 := coalesce((p_settings ->> 'allowance_window')::float8, 0);
-    key_limited constant boolean := key_limit IS NOT NULL OR key_limits <> '{{}}'
-                                    OR key_rate IS NOT NULL;
-    limited constant boolean := queue_limit IS NOT NULL OR rate IS NOT NULL OR key_limited;
-    me constant int := pg_backend_pid();
-    budget int := p_wanted;
+    limited constant boolean := p_settings ->> 'queue_limit' IS NOT NULL
+                                OR p_settings ->> 'rate' IS NOT NULL
+                                OR p_settings ->> 'key_limit' IS NOT NULL
+                                OR coalesce(p_settings -> 'key_limits', '{}') <> '{}'
+                                OR p_settings ->> 'key_rate' IS NOT NULL;
+    room pgq_flow_room := ROW(p_wanted, false, 0, 0, NULL, NULL, '{}')::pgq_flow_room;
     paused boolean;
     due_waiting boolean;
     under_allowance boolean := false;
     exact boolean := false;
-    per_key boolean := false;
     taken int := 0;
-    in_flight int := 0;
-    reserved int := 0;
-    returned int := 0;
-    key_room int;
-    tokens int;
-    granted int := 0;
-    busy jsonb := '{{}}';
-    due pgq_flow_candidate[] := '{{}}';
-    chosen pgq_flow_candidate[] := '{{}}';
 BEGIN
-    -- One look at the queue: paused, and (a fair queue) whether something fell due outside
-    -- the fair order (a retry, a scheduled message, an expired lease): two index probes.
+    -- 1. Look: paused, and (a fair queue) whether something fell due outside the fair order
+    -- (a retry, a scheduled message, an expired lease): two index probes.
     SELECT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = p_queue AND q.paused),
            keyed AND (
                EXISTS (SELECT 1 FROM pgqueue_message m
@@ -99,177 +86,251 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Limits and rates: under the session's allowance while it holds the whole batch (taken
-    -- out of it at once, what is not leased given back below), or exactly: an allowance
+    -- 2. Room: under the session's allowance while it holds the whole batch (taken out of it
+    -- at once, what is not leased given back in step 4), else counted exactly: an allowance
     -- never makes a claim come back short.
     IF limited AND NOT p_exact THEN
         UPDATE pgqueue_flow_allowance a SET units = a.units - p_wanted
-        WHERE a.queue = p_queue AND a.holder = me AND a.units >= p_wanted
+        WHERE a.queue = p_queue AND a.holder = pg_backend_pid() AND a.units >= p_wanted
           AND a.until > clock_timestamp();
         under_allowance := FOUND;
     END IF;
     IF limited AND NOT under_allowance THEN
         exact := true;
-        PERFORM pg_advisory_xact_lock({LOCK_CLASS}, hashtext(p_queue));
-        -- Settle the allowances that ended (and this session's own, replaced below): their
-        -- unused units no longer count, their tokens go back to the rate. One a claim is
-        -- using right now is left for the next exact claim, and counted meanwhile.
-        WITH settled AS (
-            DELETE FROM pgqueue_flow_allowance a
-            WHERE (a.queue, a.holder) IN (
-                SELECT e.queue, e.holder FROM pgqueue_flow_allowance e
-                WHERE e.queue = p_queue AND (e.until <= clock_timestamp() OR e.holder = me)
-                FOR UPDATE SKIP LOCKED)
-            RETURNING a.units
-        )
-        SELECT coalesce(sum(units), 0) INTO returned FROM settled;
-        -- The other allowances as last committed, read before the leases are counted: a
-        -- claim under one that commits in between is counted twice (its units and its
-        -- leases), never missed.
-        SELECT coalesce(sum(a.units), 0) INTO reserved FROM pgqueue_flow_allowance a
-        WHERE a.queue = p_queue AND a.units > 0;
-        IF rate IS NOT NULL THEN
-            IF returned > 0 THEN
-                UPDATE pgqueue_flow_rate r
-                SET tat = r.tat - make_interval(secs => returned / rate)
-                WHERE r.queue = p_queue AND r.key = '';
-            END IF;
-            tokens := pgq_flow_tokens(
-                (SELECT r.tat FROM pgqueue_flow_rate r WHERE r.queue = p_queue AND r.key = ''),
-                clock_timestamp(), rate);
-            budget := least(budget, tokens);
-        END IF;
-        -- The leases in flight (and, with key limits, each tenant's): one pass over them.
-        IF key_limited THEN
-            SELECT coalesce(sum(b.n), 0),
-                   coalesce(jsonb_object_agg(b.tenant, b.n) FILTER (WHERE b.tenant IS NOT NULL),
-                            '{{}}')
-            INTO in_flight, busy
-            FROM (SELECT m.tenant, count(*) AS n FROM pgqueue_message m
-                  WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
-                    AND m.available_at > now()
-                  GROUP BY m.tenant) b;
-        ELSIF queue_limit IS NOT NULL THEN
-            SELECT count(*) INTO in_flight FROM pgqueue_message m
-            WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
-              AND m.available_at > now();
-        END IF;
-        IF key_limit IS NOT NULL OR key_limits <> '{{}}' THEN
-            -- The room of the tenant closest to its limit, in flight or not.
-            SELECT least(
-                       min(coalesce((key_limits ->> b.key)::int, key_limit, 2147483647)
-                           - b.value::int),
-                       (SELECT min(l.value::int) FROM jsonb_each_text(key_limits) l),
-                       key_limit)
-            INTO key_room
-            FROM jsonb_each_text(busy) b;
-        END IF;
-        -- Each tenant's room is looked at only when some tenant could reach its limit with
-        -- this batch (or has a rate): else the fair head is the choice as it is.
-        per_key := key_rate IS NOT NULL OR coalesce(key_room - reserved < budget, false);
-        IF queue_limit IS NOT NULL THEN
-            budget := least(budget, queue_limit - in_flight - reserved);
-        END IF;
-        budget := greatest(budget, 0);
+        room := pgq_flow_count_room(p_queue, p_wanted, p_settings);
     END IF;
 
-    IF budget > 0 AND NOT keyed THEN
-        -- The plain claim order.
+    -- 3. Pick: the head of the plain claim order, or of the fair order.
+    IF room.budget > 0 AND NOT keyed THEN
         RETURN QUERY
         SELECT m.id, m.lease_token, NULL::float8 FROM pgqueue_message m
         WHERE m.queue = p_queue AND m.attempts < m.max_attempts AND m.available_at <= now()
         ORDER BY m.priority DESC, m.available_at, m.id
-        LIMIT budget
+        LIMIT room.budget
         FOR UPDATE SKIP LOCKED;
         GET DIAGNOSTICS taken = ROW_COUNT;
-    ELSIF budget > 0 THEN
-        -- The fair order. Its head as is, unless messages from outside it compete for the
-        -- batch, or an exact claim must keep each tenant within its key limit and rate.
-        -- Rows written without a place (raw SQL, or from before fairness was switched on)
-        -- are looked for among the oldest ready ones by one claim in 20, and by any claim
-        -- that comes back short.
-        IF due_waiting OR random() < 0.05 THEN
-            due := ARRAY(SELECT d FROM pgq_flow_due(
-                p_queue, weights, CASE WHEN due_waiting THEN budget + 32 ELSE 0 END, 32) d);
-        END IF;
-        IF cardinality(due) = 0 AND NOT per_key THEN
-            RETURN QUERY
-            SELECT h.id, h.lease_token, h.place
-            FROM pgq_flow_head(p_queue, budget, p_levels, p_bounds, p_after) h;
-            GET DIAGNOSTICS taken = ROW_COUNT;
-            IF taken < budget THEN
-                -- Short of the batch: rows written without a place (raw SQL, or from
-                -- before fairness was switched on) among the oldest ready ones.
-                due := ARRAY(SELECT d FROM pgq_flow_due(p_queue, weights, 0, 32) d);
-                chosen := ARRAY(SELECT d FROM unnest(due) d
-                                ORDER BY d.priority DESC, d.place, d.id
-                                LIMIT budget - taken);
-            END IF;
-        ELSE
-            chosen := pgq_flow_choose(p_queue, budget, due, per_key, key_limit, key_limits,
-                                         key_rate, reserved, busy, p_levels, p_bounds, p_after);
-            IF cardinality(chosen) < budget THEN
-                due := due || ARRAY(SELECT d FROM pgq_flow_due(p_queue, weights, 0, 32) d);
-                chosen := pgq_flow_choose(p_queue, budget, due, per_key, key_limit,
-                                             key_limits, key_rate, reserved, busy, p_levels,
-                                             p_bounds, p_after);
-            END IF;
-        END IF;
-        IF cardinality(due) > 0 THEN
-            -- The candidates from outside the order not leased now keep their place.
-            UPDATE pgqueue_message m SET fair_order = d.place
-            FROM unnest(due) d
-            WHERE m.id = ANY(ARRAY(SELECT u.id FROM unnest(due) u)) AND m.id = d.id
-              AND m.id <> ALL(ARRAY(SELECT c.id FROM unnest(chosen) c));
-        END IF;
-        IF exact AND key_rate IS NOT NULL THEN
-            PERFORM pgq_flow_spend_keys(
-                p_queue, ARRAY(SELECT c.tenant FROM unnest(chosen) c), key_rate);
-        END IF;
-        taken := taken + cardinality(chosen);
-        RETURN QUERY SELECT c.id, c.lease_token, c.place FROM unnest(chosen) c;
+    ELSIF room.budget > 0 THEN
+        RETURN QUERY
+        SELECT f.id, f.lease_token, f.place
+        FROM pgq_flow_fair(p_queue, p_settings, room, due_waiting, exact,
+                           p_levels, p_bounds, p_after) f;
+        GET DIAGNOSTICS taken = ROW_COUNT;
     END IF;
 
-    IF NOT limited THEN
-        RETURN;
+    -- 4. Book: an allowance gets back what it did not lease; an exact claim spends the
+    -- rate's tokens and, when it took its whole batch outside the caller's transaction,
+    -- reserves the session's next allowance.
+    IF under_allowance AND taken < p_wanted THEN
+        UPDATE pgqueue_flow_allowance a SET units = a.units + p_wanted - taken
+        WHERE a.queue = p_queue AND a.holder = pg_backend_pid();
+    ELSIF exact THEN
+        PERFORM pgq_flow_reserve(p_queue, p_settings, room, taken,
+                                 NOT p_exact AND taken = p_wanted);
     END IF;
-    IF under_allowance THEN
+END
+$fn$;
+"""
+
+# The room an exact claim has: what the queue's limits and rate leave now, counted under the
+# queue's advisory lock (the exact claims take turns until they commit).
+ROOM_TYPE = """
+DO $$ BEGIN
+    CREATE TYPE pgq_flow_room AS (
+        budget int,        -- how many this claim may lease
+        per_key boolean,   -- whether each tenant's room must be looked at (pgq_flow_choose)
+        in_flight int,     -- the queue's leases in flight
+        reserved int,      -- the units of the other sessions' allowances
+        tokens int,        -- the rate's whole tokens (NULL: no rate)
+        key_room int,      -- the room of the tenant closest to its limit (NULL: no key limit)
+        busy jsonb);       -- tenant -> leases in flight (with key limits or a key rate)
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+"""
+
+# Step 2 of an exact claim: take the queue's turn, settle the allowances that ended, and
+# count the room under every limit and the rate, each read in a snapshot of its own.
+COUNT_ROOM_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION pgq_flow_count_room(p_queue text, p_wanted int, p_settings jsonb)
+RETURNS pgq_flow_room
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    queue_limit constant int := (p_settings ->> 'queue_limit')::int;
+    key_limit constant int := (p_settings ->> 'key_limit')::int;
+    key_limits constant jsonb := coalesce(p_settings -> 'key_limits', '{{}}');
+    rate constant float8 := (p_settings ->> 'rate')::float8;
+    key_rate constant float8 := (p_settings ->> 'key_rate')::float8;
+    room pgq_flow_room := ROW(p_wanted, false, 0, 0, NULL, NULL, '{{}}')::pgq_flow_room;
+    returned int;
+BEGIN
+    PERFORM pg_advisory_xact_lock({LOCK_CLASS}, hashtext(p_queue));
+    -- Settle the allowances that ended (and this session's own, replaced in step 4): their
+    -- unused units no longer count, their tokens go back to the rate. One a claim is using
+    -- right now is left for the next exact claim, and counted meanwhile.
+    WITH settled AS (
+        DELETE FROM pgqueue_flow_allowance a
+        WHERE (a.queue, a.holder) IN (
+            SELECT e.queue, e.holder FROM pgqueue_flow_allowance e
+            WHERE e.queue = p_queue
+              AND (e.until <= clock_timestamp() OR e.holder = pg_backend_pid())
+            FOR UPDATE SKIP LOCKED)
+        RETURNING a.units
+    )
+    SELECT coalesce(sum(units), 0) INTO returned FROM settled;
+    -- The other allowances as last committed, read before the leases are counted: a claim
+    -- under one that commits in between is counted twice (its units and its leases), never
+    -- missed.
+    SELECT coalesce(sum(a.units), 0) INTO room.reserved FROM pgqueue_flow_allowance a
+    WHERE a.queue = p_queue AND a.units > 0;
+    IF rate IS NOT NULL THEN
+        IF returned > 0 THEN
+            UPDATE pgqueue_flow_rate r
+            SET tat = r.tat - make_interval(secs => returned / rate)
+            WHERE r.queue = p_queue AND r.key = '';
+        END IF;
+        room.tokens := pgq_flow_tokens(
+            (SELECT r.tat FROM pgqueue_flow_rate r WHERE r.queue = p_queue AND r.key = ''),
+            clock_timestamp(), rate);
+        room.budget := least(room.budget, room.tokens);
+    END IF;
+    -- The leases in flight (and, with key limits or a key rate, each tenant's): one pass.
+    IF key_limit IS NOT NULL OR key_limits <> '{{}}' OR key_rate IS NOT NULL THEN
+        SELECT coalesce(sum(b.n), 0),
+               coalesce(jsonb_object_agg(b.tenant, b.n) FILTER (WHERE b.tenant IS NOT NULL),
+                        '{{}}')
+        INTO room.in_flight, room.busy
+        FROM (SELECT m.tenant, count(*) AS n FROM pgqueue_message m
+              WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
+                AND m.available_at > now()
+              GROUP BY m.tenant) b;
+    ELSIF queue_limit IS NOT NULL THEN
+        SELECT count(*) INTO room.in_flight FROM pgqueue_message m
+        WHERE m.queue = p_queue AND m.lease_token IS NOT NULL AND m.fair_order < 0
+          AND m.available_at > now();
+    END IF;
+    IF key_limit IS NOT NULL OR key_limits <> '{{}}' THEN
+        -- The room of the tenant closest to its limit, in flight or not.
+        SELECT least(
+                   min(coalesce((key_limits ->> b.key)::int, key_limit, 2147483647)
+                       - b.value::int),
+                   (SELECT min(l.value::int) FROM jsonb_each_text(key_limits) l),
+                   key_limit)
+        INTO room.key_room
+        FROM jsonb_each_text(room.busy) b;
+    END IF;
+    -- Each tenant's room is looked at only when some tenant could reach its limit with this
+    -- batch (or has a rate): else the fair head is the choice as it is.
+    room.per_key := key_rate IS NOT NULL
+                    OR coalesce(room.key_room - room.reserved < room.budget, false);
+    IF queue_limit IS NOT NULL THEN
+        room.budget := least(room.budget, queue_limit - room.in_flight - room.reserved);
+    END IF;
+    room.budget := greatest(room.budget, 0);
+    RETURN room;
+END
+$fn$;
+"""
+
+# Step 3 of a fair queue: at most ``p_room.budget`` messages, locked, in fair order. The head
+# as is, unless messages from outside the order compete for the batch, or an exact claim must
+# keep each tenant within its key limit and rate (``p_room.per_key``). Rows written without a
+# place (raw SQL, or from before fairness was switched on) are looked for among the oldest
+# ready ones by one claim in 20, and by any claim that comes back short. With a key rate, an
+# exact claim (``p_exact``) spends the tokens of the tenants it took.
+FAIR_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_flow_fair(
+    p_queue text, p_settings jsonb, p_room pgq_flow_room, p_due_waiting boolean,
+    p_exact boolean, p_levels smallint[], p_bounds float8[], p_after bigint[])
+RETURNS TABLE (id bigint, lease_token uuid, place float8)
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    budget constant int := p_room.budget;
+    weights constant jsonb := coalesce(p_settings -> 'weights', '{}');
+    taken int := 0;
+    due pgq_flow_candidate[] := '{}';
+    chosen pgq_flow_candidate[] := '{}';
+BEGIN
+    IF p_due_waiting OR random() < 0.05 THEN
+        due := ARRAY(SELECT d FROM pgq_flow_due(
+            p_queue, weights, CASE WHEN p_due_waiting THEN budget + 32 ELSE 0 END, 32) d);
+    END IF;
+    IF cardinality(due) = 0 AND NOT p_room.per_key THEN
+        RETURN QUERY
+        SELECT h.id, h.lease_token, h.place
+        FROM pgq_flow_head(p_queue, budget, p_levels, p_bounds, p_after) h;
+        GET DIAGNOSTICS taken = ROW_COUNT;
         IF taken < budget THEN
-            UPDATE pgqueue_flow_allowance a SET units = a.units + budget - taken
-            WHERE a.queue = p_queue AND a.holder = me;
+            -- Short of the batch: rows written without a place among the oldest ready ones.
+            due := ARRAY(SELECT d FROM pgq_flow_due(p_queue, weights, 0, 32) d);
+            chosen := ARRAY(SELECT d FROM unnest(due) d
+                            ORDER BY d.priority DESC, d.place, d.id
+                            LIMIT budget - taken);
         END IF;
-        RETURN;
+    ELSE
+        chosen := pgq_flow_choose(p_queue, p_settings, p_room, due, p_levels, p_bounds, p_after);
+        IF cardinality(chosen) < budget THEN
+            due := due || ARRAY(SELECT d FROM pgq_flow_due(p_queue, weights, 0, 32) d);
+            chosen := pgq_flow_choose(p_queue, p_settings, p_room, due,
+                                      p_levels, p_bounds, p_after);
+        END IF;
     END IF;
+    IF cardinality(due) > 0 THEN
+        -- The candidates from outside the order not leased now keep their place.
+        UPDATE pgqueue_message m SET fair_order = d.place
+        FROM unnest(due) d
+        WHERE m.id = ANY(ARRAY(SELECT u.id FROM unnest(due) u)) AND m.id = d.id
+          AND m.id <> ALL(ARRAY(SELECT c.id FROM unnest(chosen) c));
+    END IF;
+    IF p_exact AND p_settings ->> 'key_rate' IS NOT NULL THEN
+        PERFORM pgq_flow_spend_keys(p_queue, ARRAY(SELECT c.tenant FROM unnest(chosen) c),
+                                    (p_settings ->> 'key_rate')::float8);
+    END IF;
+    RETURN QUERY SELECT c.id, c.lease_token, c.place FROM unnest(chosen) c;
+END
+$fn$;
+"""
 
-    -- An exact claim that took its whole batch reserves the session's next allowance: a
-    -- quarter of what is left under every limit and of the rate's tokens, so that a few
-    -- sessions hold one at once; none with a key rate (its tokens are per tenant) or inside
-    -- the caller's transaction.
-    IF NOT p_exact AND allowance_claims > 0 AND key_rate IS NULL AND taken = p_wanted THEN
-        granted := allowance_claims * p_wanted;
-        IF queue_limit IS NOT NULL THEN
-            granted := least(granted, (queue_limit - in_flight - reserved - taken) / 4);
-        END IF;
-        IF key_room IS NOT NULL THEN
-            granted := least(granted, (key_room - reserved - taken) / 4);
-        END IF;
-        IF rate IS NOT NULL THEN
-            granted := least(granted, (tokens - taken) / 4);
-        END IF;
-        granted := greatest(granted, 0);
+# Step 4 of an exact claim: the rate's tokens spent, for what it took and for the session's
+# next allowance. That allowance (``p_may_grant``: the claim took its whole batch, outside
+# the caller's transaction) is a quarter of what is left under every limit and of the rate's
+# tokens, so that a few sessions hold one at once; none with a key rate (its tokens are per
+# tenant). ``least`` passes over the NULL of a limit the queue does not have.
+RESERVE_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_flow_reserve(
+    p_queue text, p_settings jsonb, p_room pgq_flow_room, p_taken int, p_may_grant boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    rate constant float8 := (p_settings ->> 'rate')::float8;
+    allowance_claims constant int := coalesce((p_settings ->> 'allowance_claims')::int, 0);
+    granted int := 0;
+BEGIN
+    IF p_may_grant AND allowance_claims > 0 AND p_settings ->> 'key_rate' IS NULL THEN
+        granted := greatest(0, least(
+            allowance_claims * p_taken,
+            ((p_settings ->> 'queue_limit')::int - p_room.in_flight - p_room.reserved
+             - p_taken) / 4,
+            (p_room.key_room - p_room.reserved - p_taken) / 4,
+            (p_room.tokens - p_taken) / 4));
     END IF;
     IF granted > 0 THEN
         INSERT INTO pgqueue_flow_allowance AS a (queue, holder, units, until)
-        VALUES (p_queue, me, granted,
-                clock_timestamp() + make_interval(secs => allowance_window))
+        VALUES (p_queue, pg_backend_pid(), granted,
+                clock_timestamp() + make_interval(
+                    secs => coalesce((p_settings ->> 'allowance_window')::float8, 0)))
         ON CONFLICT (queue, holder) DO UPDATE SET units = excluded.units, until = excluded.until;
     END IF;
-    IF rate IS NOT NULL AND taken + granted > 0 THEN
+    IF rate IS NOT NULL AND p_taken + granted > 0 THEN
         INSERT INTO pgqueue_flow_rate AS r (queue, key, tat)
-        VALUES (p_queue, '', clock_timestamp() + make_interval(secs => (taken + granted) / rate))
+        VALUES (p_queue, '', clock_timestamp() + make_interval(secs => (p_taken + granted) / rate))
         ON CONFLICT (queue, key) DO UPDATE
         SET tat = greatest(r.tat, clock_timestamp())
-                  + make_interval(secs => (taken + granted) / rate);
+                  + make_interval(secs => (p_taken + granted) / rate);
     END IF;
 END
 $fn$;
@@ -327,60 +388,64 @@ $fn$;
 
 # The fair choice: the head of the fair order (``pgq_flow_head``, from the bounds given) and
 # the candidates from outside it (``p_due``, locked already), in fair order, at most
-# ``p_budget``. With key limits or a key rate each tenant takes at most what they leave it: its
-# limit less its leases in flight (``p_busy``: tenant -> count) and the units of other
-# sessions' allowances (``p_reserved``, each of which may go to any one tenant), and its rate's
-# whole tokens. When that passes over some, the head is read again twice as far.
+# ``p_room.budget``. When each tenant's room counts (``p_room.per_key``: key limits or a key
+# rate), each tenant takes at most what it leaves: its limit less its leases in flight
+# (``p_room.busy``) and the units of other sessions' allowances (``p_room.reserved``, each of
+# which may go to any one tenant), and its rate's whole tokens. When that passes over some,
+# the head is read again twice as far.
 CHOOSE_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_flow_choose(
-    p_queue text, p_budget int, p_due pgq_flow_candidate[], p_key_limited boolean,
-    p_key_limit int, p_key_limits jsonb, p_key_rate float8, p_reserved int, p_busy jsonb,
+    p_queue text, p_settings jsonb, p_room pgq_flow_room, p_due pgq_flow_candidate[],
     p_levels smallint[], p_bounds float8[], p_after bigint[])
 RETURNS pgq_flow_candidate[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    reach int := p_budget;
+    budget constant int := p_room.budget;
+    key_limit constant int := (p_settings ->> 'key_limit')::int;
+    key_limits constant jsonb := coalesce(p_settings -> 'key_limits', '{}');
+    key_rate constant float8 := (p_settings ->> 'key_rate')::float8;
+    reach int := budget;
     head pgq_flow_candidate[];
     chosen pgq_flow_candidate[];
 BEGIN
     LOOP
         head := ARRAY(SELECT h FROM pgq_flow_head(p_queue, reach, p_levels, p_bounds,
-                                                     p_after) h);
-        IF NOT p_key_limited THEN
+                                                  p_after) h);
+        IF NOT p_room.per_key THEN
             RETURN ARRAY(SELECT c FROM unnest(head || p_due) c
                          ORDER BY c.priority DESC, c.place, c.id
-                         LIMIT p_budget);
+                         LIMIT budget);
         END IF;
         chosen := ARRAY(
             WITH candidate AS (
                 SELECT * FROM unnest(head || p_due)
-            ), room AS (
+            ), tenant_room AS (
                 SELECT t.tenant,
-                       least(coalesce((p_key_limits ->> t.tenant)::int, p_key_limit, 2147483647)
-                               - coalesce((p_busy ->> t.tenant)::int, 0) - p_reserved,
-                             CASE WHEN p_key_rate IS NULL THEN 2147483647
-                                  ELSE pgq_flow_tokens(r.tat, clock_timestamp(), p_key_rate)
+                       least(coalesce((key_limits ->> t.tenant)::int, key_limit, 2147483647)
+                               - coalesce((p_room.busy ->> t.tenant)::int, 0) - p_room.reserved,
+                             CASE WHEN key_rate IS NULL THEN 2147483647
+                                  ELSE pgq_flow_tokens(r.tat, clock_timestamp(), key_rate)
                              END) AS n
                 FROM (SELECT DISTINCT c.tenant FROM candidate c WHERE c.tenant IS NOT NULL) t
                 LEFT JOIN pgqueue_flow_rate r
-                       ON p_key_rate IS NOT NULL AND r.queue = p_queue AND r.key = t.tenant
+                       ON key_rate IS NOT NULL AND r.queue = p_queue AND r.key = t.tenant
             ), ranked AS (
                 SELECT c.*, row_number() OVER (PARTITION BY c.tenant
                                                ORDER BY c.priority DESC, c.place, c.id) AS nth
                 FROM candidate c
             )
             SELECT ROW(r.id, r.lease_token, r.tenant, r.priority, r.place)::pgq_flow_candidate
-            FROM ranked r LEFT JOIN room k ON k.tenant = r.tenant
+            FROM ranked r LEFT JOIN tenant_room k ON k.tenant = r.tenant
             WHERE r.tenant IS NULL OR r.nth <= k.n
             ORDER BY r.priority DESC, r.place, r.id
-            LIMIT p_budget);
+            LIMIT budget);
         -- Done when the batch is full, the head is read far enough, or it ran out.
-        IF cardinality(chosen) >= p_budget OR reach > p_budget OR cardinality(head) < reach THEN
+        IF cardinality(chosen) >= budget OR reach > budget OR cardinality(head) < reach THEN
             RETURN chosen;
         END IF;
-        reach := 2 * p_budget + 8;
+        reach := 2 * budget + 8;
     END LOOP;
 END
 $fn$;
@@ -491,16 +556,21 @@ $fn$;
 #: What the migration creates, each after those it uses: name -> definition.
 DEFINITIONS = {
     "pgq_flow_candidate": CANDIDATE_TYPE,
+    "pgq_flow_room": ROOM_TYPE,
     "pgq_flow_tokens": TOKENS_FUNCTION,
     "pgq_flow_due": DUE_FUNCTION,
     "pgq_flow_head": HEAD_FUNCTION,
     "pgq_flow_choose": CHOOSE_FUNCTION,
     "pgq_flow_spend_keys": SPEND_KEYS_FUNCTION,
+    "pgq_flow_count_room": COUNT_ROOM_FUNCTION,
+    "pgq_flow_fair": FAIR_FUNCTION,
+    "pgq_flow_reserve": RESERVE_FUNCTION,
     "pgq_flow_candidates": CANDIDATES_FUNCTION,
 }
+_TYPES = ("pgq_flow_candidate", "pgq_flow_room")
 
 #: What the migration's reverse runs.
 DROP = (
-    *(f"DROP FUNCTION IF EXISTS {name}" for name in reversed(list(DEFINITIONS)[1:])),
-    "DROP TYPE IF EXISTS pgq_flow_candidate",
+    *(f"DROP FUNCTION IF EXISTS {name}" for name in reversed(DEFINITIONS) if name not in _TYPES),
+    *(f"DROP TYPE IF EXISTS {name}" for name in reversed(_TYPES)),
 )
