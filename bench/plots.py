@@ -156,7 +156,7 @@ def main() -> None:
         results,
         "enqueue",
         "Enqueue",
-        "the raw reference (INSERT+commit or COPY)",
+        "the raw reference (INSERT [+ NOTIFY] + commit, or COPY)",
         folder / "bench-enqueue.png",
     )
     latency_bars(results, folder / "bench-latency.png")

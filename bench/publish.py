@@ -70,7 +70,8 @@ logs); `python -m bench publish <that folder> --summary bench/summary.md` writes
 ## Every case of the run
 
 Rates are messages/s. `n` = messages per repetition; `\u00d7 ref` = ratio to the raw
-reference measured alongside (for enqueue: single-row INSERT+commit, or COPY for bulk paths;
+reference measured alongside (for enqueue: single-row INSERT + NOTIFY + commit, the same work
+as `enqueue()`, or INSERT + commit without NOTIFY, or COPY for bulk paths;
 for processing: the raw two-statement lease-then-archive with batches of 100, 1 connection,
 synchronous commit); `tx/msg` = committed transactions in the bench database per message
 (`pg_stat_database.xact_commit` delta, harness transactions subtracted); `WAL B/msg` =
@@ -95,7 +96,7 @@ databases on the server write too, so the minimum over the repetitions is shown.
 
 | scenario | how |
 |---|---|
-| enqueue | Single-row paths ({enqueue_n} messages each, in 10 alternating slices): `enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`; against a raw psycopg `INSERT` + commit per row. Bulk: `enqueue_many()` against raw `COPY`, {bulk_n} rows in 5 slices, the same rows per call. Peers: their single and batch APIs, each slice alternating with the raw reference. |
+| enqueue | Single-row paths ({enqueue_n} messages each, in 10 alternating slices): `enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`; against a raw psycopg `INSERT` + `pg_notify` + commit per row (the same work as `enqueue()`; `enqueue()` without NOTIFY against a plain `INSERT` + commit). Bulk: `enqueue_many()` against raw `COPY`, {bulk_n} rows in 5 slices, the same rows per call. Peers: their single and batch APIs, each slice alternating with the raw reference. |
 | drain | Each consumer's backlog is loaded first ({drain_n} messages; {drain_mid_n} for raw batch 10, {drain_slow_n} for batch 1), then drained in 10 alternating slices per consumer: raw `DELETE ... SKIP LOCKED RETURNING` at batch 1/10/100; raw lease-then-archive (lease: CTE `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE ... RETURNING`; archive: `WITH moved AS (DELETE ... RETURNING) INSERT INTO archive`), with synchronous and asynchronous commit; `Message.objects.lease()` + `core.transitions.complete()` in batches of 100. |
 | `pgq_worker` | A real `manage.py pgq_worker` process (persistent connections), idle and listening; a slice of {slice_n} messages lands in one transaction with its NOTIFY and is timed on the database clock, from just before that COMMIT (`clock_timestamp()`) to the last acknowledgement (`max(finished_at)` in the archive); 5 slices per setting. Slices alternate with raw lease-then-archive slices. Several `--concurrency` / `--batch-size` settings, and one with `SYNCHRONOUS_ACKS = True`. |
 | peers' workers | {drain_n} messages for PgQueuer at batch 100, {peer_slow_n} for the others (they run a few hundred jobs/s here), in 5 slices. Each peer's own worker (PgQueuer `QueueManager` in drain mode; Procrastinate `run_worker_async(wait=False)`; django-tasks-db's `db_worker` loop in batch mode, in-process; Celery prefork worker, consumer switched on once the backlog is in Redis), timed inside the adapter, alternating with raw lease-then-archive slices. |
@@ -190,7 +191,7 @@ Questions a design choice rested on, each measured once on the 2-core machine:
 
 | question | finding |
 |---|---|
-| What a queue-name `CHECK` costs | 1.2\u20133.4 \u00b5s per message off a claim and an archive write together (about 5% of the server's work per message) between a regular expression and no check; the `ltrim` form on the live table is in between, the archive and dead tables have none. |
+| What a queue-name `CHECK` costs | Per row of a 2,000-row `UPDATE` (PostgreSQL 15): 0.5\u20130.8 \u00b5s for `queue ~ '^[a-z0-9][a-z0-9_-]*$'`, 1.4\u20131.8 \u00b5s for the `ltrim` + `left` spelling, 4.2 \u00b5s for the regular expression with its length bound (`{{0,47}}`). A single-row `INSERT` prepares the table's CHECKs again for each statement: the `ltrim` spelling adds 23 \u00b5s of server time to it, the unbounded regular expression 11 \u00b5s (`EXPLAIN ANALYZE`, medians of 300). The live table and `pgqueue_queue` carry the unbounded expression; the archive and dead tables have none. |
 | A fair `enqueue()` planned on an empty table, then 100,000 rows | With a plan fixed on the empty table a single enqueue took 40 ms; the statement that probes the tenant's newest place takes under 1 ms planned either way. |
 | The acknowledgement's shape | `id = ANY(ids)` over the batch's arrays completes 1.12\u20131.17\u00d7 as many messages per second as a join with `unnest()` of the batch, whether planned on a backlog or on a few rows. |
 | The walk from a fair order's head behind 2,000,000 ready | Before vacuum, a walk from the head grew from 415 to 8,568 buffers over 200,000 claims, while the walk from the claimer's bounds stayed at 214\u2013293 per claim of 100. |

@@ -88,9 +88,11 @@ def insert_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> 
     return n
 
 
-def insert_notify_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> None:
+def insert_notify_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> int:
+    """Single-row INSERT and its NOTIFY in one statement, one commit each (autocommit)."""
     for i in range(start, start + n):
         conn.execute(INSERT_NOTIFY, [QUEUE, Jsonb(payload(i)), QUEUE])
+    return n
 
 
 def copy_rows(conn: psycopg.Connection[Any], n: int, start: int = 0, queue: str = QUEUE) -> int:

@@ -50,6 +50,10 @@ def enqueue(ctx: Context, rep: int) -> None:
         core_cases.warm_up()
         cases: list[tuple[str, Any]] = [
             ("raw.insert1", lambda r: raw.insert_one_by_one(conn, single, r * single)),
+            (
+                "raw.insert1_notify",
+                lambda r: raw.insert_notify_one_by_one(conn, single, r * single),
+            ),
             ("pgq.enqueue", lambda r: core_cases.enqueue_single(single, r * single)),
             (
                 "pgq.enqueue_nonotify",
@@ -65,17 +69,22 @@ def enqueue(ctx: Context, rep: int) -> None:
         runs = interleaved(ctx.probe, _conns(conn), ROUNDS, cases)
         labels = {
             "raw.insert1": (RAW, "single-row INSERT + commit", None),
-            "pgq.enqueue": (PGQ, "enqueue(), autocommit, NOTIFY on (default)", "raw.insert1"),
+            "raw.insert1_notify": (RAW, "single-row INSERT + NOTIFY + commit", None),
+            "pgq.enqueue": (
+                PGQ,
+                "enqueue(), autocommit, NOTIFY on (default)",
+                "raw.insert1_notify",
+            ),
             "pgq.enqueue_nonotify": (PGQ, "enqueue(), autocommit, NOTIFY off", "raw.insert1"),
             "pgq.enqueue_on_commit": (
                 PGQ,
                 "enqueue_on_commit() in atomic(), 1 per transaction",
-                "raw.insert1",
+                "raw.insert1_notify",
             ),
             "pgq.tasks_enqueue": (
                 PGQ,
                 "django.tasks backend: task.enqueue(), autocommit",
-                "raw.insert1",
+                "raw.insert1_notify",
             ),
         }
         for key, run in runs.items():

@@ -1,8 +1,6 @@
 # The whole schema of django_pgqueue; until 0.1 is released, schema changes fold into it.
 
 import django.db.models.functions.datetime
-import django.db.models.functions.text
-import django.db.models.lookups
 from django.db import migrations, models
 
 from django_pgqueue.core import _flow_sql
@@ -479,23 +477,7 @@ class Migration(migrations.Migration):
                         name="pgq_message_max_attempts_gte_1",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            models.Q(("queue", ""), _negated=True),
-                            django.db.models.lookups.Exact(
-                                models.Func(
-                                    models.F("queue"),
-                                    models.Value("abcdefghijklmnopqrstuvwxyz0123456789_-"),
-                                    function="LTRIM",
-                                ),
-                                models.Value(""),
-                            ),
-                            models.Q(
-                                django.db.models.lookups.In(
-                                    django.db.models.functions.text.Left("queue", 1), ["_", "-"]
-                                ),
-                                _negated=True,
-                            ),
-                        ),
+                        condition=models.Q(("queue__regex", "^[a-z0-9][a-z0-9_-]*$")),
                         name="pgq_message_queue_name",
                     ),
                     models.UniqueConstraint(
@@ -522,23 +504,7 @@ class Migration(migrations.Migration):
                 "permissions": [("pause_queue", "Can pause and resume a queue")],
                 "constraints": [
                     models.CheckConstraint(
-                        condition=models.Q(
-                            models.Q(("name", ""), _negated=True),
-                            django.db.models.lookups.Exact(
-                                models.Func(
-                                    models.F("name"),
-                                    models.Value("abcdefghijklmnopqrstuvwxyz0123456789_-"),
-                                    function="LTRIM",
-                                ),
-                                models.Value(""),
-                            ),
-                            models.Q(
-                                django.db.models.lookups.In(
-                                    django.db.models.functions.text.Left("name", 1), ["_", "-"]
-                                ),
-                                _negated=True,
-                            ),
-                        ),
+                        condition=models.Q(("name__regex", "^[a-z0-9][a-z0-9_-]*$")),
                         name="pgq_queue_name_valid",
                     )
                 ],

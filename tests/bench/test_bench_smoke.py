@@ -54,6 +54,7 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     by_key = {r["key"]: r for r in results}
     expected = {
         "raw.insert1",
+        "raw.insert1_notify",
         "raw.copy",
         "pgq.enqueue",
         "pgq.enqueue_on_commit",
@@ -81,6 +82,9 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
         assert r["extra"].get("ok", True) is True, r  # every message was processed
     # One message per transaction is what a single-row INSERT + commit costs.
     assert 0.9 <= by_key["raw.insert1"]["tx_per_msg"] <= 1.5
+    # enqueue() sends its NOTIFY: its reference does the same work.
+    assert by_key["pgq.enqueue"]["ref"] == "raw.insert1_notify"
+    assert 0.9 <= by_key["raw.insert1_notify"]["tx_per_msg"] <= 1.5
     assert by_key["pgq.latency"]["extra"]["samples"] == by_key["pgq.latency"]["n"]
 
     report = (tmp_path / "report.md").read_text()

@@ -44,14 +44,29 @@ def test_a_paired_reference_wins_over_the_repetition_reference() -> None:
 
 def test_missed_and_unmeasured_targets_are_said_plainly() -> None:
     results = [
-        row("raw.insert1", 0, 1000.0),
-        row("pgq.enqueue", 0, 500.0, "raw.insert1"),
+        row("raw.insert1_notify", 0, 1000.0),
+        row("pgq.enqueue", 0, 500.0, "raw.insert1_notify"),
         row("raw.copy", 0, 100_000.0),
         row("pgq.enqueue_many", 0, 90_000.0, "raw.copy"),
     ]
     table, verdicts = targets_table(results)
     verdict = dict(verdicts)
-    assert verdict["single `enqueue()` / raw INSERT+commit"] == "missed"
+    assert verdict["single `enqueue()` / raw INSERT+NOTIFY+commit"] == "missed"
     assert verdict["`enqueue_many()` / raw COPY"] == "met"
     assert verdict["idle latency enqueue \u2192 handler start, p50"] == "not measured"
     assert "**NO**" in table
+
+
+def test_single_enqueue_is_held_to_a_reference_doing_the_same_work() -> None:
+    # enqueue() sends its NOTIFY: the target compares it with INSERT + NOTIFY + commit,
+    # not with a plain INSERT that skips the wake-up.
+    results = [
+        row("raw.insert1", 0, 1000.0),
+        row("raw.insert1_notify", 0, 800.0),
+        row("pgq.enqueue", 0, 760.0, "raw.insert1_notify"),
+        row("raw.copy", 0, 100_000.0),
+        row("pgq.enqueue_many", 0, 65_000.0, "raw.copy"),
+    ]
+    verdict = dict(targets_table(results)[1])
+    assert verdict["single `enqueue()` / raw INSERT+NOTIFY+commit"] == "met"  # 0.95 >= 0.9
+    assert verdict["`enqueue_many()` / raw COPY"] == "missed"  # 0.65 < 0.7
