@@ -57,14 +57,7 @@ def embedded_database(
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         server = pgserver.get_server(str(path), cleanup_mode=None)
     socket_dir = _socket_dir(server.get_uri())
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
-        "USER": "postgres",
-        "PASSWORD": "",
-        "HOST": socket_dir,
-        "PORT": "",
-    }
+    return _database_settings(name, socket_dir)
 
 
 # -- the machine's PostgreSQL binaries, where pgserver has no wheel -------------------------------
@@ -154,14 +147,7 @@ def machine_database(data_dir: str | os.PathLike[str], *, name: str = "postgres"
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path.parent / f".{path.name}.lock"):
         socket_dir = running_socket_dir(path) or _start(binaries, path)
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
-        "USER": "postgres",
-        "PASSWORD": "",
-        "HOST": socket_dir,
-        "PORT": "",
-    }
+    return _database_settings(name, socket_dir)
 
 
 @contextmanager
@@ -292,6 +278,18 @@ def stop_embedded(data_dir: str | os.PathLike[str], *, timeout: float = 30.0) ->
             return True
         time.sleep(0.1)
     raise TimeoutError(f"the embedded PostgreSQL (pid {pid}) did not stop in {timeout:.0f}s")
+
+
+def _database_settings(name: str, socket_dir: str) -> dict[str, str]:
+    """Django's ``DATABASES`` entry for database ``name`` of a server listening in ``socket_dir``."""
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": socket_dir,
+        "PORT": "",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
