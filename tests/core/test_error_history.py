@@ -13,7 +13,6 @@ from django_pgqueue.core._sql import ERROR_HISTORY_ENDS
 from django_pgqueue.core._validation import MAX_ATTEMPTS_LIMIT
 from django_pgqueue.core.transitions import FailedAttempt, error_entry
 from django_pgqueue.models import DeadMessage, Message
-from django_pgqueue.tasks.backend import PgQueueBackend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,11 +116,3 @@ def test_max_attempts_above_the_limit_is_refused_in_settings(pgqueue: dict) -> N
     with override_settings(PGQUEUE=pgqueue), pytest.raises(SettingsError) as info:
         get_settings()
     assert f"[1, {MAX_ATTEMPTS_LIMIT}]" in str(info.value)
-
-
-def test_max_attempts_above_the_limit_is_refused_in_the_tasks_backend_options() -> None:
-    backend = PgQueueBackend(
-        "x", {"QUEUES": ["a"], "OPTIONS": {"max_attempts": MAX_ATTEMPTS_LIMIT + 1}}
-    )
-    [problem] = backend.check()
-    assert f"[1, {MAX_ATTEMPTS_LIMIT}]" in problem.msg

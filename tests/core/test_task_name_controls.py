@@ -18,8 +18,6 @@ from django_pgqueue.exceptions import InvalidMessage, PipelineError
 from django_pgqueue.models import Message
 from django_pgqueue.periodic import periodic
 from django_pgqueue.pipeline.enqueue import check_target
-from django_pgqueue.tasks import PgQueueTask
-from django_pgqueue.tasks.framework import InvalidTask, task_backends
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,21 +56,6 @@ def test_the_error_names_the_character_and_its_place() -> None:
         django_pgqueue.enqueue("emails.send\x1b[31m", {})
     assert "U+001B at character 11" in str(caught.value)
     assert "\x1b" not in str(caught.value)  # the message itself is safe to log
-
-
-def test_the_tasks_backend_refuses_a_task_path_with_control_characters() -> None:
-    def odd(x: int) -> int:
-        return x
-
-    odd.__qualname__ = "odd\nERROR forged"
-    fields = {"priority": 0, "queue_name": "default", "run_after": None}
-    with pytest.raises(InvalidTask, match="control character U\\+000A"):
-        PgQueueTask(func=odd, backend="default", **fields)
-    # Built for another backend (whose check lets it through), then enqueued on ours.
-    loose = PgQueueTask(func=odd, backend="dummy", **fields)
-    with pytest.raises(InvalidMessage, match="control character U\\+000A"):
-        task_backends["default"].enqueue(loose, (1,), {})
-    assert Message.objects.count() == 0
 
 
 def test_a_periodic_schedule_refuses_control_characters() -> None:
