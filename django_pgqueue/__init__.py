@@ -4,8 +4,10 @@ The public API, in one place: enqueue in the caller's transaction (:func:`enqueu
 commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`); register handlers
 (:func:`handler`) and schedule them (:func:`periodic`); as a consumer of your own, take
 messages (:func:`lease`) and :func:`complete`, :func:`fail`, :func:`extend` or :func:`release`
-them; :func:`cancel` a
-message; let other apps veto or hear of retention (:func:`register_retention_guard`,
+them; :func:`cancel` a message; compose work: ``enqueue(..., after=[...])``,
+:func:`enqueue_chain` of :func:`step` s, :func:`enqueue_batch` with callbacks, and read what
+they produced (:func:`dependency_results`, :func:`previous_result`, :func:`batch_of`,
+:func:`batch_results`); let other apps veto or hear of retention (:func:`register_retention_guard`,
 :func:`register_expiry_listener`). Every error the package raises is a :class:`PgQueueError`.
 
 Names resolve on first use: settings modules and ``INSTALLED_APPS`` import this package before
@@ -18,13 +20,24 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .exceptions import InvalidMessage, LeaseError, PayloadError, PgQueueError, QueueNameError
+from .exceptions import (
+    DependencyError,
+    InvalidMessage,
+    LeaseError,
+    PayloadError,
+    PgQueueError,
+    QueueNameError,
+)
 
 # Imported at once, not on first use: importing the submodule of the same name (the worker
 # does) would otherwise leave ``django_pgqueue.periodic`` naming the module. It imports no models.
 from .periodic import periodic
 
 if TYPE_CHECKING:
+    from .composition.batches import EnqueuedBatch, enqueue_batch
+    from .composition.chains import EnqueuedChain, chain, enqueue_chain
+    from .composition.results import batch_of, batch_results, dependency_results, previous_result
+    from .composition.steps import step
     from .core._cancel import CancelResult, cancel, cancel_many
     from .core._enqueue import (
         EnqueuedMessage,
@@ -42,6 +55,16 @@ if TYPE_CHECKING:
 
 #: Where each lazily imported name lives.
 _HOMES = {
+    "EnqueuedBatch": "composition.batches",
+    "enqueue_batch": "composition.batches",
+    "EnqueuedChain": "composition.chains",
+    "chain": "composition.chains",
+    "enqueue_chain": "composition.chains",
+    "batch_of": "composition.results",
+    "batch_results": "composition.results",
+    "dependency_results": "composition.results",
+    "previous_result": "composition.results",
+    "step": "composition.steps",
     "CancelResult": "core._cancel",
     "cancel": "core._cancel",
     "cancel_many": "core._cancel",
@@ -80,6 +103,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CancelResult",
+    "DependencyError",
+    "EnqueuedBatch",
+    "EnqueuedChain",
     "EnqueuedMessage",
     "FailedAttempt",
     "InvalidMessage",
@@ -90,10 +116,16 @@ __all__ = [
     "PgQueueError",
     "QueueNameError",
     "__version__",
+    "batch_of",
+    "batch_results",
     "cancel",
     "cancel_many",
+    "chain",
     "complete",
+    "dependency_results",
     "enqueue",
+    "enqueue_batch",
+    "enqueue_chain",
     "enqueue_many",
     "enqueue_on_commit",
     "extend",
@@ -101,7 +133,9 @@ __all__ = [
     "handler",
     "lease",
     "periodic",
+    "previous_result",
     "register_expiry_listener",
     "register_retention_guard",
     "release",
+    "step",
 ]

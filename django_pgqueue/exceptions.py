@@ -30,6 +30,11 @@ class PayloadError(InvalidMessage):
     """A payload is not JSON-serializable or is larger than ``MAX_PAYLOAD_BYTES``."""
 
 
+class DependencyError(InvalidMessage):
+    """A message's dependencies cannot be used: an id that names no message, too many of them,
+    or options a dependent cannot have (a dedup key)."""
+
+
 class LeaseError(PgQueueError):
     """A lease operation was used wrongly (e.g. hold-the-lock mode outside a transaction)."""
 

@@ -257,6 +257,7 @@ class DeadReason(models.TextChoices):
     LEASE_EXPIRED = "lease_expired", "lease expired on its last attempt"
     DISCARDED = "discarded", "discarded by an operator"
     CANCELLED = "cancelled", "cancelled (django_pgqueue.cancel)"
+    DEPENDENCY_FAILED = "dependency_failed", "a message it depends on failed"
 
 
 class DeadMessage(MessageFields):
@@ -327,8 +328,15 @@ class WorkerHeartbeat(models.Model):
         return self.worker_id
 
 
-# Flow control's state (the sessions' allowances, the rates), the maintenance runs and the
-# periodic schedules belong to this app too. The pipeline's tables belong to django_pgqueue.pipeline.
+# Composition's tables (waiting messages, dependencies, batches), flow control's state (the
+# sessions' allowances, the rates), the maintenance runs and the periodic schedules belong to
+# this app too. The pipeline's tables belong to django_pgqueue.pipeline.
+from .core._composition_models import (  # noqa: E402, F401
+    Batch,
+    BatchMember,
+    Dependency,
+    WaitingMessage,
+)
 from .core._flow_models import FlowAllowance, FlowRate  # noqa: E402, F401
 from .core._maintenance_models import MaintenanceState  # noqa: E402, F401
 from .core._periodic_models import PeriodicSchedule  # noqa: E402, F401

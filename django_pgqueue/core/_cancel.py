@@ -1,6 +1,6 @@
 """Cancel messages by id: the ones no worker holds leave at once, the running ones are flagged.
 
-A message that is not held (never leased, scheduled, backing off, or its lease expired) moves
+A message that is not held (never leased, scheduled, backing off, waiting on dependencies, or its lease expired) moves
 to the dead table with reason ``cancelled`` in one statement. A message a worker holds cannot
 be stopped from outside (a Python thread cannot be killed), so it is flagged instead, and its
 worker is told by a notification (and reads the flags at every lease extension anyway). A
@@ -44,7 +44,7 @@ def cancel_many(
         return {}
     alias = using or get_settings().DATABASE_ALIAS
     with connections[alias].cursor() as cursor:
-        cursor.execute(_sql.CANCEL, [ids, note])
+        cursor.execute(_sql.CANCEL, [ids, note, ids, note])
         rows = cursor.fetchall()
     found = {message_id: CancelResult(what) for message_id, what, _ in rows}
     # The workers holding a flagged message hear of it now, not at their next heartbeat: a

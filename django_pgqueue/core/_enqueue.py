@@ -10,7 +10,9 @@ from typing import Any, TypedDict, Unpack
 from django.db import connections, transaction
 
 from ..conf import get_settings
+from ..exceptions import DependencyError
 from . import _send, _sql
+from ._dependencies import dependency_ids, write_held, write_waiting
 from ._execution import CLAIM_PLAN
 from ._flow_control import flow_config
 from ._notify import notify_queues, wake_payload
@@ -47,7 +49,8 @@ class EnqueuedMessage:
     queue: str
     task: str
     enqueued_at: datetime
-    available_at: datetime
+    #: ``None`` while it waits for its dependencies (``after=``).
+    available_at: datetime | None
     deduplicated: bool = False
 
 
@@ -64,6 +67,8 @@ class PreparedMessage:
     max_attempts: int
     run_at: datetime | None
     delay: float | None
+    #: Message ids it runs after (``after=``), each finished successfully.
+    after: tuple[int, ...] = ()
 
     @property
     def later(self) -> bool:
@@ -87,6 +92,9 @@ class MessageOptions(TypedDict, total=False):
     max_attempts: int | None
     #: The fairness and limit key.
     tenant: str | None
+    #: Messages (ids, or what enqueue returned) that must finish successfully first; with
+    #: ``run_after`` as a timedelta, counted from when the last of them finished.
+    after: Iterable[Any] | None
 
 
 def prepare_message(
@@ -99,6 +107,7 @@ def prepare_message(
     dedup_key: str | None = None,
     max_attempts: int | None = None,
     tenant: str | None = None,
+    after: Iterable[Any] | None = None,
 ) -> PreparedMessage:
     """Check everything ``enqueue`` takes, before any SQL: :class:`InvalidMessage` (or a
     subclass) naming what is wrong. The one validation of every enqueue path."""
@@ -112,6 +121,11 @@ def prepare_message(
     run_at, delay = validate_delay(run_after)
     if max_attempts is None:
         max_attempts = conf.for_queue(queue, "MAX_ATTEMPTS")
+    dependencies = () if after is None else dependency_ids(after)
+    if dependencies and dedup_key is not None:
+        # Its key would be claimed only at its release, in the statement that finishes its
+        # last dependency, where a duplicate could only fail that statement.
+        raise DependencyError("a message with dependencies (after=) cannot have a dedup_key")
     return PreparedMessage(
         queue=queue,
         task=validate_task_name(task),
@@ -122,14 +136,16 @@ def prepare_message(
         max_attempts=validate_max_attempts(max_attempts),
         run_at=run_at,
         delay=delay,
+        after=dependencies,
     )
 
 
-def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
+def _params(message: PreparedMessage) -> dict[str, Any]:
+    """The enqueue statements' parameters (``_sql.ENQUEUE``, ``_composition_sql.INSERT_WAITING``)."""
     conf = get_settings()
     flow = flow_config(message.queue)
     fair = flow is not None and flow.keyed
-    params: dict[str, Any] = {
+    return {
         "queue": message.queue,
         "task": message.task,
         "payload": message.payload_json,
@@ -141,9 +157,39 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
         "delay": float(message.delay or 0.0),
         "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
         "wake": wake_payload(message.queue, later=message.later) if conf.NOTIFY else None,
+        "fair": fair,
+        # A fair queue's message takes its place in the fair order by its tenant's step.
+        "step": flow.fair_step(message.tenant) if flow is not None and fair else None,
     }
-    if flow is not None and fair:  # a fair queue: the message takes its place in it
-        params["step"] = flow.fair_step(message.tenant)
+
+
+def hold_message(message: PreparedMessage, using: str) -> EnqueuedMessage:
+    """Write a message that waits until something else releases it (a batch's callback)."""
+    message_id, enqueued_at = write_held(_params(message), using)
+    return EnqueuedMessage(
+        id=message_id,
+        queue=message.queue,
+        task=message.task,
+        enqueued_at=enqueued_at,
+        available_at=None,
+    )
+
+
+def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
+    conf = get_settings()
+    params = _params(message)
+    if message.after:
+        message_id, enqueued_at, available_at = write_waiting(
+            params, message.after, using or conf.DATABASE_ALIAS
+        )
+        return EnqueuedMessage(
+            id=message_id,
+            queue=message.queue,
+            task=message.task,
+            enqueued_at=enqueued_at,
+            available_at=available_at,
+        )
+    fair = params["fair"]
     dedup = message.dedup_key is not None
     statement = _ENQUEUE_STATEMENTS[fair, dedup]
     connection = connections[using or conf.DATABASE_ALIAS]

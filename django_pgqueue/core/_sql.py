@@ -401,10 +401,21 @@ WITH target AS (
     FROM target t
     WHERE m.id = t.id AND t.held
     RETURNING m.id, m.leased_by
+), unwaited AS (
+    DELETE FROM pgqueue_waiting w WHERE w.id = ANY(%s) RETURNING w.*
+), buried_waiting AS (
+    INSERT INTO pgqueue_dead (message_id, {SHARED_COLUMNS}, reason, details, died_at)
+    SELECT id, queue, task, payload, priority, tenant, NULL, enqueued_at, 0, max_attempts,
+           '[]', 'cancelled',
+           jsonb_build_object('type', 'Cancelled', 'message', %s, 'traceback', ''), now()
+    FROM unwaited
+    RETURNING message_id
 )
 SELECT message_id, 'cancelled', NULL FROM buried
 UNION ALL
 SELECT id, 'flagged', leased_by FROM flagged
+UNION ALL
+SELECT message_id, 'cancelled', NULL FROM buried_waiting
 """
 
 # Operator: a copy of an archived message as a new live message (new id, no dedup key).

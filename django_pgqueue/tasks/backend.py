@@ -255,7 +255,7 @@ class PgQueueBackend(BaseTaskBackend):
         payload, prepared = self.prepare(task, args, kwargs)
         using = self.database
         message = write_message(prepared, using)
-        if message.available_at > message.enqueued_at:
+        if message.available_at is not None and message.available_at > message.enqueued_at:
             # Shows a timedelta as the absolute (database) time it resolved to.
             task = unchecked_copy(task, run_after=message.available_at)
         result: TaskResult[Any, Any] = TaskResult(
