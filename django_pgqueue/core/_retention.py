@@ -406,6 +406,21 @@ class _Run:
                 _expired(source, low, high, self.alias)
         return total
 
+    def expire_batches(self) -> None:
+        """Batches completed longer ago than ``ARCHIVE_RETENTION`` (their members' results
+        are gone with the archive by then)."""
+        seconds = self.conf.ARCHIVE_RETENTION
+        if seconds is None or self.dry_run:
+            return
+        try:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute(
+                    _retention_sql.DELETE_COMPLETED_BATCHES,
+                    [self.now - timedelta(seconds=seconds), self.conf.RETENTION_DELETE_BATCH],
+                )
+        except DatabaseError as exc:
+            self.problem(f"batches: completed batches not deleted: {error_text(exc)}")
+
     def expire_dead(self) -> None:
         try:
             self._expire_dead()
@@ -461,6 +476,8 @@ def run_retention(
             run.expire_archive_rows()
         if "dead" in sources and rows:
             run.expire_dead()
+        if "archive" in sources and rows:
+            run.expire_batches()
         run.report.seconds = time.monotonic() - started
         return run.report
     finally:

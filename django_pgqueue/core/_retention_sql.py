@@ -155,6 +155,19 @@ SELECT ctid FROM {table} WHERE {condition} LIMIT %s)) RETURNING id)
 SELECT count(*), min(id), max(id) FROM gone
 """
 
+#: Batches completed before the bound, with their members (at most %s batches a run): their
+#: callbacks have run or been buried, and their members are archived or dead.
+DELETE_COMPLETED_BATCHES = """
+WITH gone AS (
+    DELETE FROM pgqueue_batch WHERE id = ANY(ARRAY(
+        SELECT id FROM pgqueue_batch WHERE completed_at < %s ORDER BY completed_at LIMIT %s))
+    RETURNING id
+), members AS (
+    DELETE FROM pgqueue_batch_member m USING gone WHERE m.batch_id = gone.id
+)
+SELECT count(*) FROM gone
+"""
+
 # -- the job ------------------------------------------------------------------------------------
 
 #: Never two runs at once, whether a worker's or ``pgq_prune``'s (the key is the parameter).

@@ -427,7 +427,16 @@ ORDER BY id
 RETURNING id, queue
 """
 
-PURGE_QUEUE = "DELETE FROM pgqueue_message WHERE queue = %s"
+# Every live or waiting message of one queue, deleted; what waited on them in other queues is
+# buried (reason ``dependency_failed``): it can no longer run.
+PURGE_QUEUE = """
+WITH purged AS (
+    DELETE FROM pgqueue_message WHERE queue = %(queue)s RETURNING id
+), purged_waiting AS (
+    DELETE FROM pgqueue_waiting WHERE queue = %(queue)s RETURNING id
+)
+SELECT array_agg(id) FROM (SELECT id FROM purged UNION ALL SELECT id FROM purged_waiting) p
+"""
 
 # Distinct queues holding live messages, as a skip scan over the claim index:
 # O(number of queues) index probes instead of a scan of the backlog.

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from . import _sql
+from . import _composition_sql, _sql
 from ._notify import notify_queues
 from ._validation import validate_queue_name
 from .transitions import Outcome, _stale
@@ -75,12 +75,16 @@ def discard(
 
 
 def purge_queue(queue: str, *, using: str | None = None) -> int:
-    """Delete every live message of ``queue``; returns how many."""
+    """Delete every live or waiting message of ``queue``; returns how many. Messages of other
+    queues waiting on them are buried (reason ``dependency_failed``)."""
     validate_queue_name(queue)
     alias = using or get_settings().DATABASE_ALIAS
-    with connections[alias].cursor() as cursor:
-        cursor.execute(_sql.PURGE_QUEUE, [queue])
-        return cursor.rowcount
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_sql.PURGE_QUEUE, {"queue": queue})
+        (purged,) = cursor.fetchone()
+        if purged:
+            cursor.execute(_composition_sql.BURY_DEPENDENTS_OF, {"ids": purged})
+        return len(purged or ())
 
 
 def _set_paused(queue: str, paused: bool, using: str | None) -> None:

@@ -48,7 +48,9 @@ def test_all_succeed_then_complete_and_success_run_and_failure_never() -> None:
 
 def test_a_failure_runs_complete_and_failure_and_success_after_the_retry() -> None:
     batch = enqueue_batch(
-        [step("m"), step("m")], on_complete=step("done"), on_success=step("ok"),
+        [step("m"), step("m")],
+        on_complete=step("done"),
+        on_success=step("ok"),
         on_failure=step("ko"),
     )
     assert batch.on_complete and batch.on_success and batch.on_failure

@@ -117,3 +117,12 @@ def test_cancelling_a_waiting_message_buries_it_and_its_dependents() -> None:
     assert DeadMessage.objects.get(message_id=last.id).reason == "dependency_failed"
     finish(first.id)
     assert where(middle.id) == "dead"
+
+
+def test_purging_a_queue_buries_what_waits_on_it_elsewhere() -> None:
+    first = django_pgqueue.enqueue("t", {}, queue="doomed")
+    same_queue = django_pgqueue.enqueue("t", {}, queue="doomed", after=[first])
+    elsewhere = django_pgqueue.enqueue("t", {}, after=[first])
+    assert operations.purge_queue("doomed") == 2
+    assert where(same_queue.id) == "nowhere" and where(first.id) == "nowhere"
+    assert DeadMessage.objects.get(message_id=elsewhere.id).reason == "dependency_failed"

@@ -20,7 +20,13 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
-from django_pgqueue.core import _claim_sql, _flow_sql, _periodic_sql, _retention_sql
+from django_pgqueue.core import (
+    _claim_sql,
+    _composition_sql,
+    _flow_sql,
+    _periodic_sql,
+    _retention_sql,
+)
 from django_pgqueue.core import _sql as core_sql
 from django_pgqueue.metrics import queues as metrics_queues
 from django_pgqueue.tasks import sql as tasks_sql
@@ -32,6 +38,7 @@ REGENERATE = os.environ.get("PGQUEUE_REGENERATE_SQL") == "1"
 #: The modules holding named SQL, by the folder their statements render to.
 NAMED = {
     "claim": _claim_sql,
+    "composition": _composition_sql,
     "core": core_sql,
     "periodic": _periodic_sql,
     "retention": _retention_sql,
