@@ -10,6 +10,7 @@ The other benches are subcommands (``python -m bench <name> --help`` for their o
 mvcc       speed that lasts: sustained load, a held snapshot, the export, a big backlog and
            many workers on a private cluster with autovacuum on
 flow       what fairness and limits cost, and what they buy a light tenant
+compose    what dependencies and batches cost plain queues, batch drains, chain gaps
 pipeline   the Spark export and bulk enqueue against raw psycopg COPY
 export     whole export commands, Spark start-up included, against a one-process COPY
 publish    docs/benchmarks.md from a finished run's folder
@@ -44,6 +45,7 @@ ALL_PEERS = ["pgqueuer", "procrastinate", "tasksdb", "celery"]
 SUBCOMMANDS = {
     "mvcc": "bench.mvcc_cli",
     "flow": "bench.flow_control_bench",
+    "compose": "bench.composition_bench",
     "pipeline": "bench.pipeline_bench",
     "export": "bench.export_bench",
     "publish": "bench.publish",

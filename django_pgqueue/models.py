@@ -51,6 +51,15 @@ class MessageFields(models.Model):
     enqueued_at = models.DateTimeField(db_default=Now())
     attempts = models.IntegerField(default=0, db_default=0)
     max_attempts = models.IntegerField(default=3, db_default=3)
+    composed = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=(
+            "Part of a composition: a batch member, a dependency of a waiting message, or a "
+            "message that waited. Only such rows make the archive's and the dead table's "
+            "triggers look for what follows from them (core/_composition_sql.py)."
+        ),
+    )
     errors = models.JSONField(
         default=list,
         db_default=models.Value([], output_field=models.JSONField()),

@@ -22,3 +22,10 @@ def latency(payload: Any) -> None:
     started = time.time()
     if _port and isinstance(payload, dict) and "t" in payload:
         _sock.sendto(f"pgq:{(started - payload['t']) * 1000:.4f}".encode(), ("127.0.0.1", _port))
+
+
+@django_pgqueue.handler("bench.timed", queue="bench")
+def timed(payload: Any) -> dict[str, float]:
+    """Returns when it started and ended (host clock): a chain's gaps between steps."""
+    start = time.time()
+    return {"start": start, "end": time.time()}

@@ -96,9 +96,9 @@ def enqueue_batch(
                 },
             )
             batch_id, _ = cursor.fetchone()
-            cursor.execute(
-                sql.INSERT_BATCH_MEMBERS, {"members": [m.id for m in written], "batch": batch_id}
-            )
+            member_ids = [m.id for m in written]
+            cursor.execute(sql.INSERT_BATCH_MEMBERS, {"members": member_ids, "batch": batch_id})
+            cursor.execute(sql.MARK_COMPOSED, {"ids": member_ids})
             if not written:
                 cursor.execute(sql.SETTLE_BATCH, {"batch": batch_id})
     return EnqueuedBatch(

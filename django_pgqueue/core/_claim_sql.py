@@ -54,14 +54,14 @@ WITH exhausted AS (
 ), buried AS (
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-         max_attempts, errors, reason, details, worker_id, died_at)
+         max_attempts, errors, composed, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
-           'lease_expired',
+           composed, 'lease_expired',
            jsonb_build_object(
                'type', 'LeaseExpired',
                'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
@@ -149,14 +149,14 @@ WITH exhausted AS (
 ), buried AS (
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-         max_attempts, errors, reason, details, worker_id, died_at)
+         max_attempts, errors, composed, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
-           'lease_expired',
+           composed, 'lease_expired',
            jsonb_build_object(
                'type', 'LeaseExpired',
                'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
@@ -250,14 +250,14 @@ WITH exhausted AS (
 ), buried AS (
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-         max_attempts, errors, reason, details, worker_id, died_at)
+         max_attempts, errors, composed, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
-           'lease_expired',
+           composed, 'lease_expired',
            jsonb_build_object(
                'type', 'LeaseExpired',
                'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',

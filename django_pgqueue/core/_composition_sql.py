@@ -17,8 +17,9 @@ Why this is race-free, in READ COMMITTED:
 - a batch's counts are one row, updated the same way; its callbacks are decided under that
   row's lock, each at most once (``completed_at``, ``succeeded_at``).
 
-A plain queue pays a probe of two small indexes per archived row, in the statement that
-archives it, and nothing at claim.
+Only rows marked ``composed`` (batch members, dependencies of waiting messages, messages that
+waited) are looked up: a plain message's ack pays one look at the rows it wrote, in memory,
+and its claim nothing.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ BEGIN
         DELETE FROM pgqueue_waiting WHERE id = ANY(ids) RETURNING *
     ), inserted AS (
         INSERT INTO pgqueue_message
-            (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts,
+            (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, composed,
              available_at, fair_order)
-        SELECT id, queue, task, payload, priority, tenant, enqueued_at, max_attempts,
+        SELECT id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, true,
                GREATEST(statement_timestamp() + make_interval(secs => delay),
                         COALESCE(run_at, '-infinity')),
                CASE WHEN fair THEN -1 END
@@ -87,9 +88,9 @@ BEGIN
     )
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
-         max_attempts, reason, details, died_at)
+         max_attempts, composed, reason, details, died_at)
     SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
-           m.max_attempts, 'dependency_failed',
+           m.max_attempts, true, 'dependency_failed',
            jsonb_build_object(
                'type', 'DependencyFailed',
                'message', format('message %s, which this one depends on, failed', c.cause),
@@ -193,9 +194,9 @@ BEGIN
             )
             INSERT INTO pgqueue_dead
                 (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
-                 max_attempts, reason, details, died_at)
+                 max_attempts, composed, reason, details, died_at)
             SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
-                   m.max_attempts, 'dependency_failed',
+                   m.max_attempts, true, 'dependency_failed',
                    jsonb_build_object(
                        'type', 'BatchFailed',
                        'message', format('%s of the %s members of batch %s failed',
@@ -222,9 +223,9 @@ BEGIN
             )
             INSERT INTO pgqueue_message
                 (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts,
-                 available_at)
+                 composed, available_at)
             SELECT message_id, queue, task, payload, priority, tenant, enqueued_at,
-                   max_attempts, now()
+                   max_attempts, true, now()
             FROM revived;
         END IF;
     END LOOP;
@@ -238,12 +239,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     ready bigint[];
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM finished) THEN
-        RETURN NULL;  -- statement triggers fire for statements that wrote no row too
+    -- Also for statements that wrote no row, and for the plain messages' acks: nothing to do.
+    IF NOT EXISTS (SELECT 1 FROM finished WHERE composed) THEN
+        RETURN NULL;
     END IF;
     WITH counted AS (
         SELECT d.dependent_id AS id, count(*)::int AS n
         FROM finished f JOIN pgqueue_dependency d ON d.prerequisite_id = f.message_id
+        WHERE f.composed
         GROUP BY d.dependent_id
     ), decremented AS (
         UPDATE pgqueue_waiting w SET pending = w.pending - c.n
@@ -255,8 +258,10 @@ BEGIN
         PERFORM pgq_release(ready);
     END IF;
     -- A finished message has read its dependencies' results: its edges are done.
-    DELETE FROM pgqueue_dependency d USING finished f WHERE d.dependent_id = f.message_id;
-    PERFORM pgq_count_batch_members(ARRAY(SELECT message_id FROM finished), 'succeeded');
+    DELETE FROM pgqueue_dependency d USING finished f
+    WHERE d.dependent_id = f.message_id AND f.composed;
+    PERFORM pgq_count_batch_members(
+        ARRAY(SELECT message_id FROM finished WHERE composed), 'succeeded');
     RETURN NULL;
 END $$
 """
@@ -265,7 +270,7 @@ ON_BURIED = """
 CREATE OR REPLACE FUNCTION pgq_on_buried() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    ids bigint[] := ARRAY(SELECT message_id FROM buried);
+    ids bigint[] := ARRAY(SELECT message_id FROM buried WHERE composed);
 BEGIN
     IF cardinality(ids) = 0 THEN
         RETURN NULL;
@@ -284,18 +289,20 @@ LANGUAGE plpgsql AS $$
 DECLARE
     back bigint[];
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM unburied) THEN
+    IF NOT EXISTS (SELECT 1 FROM unburied WHERE composed) THEN
         RETURN NULL;
     END IF;
     SELECT array_agg(r.message_id) INTO back FROM unburied r
-    WHERE EXISTS (SELECT 1 FROM pgqueue_message m WHERE m.id = r.message_id)
-       OR EXISTS (SELECT 1 FROM pgqueue_waiting w WHERE w.id = r.message_id);
+    WHERE r.composed
+      AND (EXISTS (SELECT 1 FROM pgqueue_message m WHERE m.id = r.message_id)
+           OR EXISTS (SELECT 1 FROM pgqueue_waiting w WHERE w.id = r.message_id));
     IF back IS NOT NULL THEN
         PERFORM pgq_revive_dependents(back);
         PERFORM pgq_count_batch_members(back, 'revived');
     END IF;
     DELETE FROM pgqueue_dependency d USING unburied r
-    WHERE d.dependent_id = r.message_id AND r.message_id <> ALL(COALESCE(back, '{}'));
+    WHERE r.composed AND d.dependent_id = r.message_id
+      AND r.message_id <> ALL(COALESCE(back, '{}'));
     RETURN NULL;
 END $$
 """
@@ -337,10 +344,11 @@ DROP = [
 # -- statements of an enqueue with dependencies ---------------------------------------------
 
 # The dependencies that wait or live, locked until the enqueue commits: none of them can move
-# out of its table before its new edges are visible.
+# out of its table before its new edges are visible. A live one is marked ``composed`` (the
+# lock is that update's): its archiving or burial looks for its dependents.
 LOCK_DEPENDENCIES = """
 WITH live AS (
-    SELECT id FROM pgqueue_message WHERE id = ANY(%(ids)s) FOR KEY SHARE
+    UPDATE pgqueue_message SET composed = true WHERE id = ANY(%(ids)s) RETURNING id
 ), waiting AS (
     SELECT id FROM pgqueue_waiting WHERE id = ANY(%(ids)s) FOR KEY SHARE
 )
@@ -372,6 +380,12 @@ SELECT DISTINCT unnest(%(prerequisites)s::bigint[]), %(dependent)s
 
 RELEASE = "SELECT pgq_release(%(ids)s::bigint[])"
 AVAILABLE_AT = "SELECT available_at FROM pgqueue_message WHERE id = %(id)s"
+
+# A dead dependency marked ``composed``: its retry brings back what was buried with it.
+MARK_DEAD_COMPOSED = "UPDATE pgqueue_dead SET composed = true WHERE message_id = ANY(%(ids)s)"
+
+# Batch members written live: their archiving or burial is counted.
+MARK_COMPOSED = "UPDATE pgqueue_message SET composed = true WHERE id = ANY(%(ids)s)"
 
 BURY_DEPENDENTS_OF = "SELECT pgq_bury_dependents(%(ids)s::bigint[])"
 

@@ -72,6 +72,7 @@ def write_waiting(
         )
         if dead:
             # Buried as if it had been waiting when they died: it comes back with them.
+            cursor.execute(sql.MARK_DEAD_COMPOSED, {"ids": sorted(dead)})
             cursor.execute(sql.BURY_DEPENDENTS_OF, {"ids": sorted(dead)})
             return message_id, enqueued_at, None
         if waiting_or_live:

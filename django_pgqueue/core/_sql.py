@@ -14,7 +14,8 @@ from __future__ import annotations
 
 # Columns every table shares (see models.MessageFields).
 SHARED_COLUMNS = (
-    "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors"
+    "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors,"
+    " composed"
 )
 
 # The single-row enqueues, one per (fair queue?, dedup key?), each one statement with its
@@ -279,8 +280,8 @@ WITH batch AS NOT MATERIALIZED (
     INSERT INTO pgqueue_dead
         (message_id, {SHARED_COLUMNS}, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-           max_attempts, {history_with("removed.errors", "removed.error")}, final_reason, error,
-           leased_by, now()
+           max_attempts, {history_with("removed.errors", "removed.error")}, composed,
+           final_reason, error, leased_by, now()
     FROM removed
     RETURNING message_id, reason
 )
@@ -357,7 +358,7 @@ WITH revived AS (
 )
 INSERT INTO pgqueue_message (id, {SHARED_COLUMNS}, available_at)
 SELECT message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, 0,
-       max_attempts, errors, now()
+       max_attempts, errors, composed, now()
 FROM revived
 RETURNING id, queue
 """
@@ -406,7 +407,7 @@ WITH target AS (
 ), buried_waiting AS (
     INSERT INTO pgqueue_dead (message_id, {SHARED_COLUMNS}, reason, details, died_at)
     SELECT id, queue, task, payload, priority, tenant, NULL, enqueued_at, 0, max_attempts,
-           '[]', 'cancelled',
+           '[]', true, 'cancelled',
            jsonb_build_object('type', 'Cancelled', 'message', %s, 'traceback', ''), now()
     FROM unwaited
     RETURNING message_id

@@ -198,5 +198,8 @@ def private_cluster() -> Iterator[PrivateCluster]:
 def cluster_db(private_cluster: PrivateCluster) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     """An autocommit connection to the private cluster, its queue tables empty."""
     with private_cluster.connect() as conn:
-        conn.execute("TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_worker")
+        conn.execute(
+            "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_worker,"
+            " pgqueue_waiting, pgqueue_dependency, pgqueue_batch_member, pgqueue_batch"
+        )
         yield conn

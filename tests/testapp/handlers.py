@@ -60,6 +60,16 @@ def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
     return {"attempt": context.attempt, "pid": os.getpid()}
 
 
+@django_pgqueue.handler("tests.chain-step")
+def chain_step(context: MessageContext, payload: Any) -> int:
+    """The previous step's result + 1 (1 for a first step): a chain counts its own steps."""
+    try:
+        previous = django_pgqueue.previous_result(context)
+    except LookupError:
+        previous = 0
+    return int(previous) + 1
+
+
 @django_pgqueue.handler("tests.fail")
 def always_fail(payload: Any) -> None:
     raise ValueError(f"always fails: {payload!r}")

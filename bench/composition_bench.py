@@ -1,0 +1,334 @@
+"""Composition: what dependencies and batches cost, and how fast a chain moves.
+
+Self-contained: creates and drops its own database (``pgq_compose_bench``, or
+``BENCH_COMPOSE_DB``) on the server named by ``BENCH_SERVER_DSN`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``)::
+
+    python -m bench compose [--quick] [--reps N] [--members N] [--steps N]
+
+1. Plain queues pay nothing: claimer processes drain a backlog of plain messages with
+   ``Message.objects.lease`` + ``complete`` (batches of 50), with the composition triggers
+   installed and with them dropped (the queue as it was without composition), beside the
+   raw-SQL reference (``DELETE ... FOR UPDATE SKIP LOCKED``), in the same repetition.
+2. A batch of ``--members`` messages with a completion callback against as many plain
+   messages, each drained by 4 worker processes (the worker as ``pgq_worker`` runs it, in
+   the bench's processes), timed until the live and waiting tables are empty; the callback
+   must have run once.
+3. A chain of ``--steps`` steps on one idle worker (concurrency 1, LISTEN on): the gap from a
+   step's handler returning to the next step's handler starting, on the host clock the
+   handlers read (``bench.timed``); and, on the database clock, from the archiving of a step
+   to the claim of the next.
+
+Prints markdown tables; targets: ratios >= 1.0 within noise (1), batch / plain <= 1.2 (2),
+gap p50 <= 5 ms and p99 <= 20 ms (3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import pairwise
+from typing import Any
+
+from .pg import scratch_database
+
+SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+DBNAME = os.environ.get("BENCH_COMPOSE_DB", "pgq_compose_bench")
+QUEUE = "bench"
+CLAIM_BATCH = 50
+
+
+def setup_django() -> None:
+    import django
+    from django.conf import settings
+
+    from .pg import django_database, dsn_for
+
+    if settings.configured:
+        return
+    settings.configure(
+        INSTALLED_APPS=["django_pgqueue", "bench.benchapp"],
+        DATABASES={"default": django_database(dsn_for(SERVER_DSN, DBNAME))},
+        USE_TZ=True,
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        PGQUEUE={"NOTIFY": True},
+        # bench.benchapp's django.tasks task names its own queue: any queue is valid here.
+        TASKS={"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend", "QUEUES": []}},
+    )
+    django.setup()
+
+
+@contextmanager
+def migrated_database() -> Iterator[None]:
+    with scratch_database(SERVER_DSN, DBNAME):
+        setup_django()
+        from django.core.management import call_command
+        from django.db import connections
+
+        call_command("migrate", verbosity=0)
+        try:
+            yield
+        finally:
+            connections.close_all()
+
+
+def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def reset_tables() -> None:
+    execute(
+        "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_waiting,"
+        " pgqueue_dependency, pgqueue_batch_member, pgqueue_batch"
+    )
+    execute("CHECKPOINT")
+
+
+def set_triggers(installed: bool) -> None:
+    """The composition triggers on (as migrated) or dropped (a queue without composition)."""
+    from django_pgqueue.core import _composition_sql
+
+    for statement in _composition_sql.DROP[:3]:
+        execute(statement)
+    if installed:
+        execute(_composition_sql.TRIGGERS)
+
+
+def empty() -> bool:
+    return not execute(
+        "SELECT 1 FROM pgqueue_message UNION ALL SELECT 1 FROM pgqueue_waiting LIMIT 1"
+    )
+
+
+# --- child processes -----------------------------------------------------------------------
+
+
+def _claim_and_ack(raw: bool) -> int:
+    setup_django()
+    from django.db import connections
+
+    from django_pgqueue.core import transitions
+    from django_pgqueue.models import Message
+
+    connections.close_all()
+    done = 0
+    while True:
+        if raw:
+            got = len(
+                execute(
+                    "DELETE FROM pgqueue_message WHERE id IN ("
+                    " SELECT id FROM pgqueue_message WHERE queue = %s AND available_at <= now()"
+                    " AND attempts < max_attempts"
+                    " ORDER BY priority DESC, available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)"
+                    " RETURNING id",
+                    [QUEUE, CLAIM_BATCH],
+                )
+            )
+        else:
+            leased = Message.objects.lease(
+                QUEUE, worker_id=f"bench-{os.getpid()}", batch_size=CLAIM_BATCH
+            )
+            got = len(leased)
+            if leased:
+                transitions.complete(leased)
+        done += got
+        if not got and empty():
+            break
+    connections.close_all()
+    return done
+
+
+def _work(concurrency: int, listen: bool) -> int:
+    """One worker as ``pgq_worker`` runs it, in this process, stopped once nothing is left."""
+    setup_django()
+    from django.db import connections
+
+    from django_pgqueue.worker.runner import Worker, WorkerOptions
+
+    connections.close_all()
+    worker = Worker(
+        WorkerOptions(
+            queues=[QUEUE],
+            concurrency=concurrency,
+            batch_size=CLAIM_BATCH,
+            listen=listen,
+            poll_interval=1.0,
+            install_signal_handlers=False,
+        )
+    )
+    running = threading.Thread(target=worker.run)
+    running.start()
+    deadline = time.monotonic() + 30
+    while empty() and time.monotonic() < deadline:  # the chain is enqueued once it listens
+        time.sleep(0.05)
+    while not empty():
+        time.sleep(0.01)
+    worker.request_stop()
+    running.join()
+    connections.close_all()
+    return worker.taken
+
+
+def run_pool(jobs: list[tuple[Any, tuple[Any, ...]]]) -> list[int]:
+    from django.db import connections
+
+    connections.close_all()
+    with mp.get_context("fork").Pool(len(jobs)) as pool:
+        results = [pool.apply_async(fn, args) for fn, args in jobs]
+        return [r.get(timeout=900) for r in results]
+
+
+# --- scenarios -----------------------------------------------------------------------------
+
+
+def claim_ack_rate(total: int, procs: int, *, raw: bool, triggers: bool) -> float:
+    import django_pgqueue
+
+    reset_tables()
+    set_triggers(triggers)
+    django_pgqueue.enqueue_many("bench.noop", [{}] * total, queue=QUEUE)
+    execute("ANALYZE pgqueue_message")
+    start = time.monotonic()
+    done = sum(run_pool([(_claim_and_ack, (raw,))] * procs))
+    elapsed = time.monotonic() - start
+    assert done == total, (done, total)
+    set_triggers(True)
+    return total / elapsed
+
+
+def drain_seconds(total: int, *, batch: bool) -> float:
+    """Seconds 4 worker processes take to drain ``total`` plain messages or a batch of
+    ``total`` members and its callback."""
+    import django_pgqueue
+    from django_pgqueue import step
+
+    reset_tables()
+    if batch:
+        django_pgqueue.enqueue_batch(
+            [step("bench.noop", {}, queue=QUEUE) for _ in range(total)],
+            on_complete=step("bench.noop", {"callback": True}, queue=QUEUE),
+        )
+    else:
+        django_pgqueue.enqueue_many("bench.noop", [{}] * total, queue=QUEUE)
+    execute("ANALYZE pgqueue_message")
+    # Timed on the database clock: first claim to last archive.
+    run_pool([(_work, (4, True))] * 4)
+    ((first, last, finished),) = execute(
+        "SELECT min(started_at), max(finished_at), count(*) FROM pgqueue_archive"
+    )
+    assert finished == total + (1 if batch else 0), finished
+    if batch:
+        callbacks = execute("SELECT count(*) FROM pgqueue_archive WHERE payload ? 'callback'")
+        assert callbacks == [(1,)], callbacks
+    return float((last - first).total_seconds())
+
+
+def chain_gaps(steps: int) -> tuple[list[float], list[float]]:
+    """(host-clock gaps, database-clock gaps), in ms, between consecutive steps."""
+    from django_pgqueue import enqueue_chain, step
+
+    reset_tables()
+    ctx = mp.get_context("fork")
+    from django.db import connections
+
+    connections.close_all()
+    with ctx.Pool(1) as pool:
+        worker = pool.apply_async(_work, (1, True))
+        time.sleep(2.0)  # the worker is up and listening
+        written = enqueue_chain([step("bench.timed", {}, queue=QUEUE) for _ in range(steps)])
+        worker.get(timeout=900)
+    rows = execute(
+        "SELECT message_id, started_at, finished_at, (result->>'start')::float8,"
+        " (result->>'end')::float8 FROM pgqueue_archive WHERE message_id = ANY(%s)",
+        [written.ids],
+    )
+    by_id = {row[0]: row[1:] for row in rows}
+    host, database = [], []
+    for before, after in pairwise(written.ids):
+        host.append((by_id[after][2] - by_id[before][3]) * 1000)
+        database.append((by_id[after][0] - by_id[before][1]).total_seconds() * 1000)
+    return host, database
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench compose", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller runs, one repetition")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
+    parser.add_argument("--members", type=int, default=10_000, help="batch members")
+    parser.add_argument("--steps", type=int, default=1_000, help="chain steps")
+    parser.add_argument("--plain", type=int, default=40_000, help="messages per claim/ack run")
+    args = parser.parse_args(argv)
+    reps = 1 if args.quick else args.reps
+    members = 2_000 if args.quick else args.members
+    steps = 200 if args.quick else args.steps
+    plain = 10_000 if args.quick else args.plain
+
+    with migrated_database():
+        rates: dict[str, list[float]] = {"raw": [], "off": [], "on": []}
+        drains: dict[str, list[float]] = {"plain": [], "batch": []}
+        for _ in range(reps):
+            rates["raw"].append(claim_ack_rate(plain, 4, raw=True, triggers=True))
+            rates["off"].append(claim_ack_rate(plain, 4, raw=False, triggers=False))
+            rates["on"].append(claim_ack_rate(plain, 4, raw=False, triggers=True))
+            drains["plain"].append(drain_seconds(members, batch=False))
+            drains["batch"].append(drain_seconds(members, batch=True))
+        host, database = chain_gaps(steps)
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    def paired(a: list[float], b: list[float]) -> float:
+        return med([x / y for x, y in zip(a, b, strict=True)])
+
+    print(f"\n## Plain claim + ack, {plain:,} messages, 4 processes, batches of {CLAIM_BATCH}")
+    print(f"(median of {reps}; ratios are each repetition's own, medianed)\n")
+    print("| | msg/s | / raw SQL | / without composition |")
+    print("|---|---:|---:|---:|")
+    print(f"| raw SQL (DELETE ... SKIP LOCKED) | {med(rates['raw']):,.0f} | 1.00 | |")
+    print(
+        f"| django-pgqueue, without composition | {med(rates['off']):,.0f} "
+        f"| {paired(rates['off'], rates['raw']):.2f} | 1.00 |"
+    )
+    print(
+        f"| django-pgqueue, with composition | {med(rates['on']):,.0f} "
+        f"| {paired(rates['on'], rates['raw']):.2f} "
+        f"| {paired(rates['on'], rates['off']):.2f} |"
+    )
+    print(f"\n## {members:,} messages drained by 4 worker processes (concurrency 4)\n")
+    print("| | seconds | / plain |")
+    print("|---|---:|---:|")
+    print(f"| plain messages | {med(drains['plain']):.2f} | 1.00 |")
+    print(
+        f"| one batch + completion callback (ran once) | {med(drains['batch']):.2f} "
+        f"| {paired(drains['batch'], drains['plain']):.2f} |"
+    )
+    print(f"\n## A chain of {steps:,} steps on one idle worker: gap between steps (ms)\n")
+    print("| clock | p50 | p90 | p99 | max |")
+    print("|---|---:|---:|---:|---:|")
+    for name, gaps in (
+        ("handler end -> next handler start (host)", host),
+        ("archived -> next claimed (database)", database),
+    ):
+        print(
+            f"| {name} | {pct(gaps, 50):.2f} | {pct(gaps, 90):.2f} | {pct(gaps, 99):.2f} "
+            f"| {max(gaps):.2f} |"
+        )
+    print()
+    return 0
