@@ -31,12 +31,9 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import pairwise
-from typing import Any
 
-from .pg import scratch_database
+from .scratch_django import checkpoint, configure, execute, migrated_database, run_pool
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_COMPOSE_DB", "pgq_compose_bench")
@@ -44,46 +41,11 @@ QUEUE = "bench"
 CLAIM_BATCH = 50
 
 
+PGQUEUE = {"NOTIFY": True}
+
+
 def setup_django() -> None:
-    import django
-    from django.conf import settings
-
-    from .pg import django_database, dsn_for
-
-    if settings.configured:
-        return
-    settings.configure(
-        INSTALLED_APPS=["django_pgqueue", "bench.benchapp"],
-        DATABASES={"default": django_database(dsn_for(SERVER_DSN, DBNAME))},
-        USE_TZ=True,
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        PGQUEUE={"NOTIFY": True},
-        # bench.benchapp's django.tasks task names its own queue: any queue is valid here.
-        TASKS={"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend", "QUEUES": []}},
-    )
-    django.setup()
-
-
-@contextmanager
-def migrated_database() -> Iterator[None]:
-    with scratch_database(SERVER_DSN, DBNAME):
-        setup_django()
-        from django.core.management import call_command
-        from django.db import connections
-
-        call_command("migrate", verbosity=0)
-        try:
-            yield
-        finally:
-            connections.close_all()
-
-
-def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
+    configure(SERVER_DSN, DBNAME, PGQUEUE)
 
 
 def reset_tables() -> None:
@@ -91,7 +53,7 @@ def reset_tables() -> None:
         "TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead, pgqueue_waiting,"
         " pgqueue_dependency, pgqueue_batch_member, pgqueue_batch"
     )
-    execute("CHECKPOINT")
+    checkpoint()
 
 
 def set_triggers(installed: bool) -> None:
@@ -177,15 +139,6 @@ def _work(concurrency: int, listen: bool) -> int:
     running.join()
     connections.close_all()
     return worker.taken
-
-
-def run_pool(jobs: list[tuple[Any, tuple[Any, ...]]]) -> list[int]:
-    from django.db import connections
-
-    connections.close_all()
-    with mp.get_context("fork").Pool(len(jobs)) as pool:
-        results = [pool.apply_async(fn, args) for fn, args in jobs]
-        return [r.get(timeout=900) for r in results]
 
 
 # --- scenarios -----------------------------------------------------------------------------
@@ -280,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = 200 if args.quick else args.steps
     plain = 10_000 if args.quick else args.plain
 
-    with migrated_database():
+    with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
         rates: dict[str, list[float]] = {"raw": [], "off": [], "on": []}
         drains: dict[str, list[float]] = {"plain": [], "batch": []}
         for _ in range(reps):

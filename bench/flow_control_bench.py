@@ -36,15 +36,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from .pg import scratch_database
+from .scratch_django import checkpoint, configure, execute, migrated_database, run_pool
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_FLOW_DB", "pgq_flow_bench")
@@ -61,76 +58,30 @@ if os.environ.get("BENCH_FLOW_ON"):
     FLOW_ON = json.loads(os.environ["BENCH_FLOW_ON"])
 
 
+PGQUEUE = {
+    "NOTIFY": False,
+    "QUEUES": {
+        "flow": FLOW_ON,
+        "fair": {"FAIRNESS": True},
+        # Many leases in flight: no key limit (it would bind), a queue limit far off.
+        "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
+        # Key limits, a default and one of a tenant's own (--only held).
+        "keyed": {
+            "FAIRNESS": True,
+            "KEY_CONCURRENCY_LIMIT": 50_000,
+            "KEY_CONCURRENCY_LIMITS": {"heavy": 100_000},
+        },
+        "key_rate": {
+            "FAIRNESS": True,
+            "KEY_CONCURRENCY_LIMIT": 50_000,
+            "KEY_RATE_LIMIT": 1e6,
+        },
+    },
+}
+
+
 def setup_django() -> None:
-    import django
-    from django.conf import settings
-    from psycopg.conninfo import conninfo_to_dict
-
-    if settings.configured:
-        return
-    params = conninfo_to_dict(SERVER_DSN)
-    settings.configure(
-        INSTALLED_APPS=["django_pgqueue", "bench.benchapp"],
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": DBNAME,
-                "USER": params.get("user", "postgres"),
-                "PASSWORD": params.get("password", ""),
-                "HOST": params.get("host", "127.0.0.1"),
-                "PORT": str(params.get("port", "5432")),
-                "CONN_MAX_AGE": None,
-            }
-        },
-        USE_TZ=True,
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        # bench.benchapp's django.tasks task names its own queue: any queue is valid here.
-        TASKS={"default": {"BACKEND": "django_pgqueue.tasks.PgQueueBackend", "QUEUES": []}},
-        PGQUEUE={
-            "NOTIFY": False,
-            "QUEUES": {
-                "flow": FLOW_ON,
-                "fair": {"FAIRNESS": True},
-                # Many leases in flight: no key limit (it would bind), a queue limit far off.
-                "limited": {"FAIRNESS": True, "CONCURRENCY_LIMIT": 50_000, "RATE_LIMIT": 1e6},
-                # Key limits, a default and one of a tenant's own (--only held).
-                "keyed": {
-                    "FAIRNESS": True,
-                    "KEY_CONCURRENCY_LIMIT": 50_000,
-                    "KEY_CONCURRENCY_LIMITS": {"heavy": 100_000},
-                },
-                "key_rate": {
-                    "FAIRNESS": True,
-                    "KEY_CONCURRENCY_LIMIT": 50_000,
-                    "KEY_RATE_LIMIT": 1e6,
-                },
-            },
-        },
-    )
-    django.setup()
-
-
-@contextmanager
-def migrated_database() -> Iterator[None]:
-    """A scratch database for the run, Django set up on it and migrated; dropped at the end."""
-    with scratch_database(SERVER_DSN, DBNAME):
-        setup_django()
-        from django.core.management import call_command
-        from django.db import connections
-
-        call_command("migrate", verbosity=0)
-        try:
-            yield
-        finally:
-            connections.close_all()
-
-
-def execute(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
+    configure(SERVER_DSN, DBNAME, PGQUEUE)
 
 
 def reset_tables() -> None:
@@ -255,30 +206,7 @@ def _produce(queue: str, heavy_per_tick: int, tick: float, stop_at: float) -> in
     return sent
 
 
-def run_pool(jobs: list[tuple[Any, tuple[Any, ...]]]) -> list[int]:
-    from django.db import connections
-
-    connections.close_all()
-    ctx = mp.get_context("fork")
-    with ctx.Pool(len(jobs)) as pool:
-        results = [pool.apply_async(fn, args) for fn, args in jobs]
-        return [r.get(timeout=600) for r in results]
-
-
 # --- scenarios -----------------------------------------------------------------------------
-
-
-def checkpoint() -> None:
-    """Start a run right after a checkpoint: a drain writes hundreds of MB of WAL, and a
-    checkpoint that starts during a run (every 15-60 s at ``max_wal_size`` 1 GB) makes it
-    write a full page image on the first change of every page after it; with one just
-    before, every run pays that alike (superuser or ``pg_checkpoint``; skipped otherwise)."""
-    from django.db import DatabaseError
-
-    try:
-        execute("CHECKPOINT")
-    except DatabaseError:
-        pass
 
 
 def throughput(
@@ -551,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 
-    with migrated_database():
+    with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
         if args.only in (None, "throughput"):
             report_throughput(totals, reps, args.procs, args.claims_only)
         if args.only in (None, "workers"):

@@ -129,3 +129,11 @@ if DJANGO_TASK_FORWARDS_OPTIONS:
 @task(backend="immediate")
 def runs_at_once(x: int) -> int:
     return x * 10
+
+
+@task(takes_context=True)
+def add_to_previous(context: TaskContext[Any, Any], n: int) -> int:
+    """The previous step's result + ``n``: a chain of django.tasks tasks."""
+    import django_pgqueue
+
+    return int(django_pgqueue.previous_result(context.task_result.id)) + n
