@@ -11,7 +11,7 @@ from django_pgqueue.models import Batch, WaitingMessage
 from django_pgqueue.tasks.framework import TaskResultStatus
 from tests.taskapp import tasks as t
 
-from .test_worker import run_worker, signal_log  # noqa: F401 (a fixture)
+from .test_worker import run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

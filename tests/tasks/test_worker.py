@@ -42,14 +42,6 @@ pytestmark = [
 BACKEND = f"{PgQueueBackend.__module__}.{PgQueueBackend.__qualname__}"
 
 
-@pytest.fixture
-def signal_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "signals.jsonl"
-    path.touch()
-    monkeypatch.setenv("PGQ_TASKS_SIGNAL_LOG", str(path))  # task_enqueued, in this process
-    return path
-
-
 def read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
