@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from django_pgqueue.models import (
     ArchivedMessage,
+    Batch,
     DeadMessage,
     DeadReason,
     Message,
@@ -101,3 +102,15 @@ class WorkerHeartbeatFactory(factory.django.DjangoModelFactory):
     pid = factory.Sequence(lambda n: 1000 + n)
     queues = factory.LazyFunction(lambda: ["default"])
     concurrency = 4
+
+
+class BatchFactory(factory.django.DjangoModelFactory):
+    """A batch row alone, no members: for what reads only the row (its counts)."""
+
+    class Meta:
+        model = Batch
+
+    label = factory.Sequence(lambda n: f"batch {n}")
+    total = 10
+    succeeded = 0
+    failed = 0

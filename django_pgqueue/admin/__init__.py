@@ -4,15 +4,19 @@ Importing this package (Django's admin autodiscovery does) registers the model a
 the default admin site.
 """
 
+from .batches import BatchAdmin
 from .browsers import ArchivedMessageAdmin, DeadMessageAdmin, MessageAdmin, WorkerHeartbeatAdmin
 from .dashboard import QueueStateAdmin
 from .periodic import PeriodicScheduleAdmin
+from .waiting import WaitingMessageAdmin
 
 __all__ = [
     "ArchivedMessageAdmin",
+    "BatchAdmin",
     "DeadMessageAdmin",
     "MessageAdmin",
     "PeriodicScheduleAdmin",
     "QueueStateAdmin",
+    "WaitingMessageAdmin",
     "WorkerHeartbeatAdmin",
 ]

@@ -28,6 +28,7 @@ from .actions import CappedPaginator, Wording, bounded_selection, in_batches, re
 from .cancel import CancelAction
 from .columns import HistoryEnds, decode_json, json_text, safe_timestamps, timestamp_column
 from .compat import CHANGE_FORM_ACTIONS, ActionLocation, action
+from .composition import composition_html, locate, message_links
 from .display import (
     DETAIL_LIMIT,
     PREVIEW_LIMIT,
@@ -276,6 +277,10 @@ class ReadOnlyAdmin(ViewOnlyAdmin):
     def attempts_display(self, obj: Any) -> str:
         return f"{obj.attempts} / {obj.max_attempts}"
 
+    @admin.display(description="dependencies and batch")
+    def composition(self, obj: Any) -> SafeString:
+        return composition_html(int(getattr(obj, self.message_id_field)), self.admin_site.name)
+
 
 @admin.register(Message)
 class MessageAdmin(CancelAction, ReadOnlyAdmin):
@@ -312,6 +317,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
                 )
             },
         ),
+        ("Composition", {"fields": ("composition",)}),
         ("Payload", {"fields": ("payload_pretty",)}),
         ("Errors", {"fields": ("last_error_pretty", "errors_pretty")}),
     )
@@ -333,6 +339,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
         "payload_pretty",
         "last_error_pretty",
         "errors_pretty",
+        "composition",
     )
     actions = ("retry_now", "release_leases", "discard", "cancel")
     timestamp_fields = ("enqueued_at", "available_at", "leased_at")
@@ -423,7 +430,8 @@ class DeadMessageAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        ("Final error", {"fields": ("error_summary", "traceback_pretty")}),
+        ("Final error", {"fields": ("error_summary", "cause", "traceback_pretty")}),
+        ("Composition", {"fields": ("composition",)}),
         ("Payload", {"fields": ("payload_pretty",)}),
         (
             "Every attempt",
@@ -450,9 +458,11 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         "max_attempts",
         "enqueued_at_shown",
         "error_summary",
+        "cause",
         "traceback_pretty",
         "payload_pretty",
         "errors_pretty",
+        "composition",
     )
     actions = ("retry_dead",)
     change_form_template = "admin/django_pgqueue/deadmessage/change_form.html"
@@ -483,6 +493,32 @@ class DeadMessageAdmin(ReadOnlyAdmin):
         message = getattr(obj, "error_message", None) or ""
         text = f"{error_type}: {message}".strip(": ")
         return format_html('<span class="pgq-error" title="{}">{}</span>', text, text or "—")
+
+    @admin.display(description="failed dependency")
+    def cause(self, obj: DeadMessage) -> SafeString:
+        """For reason ``dependency_failed``: the failed message it depended on, or the batch
+        whose failure buried it (a success callback), linked."""
+        if obj.reason != DeadReason.DEPENDENCY_FAILED:
+            return format_html("{}", "—")
+        dependency = json_text(obj, KeyTextTransform("dependency", "details"), "dependency")
+        batch = json_text(obj, KeyTextTransform("batch", "details"), "batch")
+        if dependency is not None and dependency.isdigit():
+            places = locate([int(dependency)], self.admin_site.name)
+            hint = ""
+            if places[int(dependency)].state.startswith("dead"):
+                hint = (
+                    " Retry that one to bring this message back, waiting for it again"
+                    " (retrying this one runs it without what it depends on)."
+                )
+            return format_html("{}.{}", message_links(places), hint)
+        if batch is not None and batch.isdigit():
+            url = self._admin_url("batch_change", int(batch))
+            hint = (
+                " This success callback runs once the batch's failed members are retried and"
+                " finish."
+            )
+            return format_html('<a href="{}">batch #{}</a> failed.{}', url, batch, hint)
+        return format_html("{}", "—")
 
     @admin.display(description="traceback")
     def traceback_pretty(self, obj: DeadMessage) -> SafeString:
@@ -551,6 +587,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
                 )
             },
         ),
+        ("Composition", {"fields": ("composition",)}),
         ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
         ("Errors of earlier attempts", {"fields": ("errors_pretty",)}),
     )
@@ -571,6 +608,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
         "payload_pretty",
         "result_pretty",
         "errors_pretty",
+        "composition",
     )
     actions = ("requeue",)
     timestamp_fields = ("enqueued_at", "started_at", "finished_at")
