@@ -4,6 +4,9 @@ Built on the admin dashboard's capped counts (``admin/overview.py``): each count
 ``COUNT_CAP`` + 1 entries of an index range and says "N+" beyond, so a status check costs the
 same with a thousand or ten million rows. Dead messages by reason read the newest
 ``COUNT_CAP`` dead rows of each queue through ``pgq_dead_died``: exact while a queue holds fewer.
+Composed work comes from ``composition/progress.py``: messages waiting on dependencies or on
+their batch per queue (capped counts), and the newest ``OPEN_BATCHES_SHOWN`` batches not
+complete yet with their counts.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from django.db import connections
 
 from .admin import sql as admin_sql
 from .admin.overview import COUNT_CAP, CappedCount, Overview, live_worker_seconds, read_overview
+from .composition.progress import BatchProgress, open_batches, waiting_by_queue
 from .conf import get_settings
 
 __all__ = ["Status", "Thresholds", "read_status"]
@@ -36,6 +40,11 @@ class Status:
     overview: Overview
     dead_by_reason: dict[str, dict[str, int]]
     problems: list[str] = field(default_factory=list)
+    # Messages waiting on dependencies or on their batch, per queue that has some.
+    waiting: dict[str, CappedCount] = field(default_factory=dict)
+    # The newest batches not complete yet, and how many there are.
+    open_batches: list[BatchProgress] = field(default_factory=list)
+    open_batch_count: CappedCount = field(default_factory=lambda: CappedCount(0))
 
     @property
     def ok(self) -> bool:
@@ -62,6 +71,7 @@ class Status:
                     "in_flight": count(q.in_flight),
                     "retrying": count(q.retrying),
                     "dead": count(q.dead),
+                    "waiting": count(self.waiting.get(q.name, CappedCount(0))),
                     "dead_by_reason": self.dead_by_reason.get(q.name, {}),
                     "oldest_ready_seconds": seconds(q.oldest_ready_age),
                     "processed_5m": count(q.processed_5m),
@@ -83,6 +93,11 @@ class Status:
                 for w in self.overview.workers
             ],
             "live_worker_seconds": live_worker_seconds(),
+            "waiting": {queue: count(value) for queue, value in self.waiting.items()},
+            "open_batches": {
+                "count": count(self.open_batch_count),
+                "newest": [batch.as_json() for batch in self.open_batches],
+            },
         }
 
 
@@ -126,6 +141,13 @@ def read_status(
             cursor.execute(admin_sql.DEAD_BY_REASON, {"queues": with_dead, "cap": COUNT_CAP})
             for queue, reason, count in cursor.fetchall():
                 dead_by_reason.setdefault(queue, {})[reason] = count
-    status = Status(overview=overview, dead_by_reason=dead_by_reason)
+    batches, open_count = open_batches(using=alias)
+    status = Status(
+        overview=overview,
+        dead_by_reason=dead_by_reason,
+        waiting=waiting_by_queue(queues=queues, using=alias),
+        open_batches=batches,
+        open_batch_count=open_count,
+    )
     status.problems = _problems(overview, thresholds or Thresholds())
     return status

@@ -234,9 +234,9 @@ def test_a_message_page_shows_its_chain_and_batch(staff_client: StaffClient) -> 
     assert "its success callback (on_success)" in callback
 
     plain = enqueue("p")
-    assert "no dependencies, dependents or batch" in client.get(
-        _url("message_change", plain.id)
-    ).text
+    assert (
+        "no dependencies, dependents or batch" in client.get(_url("message_change", plain.id)).text
+    )
 
 
 def test_a_dependency_failed_message_links_its_cause(staff_client: StaffClient) -> None:

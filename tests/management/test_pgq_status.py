@@ -153,3 +153,50 @@ def test_called_from_code_bad_usage_is_a_command_error_with_code_1() -> None:
     with pytest.raises(CommandError) as raised:
         status("--max-dead", "many")
     assert raised.value.returncode == 1
+
+
+def test_waiting_messages_and_open_batches_in_json_and_text() -> None:
+    from django_pgqueue import enqueue, enqueue_batch, step
+    from tests.factories import BatchFactory
+
+    head = enqueue("a", queue="emails")
+    enqueue("w", queue="emails", after=[head])
+    enqueue("w", queue="reports", after=[head])
+    batch = enqueue_batch([step("m"), step("m")], on_success=step("ok"), label="import\nforged")
+    BatchFactory(label="complete one", total=1, succeeded=1, completed_at=timezone.now())
+
+    report = json.loads(status("--json"))
+    assert report["waiting"] == {
+        "default": {"value": 1, "capped": False},  # the batch's callback
+        "emails": {"value": 1, "capped": False},
+        "reports": {"value": 1, "capped": False},
+    }
+    emails = next(q for q in report["queues"] if q["name"] == "emails")
+    assert emails["waiting"] == {"value": 1, "capped": False}
+    assert report["open_batches"]["count"] == {"value": 1, "capped": False}
+    [shown] = report["open_batches"]["newest"]
+    assert shown["id"] == batch.id and shown["label"] == "import\nforged"
+    assert (shown["total"], shown["succeeded"], shown["failed"], shown["pending"]) == (2, 0, 0, 2)
+
+    text = status()
+    assert "Waiting on dependencies or a batch:\n  default: 1\n  emails: 1\n" in text
+    assert "Open batches: 1\n" in text
+    rows = [line.split() for line in text.split("Open batches: 1\n")[1].splitlines()[:2]]
+    assert rows == [["batch", "label", "done", "failed", "total"],
+                    [str(batch.id), "import?forged", "0", "0", "2"]]  # fmt: skip
+    assert "complete one" not in text
+
+    only = json.loads(status("--json", "--queue", "emails"))
+    assert list(only["waiting"]) == ["emails"]
+
+
+def test_open_batches_are_bounded_newest_first() -> None:
+    from django_pgqueue.composition.progress import OPEN_BATCHES_SHOWN
+    from tests.factories import BatchFactory
+
+    made = BatchFactory.create_batch(OPEN_BATCHES_SHOWN + 2)
+    report = json.loads(status("--json"))
+    assert report["open_batches"]["count"]["value"] == OPEN_BATCHES_SHOWN + 2
+    newest = [b["id"] for b in report["open_batches"]["newest"]]
+    assert newest == sorted((b.id for b in made), reverse=True)[:OPEN_BATCHES_SHOWN]
+    assert f"Open batches: {OPEN_BATCHES_SHOWN + 2} (the newest {OPEN_BATCHES_SHOWN})" in status()

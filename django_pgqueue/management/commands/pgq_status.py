@@ -39,10 +39,21 @@ def _non_negative_int(value: str) -> int:
     return number
 
 
+# A batch's label is the application's text: one line of the table, cut to this length.
+LABEL_WIDTH = 40
+
+
+def _printable(text: str) -> str:
+    """One line of printable characters (a label cannot forge lines of the report)."""
+    shown = "".join(c if c.isprintable() else "?" for c in text)
+    return shown if len(shown) <= LABEL_WIDTH else shown[: LABEL_WIDTH - 1] + "…"
+
+
 class Command(BaseCommand):
     help = (
         "Show each queue's ready / scheduled / in-flight / dead messages (capped counts), the "
-        "age of its oldest ready message, dead messages by reason and the live workers. Exits "
+        "age of its oldest ready message, dead messages by reason, messages waiting on "
+        "dependencies or a batch, the newest open batches and the live workers. Exits "
         f"{THRESHOLD_EXIT_CODE} when a --max-*/--min-* threshold is crossed (for cron alerts)."
     )
 
@@ -132,6 +143,11 @@ class Command(BaseCommand):
             for queue, reasons in status.dead_by_reason.items():
                 text = ", ".join(f"{reason} {count:,}" for reason, count in reasons.items())
                 self.stdout.write(f"  {queue}: {text}")
+        if status.waiting:
+            self.stdout.write("Waiting on dependencies or a batch:")
+            for queue, count in status.waiting.items():
+                self.stdout.write(f"  {queue}: {count}")
+        self._write_batches(status)
         self.stdout.write(f"Live workers: {len(overview.workers)}")
         for w in overview.workers:
             served = ", ".join(w.queues) if w.queues else "all queues"
@@ -143,3 +159,26 @@ class Command(BaseCommand):
             self.stdout.write("Problems:")
             for problem in status.problems:
                 self.stdout.write(f"  {problem}")
+
+    def _write_batches(self, status: Status) -> None:
+        if not status.open_batch_count.value:
+            return
+        shown = len(status.open_batches)
+        newest = f" (the newest {shown})" if status.open_batch_count.value > shown else ""
+        self.stdout.write(f"Open batches: {status.open_batch_count}{newest}")
+        header = ("batch", "label", "done", "failed", "total")
+        rows = [header]
+        for batch in status.open_batches:
+            rows.append(
+                (
+                    str(batch.id),
+                    _printable(batch.label) or "-",
+                    f"{batch.succeeded:,}",
+                    f"{batch.failed:,}",
+                    f"{batch.total:,}",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            cells = zip(row, widths, strict=True)
+            self.stdout.write("  " + "  ".join(c.ljust(w) for c, w in cells).rstrip())
