@@ -20,6 +20,8 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
+from django_pgqueue.composition import progress as composition_progress
+from django_pgqueue.composition import retry as composition_retry
 from django_pgqueue.core import (
     _claim_sql,
     _composition_sql,
@@ -39,6 +41,8 @@ REGENERATE = os.environ.get("PGQUEUE_REGENERATE_SQL") == "1"
 NAMED = {
     "claim": _claim_sql,
     "composition": _composition_sql,
+    "composition_progress": composition_progress,
+    "composition_retry": composition_retry,
     "core": core_sql,
     "periodic": _periodic_sql,
     "retention": _retention_sql,
