@@ -35,17 +35,21 @@ FAILED_MEMBERS_SHOWN = 50
 _MAX_ID_DIGITS = 18
 
 
+# What each state of ``composition.progress.batch_state`` means.
+STATES = {
+    "running": "running",
+    "failed": "complete, with failed members",
+    "retrying": "failed members retried, running again",
+    "succeeded": "succeeded",
+}
+
+
 class BatchStateFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [
-            ("running", "running"),
-            ("failed", "complete with failed members"),
-            ("retrying", "failed members retried, running again"),
-            ("succeeded", "succeeded"),
-        ]
+        return list(STATES.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         complete = Q(completed_at__isnull=False, succeeded_at__isnull=True)
@@ -69,7 +73,7 @@ class BatchAdmin(ViewOnlyAdmin):
         "name",
         "id",
         "progress",
-        "state",
+        "state_code",
         "created_at_shown",
         "completed_at_shown",
     )
@@ -110,9 +114,9 @@ class BatchAdmin(ViewOnlyAdmin):
     actions = ("retry_failed_members",)
     change_form_template = "admin/django_pgqueue/batch/change_form.html"
 
-    created_at_shown = timestamp_column("created_at", "created at")
-    completed_at_shown = timestamp_column("completed_at", "completed at")
-    succeeded_at_shown = timestamp_column("succeeded_at", "succeeded at")
+    created_at_shown = timestamp_column("created_at", "created")
+    completed_at_shown = timestamp_column("completed_at", "completed")
+    succeeded_at_shown = timestamp_column("succeeded_at", "succeeded")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         stamps = ("created_at", "completed_at", "succeeded_at")
@@ -129,19 +133,22 @@ class BatchAdmin(ViewOnlyAdmin):
         return queryset.none(), False
 
     @admin.display(description="batch")
-    def name(self, obj: Batch) -> str:
-        return obj.label or f"batch #{obj.id}"
+    def name(self, obj: Batch) -> SafeString:
+        # Cut to fit by the stylesheet; the whole label on hover.
+        text = obj.label or f"batch #{obj.id}"
+        return format_html('<span class="pgq-cut" title="{}">{}</span>', text, text)
 
     @admin.display(description="state")
     def state(self, obj: Batch) -> str:
-        return {
-            "running": "running",
-            "failed": "complete, with failed members",
-            "retrying": "failed members retried, running again",
-            "succeeded": "succeeded",
-        }[batch_state(obj)]
+        return STATES[batch_state(obj)]
 
-    @admin.display(description="progress (done / failed / total)")
+    @admin.display(description="state")
+    def state_code(self, obj: Batch) -> SafeString:
+        # The short word in the list; what it means on hover.
+        code = batch_state(obj)
+        return format_html('<span title="{}">{}</span>', STATES[code], code)
+
+    @admin.display(description="done / failed / total")
     def progress(self, obj: Batch) -> SafeString:
         bar = format_html(
             '<span class="pgq-progress" title="{} done, {} failed, {} pending">'
@@ -244,7 +251,7 @@ class BatchAdmin(ViewOnlyAdmin):
             else:
                 rows.append((role, message_links({message_id: place})))
         body = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", rows)
-        return format_html('<table class="pgq-activity">{}</table>', body)
+        return format_html('<table class="pgq-composition">{}</table>', body)
 
     def _site(self) -> str:
         return self.admin_site.name

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.contrib.admin import DateFieldListFilter
+from django.contrib.admin import DateFieldListFilter, ShowFacets
 from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Left, Length, Now
@@ -113,6 +113,9 @@ def _json_detail(text: str | None) -> SafeString:
 
 class ViewOnlyAdmin(BaseModelAdmin):
     """No add, change or delete through forms; view permission is enough."""
+
+    # "Show counts" would count every filter choice over the whole table.
+    show_facets = ShowFacets.NEVER
 
     class Media:
         css = {"all": ["django_pgqueue/admin.css"]}

@@ -37,7 +37,7 @@ PANEL_LIMIT = 20
 
 @dataclass(frozen=True)
 class Place:
-    """Where a message id is now: ``live``, ``waiting``, ``finished``, ``dead (<reason>)``
+    """Where a message id is now: ``live``, ``waiting``, ``finished``, ``dead: <reason>``
     or ``gone`` (deleted, or past the archive's retention), and its admin page."""
 
     state: str
@@ -60,7 +60,7 @@ def locate(ids: Iterable[int], site_name: str) -> dict[int, Place]:
         places.setdefault(pk, Place("waiting", _url(site_name, "waitingmessage", pk)))
     dead = DeadMessage.objects.filter(message_id__in=wanted)
     for message_id, pk, reason in dead.values_list("message_id", "id", "reason"):
-        places.setdefault(message_id, Place(f"dead ({reason})", _url(site_name, "deadmessage", pk)))
+        places.setdefault(message_id, Place(f"dead: {reason}", _url(site_name, "deadmessage", pk)))
     archived = ArchivedMessage.objects.filter(message_id__in=wanted)
     for message_id, pk in archived.values_list("message_id", "id"):
         places.setdefault(message_id, Place("finished", _url(site_name, "archivedmessage", pk)))

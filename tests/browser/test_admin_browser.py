@@ -295,3 +295,62 @@ def test_numbers_a_user_can_trust_on_pages_that_fit(live_server: Any) -> None:
         page.screenshot(path=str(ARTIFACTS / "admin-worker.png"), full_page=True)
 
     in_browser(steps)
+
+
+def test_operator_reads_a_failed_batch_and_retries_its_failed_members(live_server: Any) -> None:
+    from django_pgqueue import chain, enqueue_batch, step
+    from django_pgqueue.models import Batch
+    from tests.composition.helpers import bury, finish, where
+
+    batch = enqueue_batch(
+        [step("m", {"i": 1}), step("m", {"i": 2}), chain(step("a"), step("b"))],
+        on_complete=step("done"),
+        on_success=step("ok"),
+        on_failure=step("ko"),
+        label=f"nightly import {HOSTILE}",
+    )
+    good, bad, last = batch.member_ids
+    [first] = Message.objects.filter(task="a").values_list("id", flat=True)
+    finish(good)
+    bury(bad)
+    bury(first)
+    operator = make_staff(
+        "batcher", *VIEW_PERMISSIONS, "view_batch", "view_waitingmessage", "retry_deadmessage"
+    )
+    operator.set_password("a-long-test-password")
+    operator.save()
+    dialogs: list[str] = []
+
+    def steps(page: Any) -> None:
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.goto(f"{live_server.url}/admin/login/?next=/admin/django_pgqueue/batch/")
+        page.fill("#id_username", "batcher")
+        page.fill("#id_password", "a-long-test-password")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#result_list")
+        row = page.locator("#result_list tbody tr").first
+        assert "1 / 2 / 3" in row.inner_text()
+        assert row.locator(".field-state_code").inner_text() == "failed"
+        page.screenshot(path=str(ARTIFACTS / "admin-batches.png"), full_page=True)
+
+        row.locator("a").first.click()
+        page.wait_for_selector(".pgq-failed-members")
+        assert page.locator(".pgq-failed-members tbody tr, .pgq-failed-members tr").count() == 3
+        assert "dependency_failed" in page.locator(".pgq-failed-members").inner_text()
+        assert "dead: dependency_failed" in page.locator(".field-callbacks").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "admin-batch.png"), full_page=True)
+
+        page.click("button.pgq-retry")
+        page.wait_for_selector(".messagelist")
+        assert "Retried 2 failed members of 1 batches" in page.locator(".messagelist").inner_text()
+        assert "0 / 3" in page.locator(".field-progress").inner_text()
+
+        # The chain's last step waits again for the retried first step: its page says so.
+        page.goto(f"{live_server.url}/admin/django_pgqueue/waitingmessage/{last}/change/")
+        assert f"#{first} (live)" in page.locator(".field-composition").inner_text()
+
+    in_browser(steps)
+
+    assert dialogs == []
+    assert where(bad) == "live" and where(first) == "live" and where(last) == "waiting"
+    assert Batch.objects.get(id=batch.id).failed == 0
