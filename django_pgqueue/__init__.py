@@ -5,8 +5,10 @@ commits (:func:`enqueue_on_commit`) or in bulk (:func:`enqueue_many`); register 
 (:func:`handler`) and schedule them (:func:`periodic`); as a consumer of your own, take
 messages (:func:`lease`) and :func:`complete`, :func:`fail`, :func:`extend` or :func:`release`
 them; :func:`cancel` a
-message; let other apps veto or hear of retention (:func:`register_retention_guard`,
-:func:`register_expiry_listener`). Every error the package raises is a :class:`PgQueueError`.
+message; read a running message's progress (:func:`get_progress`); let other apps veto or
+hear of retention (:func:`register_retention_guard`, :func:`register_expiry_listener`).
+Every error the package raises is a :class:`PgQueueError`; a handler raises :class:`Snooze`
+to run again later without spending an attempt.
 
 Names resolve on first use: settings modules and ``INSTALLED_APPS`` import this package before
 Django's apps are loaded, when the models cannot be imported yet.
@@ -18,7 +20,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .exceptions import InvalidMessage, LeaseError, PayloadError, PgQueueError, QueueNameError
+from .exceptions import (
+    InvalidMessage,
+    LeaseError,
+    PayloadError,
+    PgQueueError,
+    QueueNameError,
+    Snooze,
+)
 
 # Imported at once, not on first use: importing the submodule of the same name (the worker
 # does) would otherwise leave ``django_pgqueue.periodic`` naming the module. It imports no models.
@@ -33,6 +42,7 @@ if TYPE_CHECKING:
         enqueue_many,
         enqueue_on_commit,
     )
+    from .core._progress import Progress, get_progress
     from .core._registry import handler
     from .core._retention import register_expiry_listener, register_retention_guard
     from .core.transitions import FailedAttempt, Outcome, complete, extend, fail, release
@@ -51,6 +61,8 @@ _HOMES = {
     "enqueue_many": "core._enqueue",
     "enqueue_on_commit": "core._enqueue",
     "handler": "core._registry",
+    "Progress": "core._progress",
+    "get_progress": "core._progress",
     "register_expiry_listener": "core._retention",
     "register_retention_guard": "core._retention",
     "FailedAttempt": "core.transitions",
@@ -88,7 +100,9 @@ __all__ = [
     "Outcome",
     "PayloadError",
     "PgQueueError",
+    "Progress",
     "QueueNameError",
+    "Snooze",
     "__version__",
     "cancel",
     "cancel_many",
@@ -98,6 +112,7 @@ __all__ = [
     "enqueue_on_commit",
     "extend",
     "fail",
+    "get_progress",
     "handler",
     "lease",
     "periodic",

@@ -4,6 +4,8 @@ Built on the admin dashboard's capped counts (``admin/overview.py``): each count
 ``COUNT_CAP`` + 1 entries of an index range and says "N+" beyond, so a status check costs the
 same with a thousand or ten million rows. Dead messages by reason read the newest
 ``COUNT_CAP`` dead rows of each queue through ``pgq_dead_died``: exact while a queue holds fewer.
+The progress of running messages reads ``pgqueue_progress``, which holds a row only per
+message whose handler reports progress, and shows at most ``PROGRESS_ROWS`` of them.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from django.db import connections
 from .admin import sql as admin_sql
 from .admin.overview import COUNT_CAP, CappedCount, Overview, live_worker_seconds, read_overview
 from .conf import get_settings
+from .core._progress import RunningProgress, running_progress
 
-__all__ = ["Status", "Thresholds", "read_status"]
+__all__ = ["PROGRESS_ROWS", "Status", "Thresholds", "read_status"]
+
+#: Most running messages whose progress a status shows.
+PROGRESS_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,8 @@ class Status:
     overview: Overview
     dead_by_reason: dict[str, dict[str, int]]
     problems: list[str] = field(default_factory=list)
+    #: Running messages that reported progress (at most ``PROGRESS_ROWS``), by id.
+    progress: list[RunningProgress] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -83,6 +91,18 @@ class Status:
                 for w in self.overview.workers
             ],
             "live_worker_seconds": live_worker_seconds(),
+            "progress": [
+                {
+                    "message_id": p.progress.message_id,
+                    "queue": p.queue,
+                    "task": p.task,
+                    "done": p.progress.done,
+                    "total": p.progress.total,
+                    "note": p.progress.note,
+                    "updated_seconds_ago": round(p.age_seconds, 3),
+                }
+                for p in self.progress
+            ],
         }
 
 
@@ -126,6 +146,10 @@ def read_status(
             cursor.execute(admin_sql.DEAD_BY_REASON, {"queues": with_dead, "cap": COUNT_CAP})
             for queue, reason, count in cursor.fetchall():
                 dead_by_reason.setdefault(queue, {})[reason] = count
-    status = Status(overview=overview, dead_by_reason=dead_by_reason)
+    status = Status(
+        overview=overview,
+        dead_by_reason=dead_by_reason,
+        progress=running_progress(queues=queues, limit=PROGRESS_ROWS, using=alias),
+    )
     status.problems = _problems(overview, thresholds or Thresholds())
     return status

@@ -20,7 +20,13 @@ import pytest
 
 from django_pgqueue import counts
 from django_pgqueue.admin import sql as admin_sql
-from django_pgqueue.core import _claim_sql, _flow_sql, _periodic_sql, _retention_sql
+from django_pgqueue.core import (
+    _claim_sql,
+    _flow_sql,
+    _job_control_sql,
+    _periodic_sql,
+    _retention_sql,
+)
 from django_pgqueue.core import _sql as core_sql
 from django_pgqueue.metrics import queues as metrics_queues
 from django_pgqueue.tasks import sql as tasks_sql
@@ -35,6 +41,7 @@ NAMED = {
     "core": core_sql,
     "periodic": _periodic_sql,
     "retention": _retention_sql,
+    "job_control": _job_control_sql,
     "worker": worker_sql,
     "admin": admin_sql,
     "tasks": tasks_sql,

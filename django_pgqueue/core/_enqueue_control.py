@@ -1,0 +1,76 @@
+"""What an enqueue with ``unique_for`` or ``debounce`` sends before (or instead of) its INSERT.
+
+``unique_for``: the first enqueue of a queue's key takes a window of that many seconds
+(``pgqueue_unique_window``); every enqueue of the key with ``unique_for`` until the window
+expires returns the first message, whether it still waits, runs, finished or died. The
+window is a row written in the caller's transaction: a rollback frees it, and a concurrent
+enqueue of the key waits for that transaction to end.
+
+``debounce``: the key's message that has not started takes the new payload and starts
+``debounce`` seconds from now; once it has started (a worker leased it) or left the live
+table, a new message is written. One key's debounced enqueues wait for each other's
+transactions (an advisory lock), so two of them never both write a new message.
+
+Both run inside one transaction (the caller's, or one of their own): the statements of one
+enqueue commit or roll back together.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from . import _job_control_sql as sql
+
+__all__ = ["Holder", "debounce", "record_window_holder", "take_window"]
+
+
+class Holder(NamedTuple):
+    """The message an enqueue returns instead of writing one."""
+
+    id: int
+    task: str
+    enqueued_at: datetime
+    available_at: datetime
+
+
+def take_window(cursor: Any, queue: str, key: str, seconds: float) -> Holder | None:
+    """Take ``key``'s window in ``queue`` for ``seconds`` (None: taken, enqueue the message
+    and record it), or return the message that holds it."""
+    params = {"queue": queue, "key": key, "window": seconds}
+    cursor.execute(sql.TAKE_WINDOW, params)
+    row = cursor.fetchone()
+    if row is None:  # held by a transaction that committed after this statement began
+        cursor.execute(sql.WINDOW_HOLDER, params)
+        row = cursor.fetchone()
+    if row is None or row[0]:
+        return None
+    return Holder(*row[1:])
+
+
+def record_window_holder(cursor: Any, queue: str, key: str, holder: Holder) -> None:
+    """The message just written (or found live by its dedup key) holds the window."""
+    cursor.execute(
+        sql.RECORD_WINDOW_HOLDER,
+        {
+            "queue": queue,
+            "key": key,
+            "id": holder.id,
+            "task": holder.task,
+            "enqueued_at": holder.enqueued_at,
+            "available_at": holder.available_at,
+        },
+    )
+
+
+def debounce(cursor: Any, params: dict[str, Any]) -> tuple[Holder, bool]:
+    """Push back the key's waiting message with the new payload, or write a new one:
+    the message, and whether it was an earlier one (pushed back).
+
+    ``params``: ``queue``, ``key``, ``task``, ``payload`` (JSON text), ``priority``,
+    ``tenant``, ``max_attempts``, ``debounce`` (seconds), ``fair_order`` (-1 in a fair
+    queue, else None), ``channel`` and ``wake`` (the wake-up, or None)."""
+    cursor.execute(sql.DEBOUNCE_LOCK, params)
+    cursor.execute(sql.DEBOUNCE, params)
+    message_id, enqueued_at, available_at, pushed, _ = cursor.fetchone()
+    return Holder(message_id, params["task"], enqueued_at, available_at), pushed
