@@ -13,6 +13,7 @@ from django_pgqueue.models import (
     DeadMessage,
     DeadReason,
     Message,
+    MessageProgress,
     QueueState,
     WorkerHeartbeat,
 )
@@ -101,3 +102,15 @@ class WorkerHeartbeatFactory(factory.django.DjangoModelFactory):
     pid = factory.Sequence(lambda n: 1000 + n)
     queues = factory.LazyFunction(lambda: ["default"])
     concurrency = 4
+
+
+class MessageProgressFactory(factory.django.DjangoModelFactory):
+    """A handler's progress report, as the worker's completer writes it."""
+
+    class Meta:
+        model = MessageProgress
+
+    message_id = factory.Sequence(lambda n: 2_000_000 + n)
+    done = 3
+    total = 10
+    note = "copying rows"

@@ -38,14 +38,15 @@ def take_window(cursor: Any, queue: str, key: str, seconds: float) -> Holder | N
     """Take ``key``'s window in ``queue`` for ``seconds`` (None: taken, enqueue the message
     and record it), or return the message that holds it."""
     params = {"queue": queue, "key": key, "window": seconds}
-    cursor.execute(sql.TAKE_WINDOW, params)
-    row = cursor.fetchone()
-    if row is None:  # held by a transaction that committed after this statement began
-        cursor.execute(sql.WINDOW_HOLDER, params)
+    for _ in range(3):
+        cursor.execute(sql.TAKE_WINDOW, params)
         row = cursor.fetchone()
-    if row is None or row[0]:
-        return None
-    return Holder(*row[1:])
+        if row is None:  # held by a transaction that committed after this statement began
+            cursor.execute(sql.WINDOW_HOLDER, params)
+            row = cursor.fetchone()
+        if row is not None:  # else the window was deleted in between (it had expired)
+            return None if row[0] else Holder(*row[1:])
+    raise RuntimeError(f"the unique window of {key!r} in {queue!r} was neither taken nor held")
 
 
 def record_window_holder(cursor: Any, queue: str, key: str, holder: Holder) -> None:

@@ -4,8 +4,10 @@ connections included (core/_enqueue_control.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from django_pgqueue.core import transitions
 from django_pgqueue.core._retention import run_retention
 from django_pgqueue.exceptions import InvalidMessage
 from django_pgqueue.models import ArchivedMessage, Message, MessageProgress, UniqueWindow
-from tests.factories import MessageFactory
+from tests.factories import MessageFactory, MessageProgressFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -313,8 +315,8 @@ def test_retention_deletes_expired_windows_and_orphaned_progress() -> None:
     expire_windows()
     django_pgqueue.enqueue("tests.echo", None, dedup_key="new", unique_for=60)
     live = MessageFactory()
-    MessageProgress.objects.create(message_id=live.id, done=1)
-    MessageProgress.objects.create(message_id=live.id + 1000, done=1)
+    MessageProgressFactory(message_id=live.id)
+    MessageProgressFactory(message_id=live.id + 1000)
 
     dry = run_retention(dry_run=True)
     assert {(s.source, s.rows) for s in dry.steps} >= {("unique windows", 1), ("progress", 1)}
@@ -324,3 +326,28 @@ def test_retention_deletes_expired_windows_and_orphaned_progress() -> None:
     assert {(s.source, s.rows) for s in report.steps} >= {("unique windows", 1), ("progress", 1)}
     assert list(UniqueWindow.objects.values_list("key", flat=True)) == ["new"]
     assert list(MessageProgress.objects.values_list("message_id", flat=True)) == [live.id]
+
+
+# -- the how-to's examples --------------------------------------------------------------------
+
+HOWTO = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "job-control.md"
+
+
+def documented_example(marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", HOWTO.read_text(), re.DOTALL)
+    (example,) = [block for block in blocks if marker in block]
+    return example
+
+
+def test_the_documented_unique_window_example_runs() -> None:
+    namespace: dict[str, Any] = {}
+    exec(documented_example("unique_for="), namespace)
+    assert Message.objects.count() == 1 and namespace["again"].deduplicated
+
+
+def test_the_documented_debounce_example_runs() -> None:
+    namespace: dict[str, Any] = {}
+    exec(documented_example("debounce="), namespace)
+    [message] = Message.objects.all()
+    assert message.payload == {"document": 7, "title": "Final"}
+    assert namespace["queued"].id == message.id and namespace["queued"].deduplicated

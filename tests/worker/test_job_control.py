@@ -5,9 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -17,6 +21,7 @@ from django.utils import timezone
 
 import django_pgqueue
 from django_pgqueue.core import transitions
+from django_pgqueue.core._registry import registry
 from django_pgqueue.models import ArchivedMessage, DeadMessage, Message, MessageProgress
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.heartbeat import Stats
@@ -91,19 +96,13 @@ def test_the_max_snoozes_setting_bounds_handlers_without_their_own(
 def test_a_snooze_is_fenced_by_the_lease_and_bounded_in_sql() -> None:
     django_pgqueue.enqueue("tests.echo", None)
     [leased] = Message.objects.lease("default", worker_id="w")
-    stale = transitions.snooze([(leased.id, leased.id and _other_token())], [1.0], max_snoozes=5)
+    stale = transitions.snooze([(leased.id, uuid.uuid4())], [1.0], max_snoozes=5)
     assert stale.stale == [leased.id] and stale.done == []
     refused = transitions.snooze([leased], [1.0], max_snoozes=0)
     assert refused.not_snoozed == {leased.id: "limit"}
     assert Message.objects.get().lease_token == leased.lease_token  # still held
     done = transitions.snooze([leased], [1.0], max_snoozes=1)
     assert done.done == [leased.id]
-
-
-def _other_token():  # type: ignore[no-untyped-def]
-    import uuid
-
-    return uuid.uuid4()
 
 
 def test_snooze_takes_a_delay_from_zero_to_a_year() -> None:
@@ -207,7 +206,7 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
         attempt=1,
         max_attempts=1,
         worker_id="w",
-        lease_token=_other_token(),
+        lease_token=uuid.uuid4(),
         _report_progress=lambda *report: reports.append(report),
     )
     context.report_progress(2, 5, note="ok")
@@ -226,7 +225,7 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
             attempt=1,
             max_attempts=1,
             worker_id="w",
-            lease_token=_other_token(),
+            lease_token=uuid.uuid4(),
         ).report_progress(1)
     assert reports == [(2, 5, "ok")]
 
@@ -234,3 +233,46 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
 def _reported(message_id: int, *, done: int) -> django_pgqueue.Progress | None:
     progress = django_pgqueue.get_progress(message_id)
     return progress if progress is not None and progress.done == done else None
+
+
+# -- the how-to's examples --------------------------------------------------------------------
+
+HOWTO = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "job-control.md"
+
+
+def documented_example(marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", HOWTO.read_text(), re.DOTALL)
+    (example,) = [block for block in blocks if marker in block]
+    return example
+
+
+@pytest.fixture
+def registered_from_docs() -> Iterator[dict[str, Any]]:
+    namespace: dict[str, Any] = {}
+    yield namespace
+    for name in ("reports.build", "exports.copy"):
+        registry.unregister(name)
+
+
+def test_the_documented_snooze_example_snoozes(
+    start_worker: StartWorker, registered_from_docs: dict[str, Any]
+) -> None:
+    registered_from_docs.update(upstream_ready=lambda day: False, make_report=lambda day: day)
+    exec(documented_example("raise django_pgqueue.Snooze(60)"), registered_from_docs)
+    msg = django_pgqueue.enqueue("reports.build", {"day": "2026-12-01"})
+    assert start_worker(burst=True).join() == 0
+    row = Message.objects.get(id=msg.id)
+    assert (row.snoozes, row.attempts, row.lease_token) == (1, 0, None)
+
+
+@override_settings(PGQUEUE={"PROGRESS_INTERVAL": 0})
+def test_the_documented_progress_examples_run(
+    start_worker: StartWorker, registered_from_docs: dict[str, Any]
+) -> None:
+    exec(documented_example("context.report_progress(done, rows"), registered_from_docs)
+    msg = django_pgqueue.enqueue("exports.copy", {"rows": 3000})
+    assert start_worker(burst=True).join() == 0
+    assert ArchivedMessage.objects.filter(message_id=msg.id).exists()
+    namespace: dict[str, Any] = {"message_id": msg.id}
+    exec(documented_example("get_progress(message_id)"), namespace)
+    assert namespace["progress"] is None  # finished: its progress is gone
