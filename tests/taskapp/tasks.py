@@ -129,3 +129,17 @@ if DJANGO_TASK_FORWARDS_OPTIONS:
 @task(backend="immediate")
 def runs_at_once(x: int) -> int:
     return x * 10
+
+
+@task
+def snooze_once(marker: str) -> str:
+    """Snoozes on its first run (it creates ``marker``), then returns ``"woke"``."""
+    from pathlib import Path
+
+    import django_pgqueue
+
+    path = Path(marker)
+    if not path.exists():
+        path.touch()
+        raise django_pgqueue.Snooze(0)
+    return "woke"
