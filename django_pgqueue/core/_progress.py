@@ -18,7 +18,7 @@ from django.db import connections
 
 from ..conf import get_settings
 from . import _job_control_sql as sql
-from ._validation import PROGRESS_NOTE_MAX_LENGTH
+from ._validation import PROGRESS_NOTE_MAX_LENGTH, storable_text
 
 __all__ = [
     "PROGRESS_NOTE_MAX_LENGTH",
@@ -88,8 +88,7 @@ def check_progress(done: object, total: object, note: object) -> tuple[int, int 
             f"report_progress(): note has {len(note)} characters; at most "
             f"{PROGRESS_NOTE_MAX_LENGTH}"
         )
-    if "\x00" in note:
-        raise ValueError("report_progress(): note must not contain NUL characters")
+    storable_text(note, "report_progress() note")  # NUL or a lone surrogate: ValueError
     assert isinstance(done, int) and (total is None or isinstance(total, int))
     return done, total, note
 

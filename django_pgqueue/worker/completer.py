@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import DataError
+from django.db import DatabaseError, DataError
 
 from ..conf import get_settings
 from ..core import _progress, transitions
@@ -422,8 +422,9 @@ class Completer(Service):
                     s.seconds,
                     s.message.attempts,
                 )
-        if outcome.done:
-            self.on_retried_queues({s.message.queue for s in snoozed if s.message.id in done})
+        if done and self.on_retried is not None:
+            # A snoozed message waits as a retried one does: the worker plans its wake-up.
+            self.on_retried({s.message.queue for s in snoozed if s.message.id in done})
         refused = [
             (self._not_snoozed(s, outcome.not_snoozed[s.message.id]), s.message)
             for s in snoozed
@@ -437,11 +438,6 @@ class Completer(Service):
                 len(outcome.stale),
                 outcome.stale[:20],
             )
-
-    def on_retried_queues(self, queues: set[str]) -> None:
-        # A snoozed message waits as a retried one does: the worker plans its wake-up.
-        if queues and self.on_retried is not None:
-            self.on_retried(queues)
 
     @staticmethod
     def _not_snoozed(snoozed: _Snooze, why: str) -> transitions.FailedAttempt:
@@ -472,26 +468,33 @@ class Completer(Service):
         ]
         if not rows:
             return
-        retrying(
-            "writing progress",
-            lambda: _progress.write_progress(rows, using=self.alias),
-            alias=self.alias,
-            abort=self.abort,
-        )
         self._progress_rows.update(row[0] for row in rows)
+        try:
+            retrying(
+                "writing progress",
+                lambda: _progress.write_progress(rows, using=self.alias),
+                alias=self.alias,
+                abort=self.abort,
+            )
+        except DatabaseError as exc:
+            # Progress is a hint: a refused write costs that report, never an outcome.
+            logger.warning("Progress of %d messages not written: %s", len(rows), _first_line(exc))
 
     def _forget_progress(self, finished: list[int]) -> None:
         """Delete the progress rows of messages whose outcome was just written."""
         gone = [i for i in finished if i in self._progress_rows]
         if not gone:
             return
-        retrying(
-            "deleting progress",
-            lambda: _progress.forget_progress(gone, using=self.alias),
-            alias=self.alias,
-            abort=self.abort,
-        )
         self._progress_rows.difference_update(gone)
+        try:
+            retrying(
+                "deleting progress",
+                lambda: _progress.forget_progress(gone, using=self.alias),
+                alias=self.alias,
+                abort=self.abort,
+            )
+        except DatabaseError as exc:  # retention deletes what is left behind
+            logger.warning("Progress of %d messages not deleted: %s", len(gone), _first_line(exc))
 
     def _excerpt(self, error: dict[str, Any]) -> str:
         """``": <excerpt>"`` of an error message for a log line, or nothing (type only)."""

@@ -217,6 +217,10 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
         context.report_progress(1, -1)
     with pytest.raises(ValueError, match="at most 200"):
         context.report_progress(1, note="x" * 201)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        context.report_progress(1, note="\ud800")
+    with pytest.raises(ValueError, match="NUL"):
+        context.report_progress(1, note="a\x00b")
     with pytest.raises(RuntimeError, match="inside a worker"):
         MessageContext(
             message_id=1,
