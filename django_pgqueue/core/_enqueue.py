@@ -209,43 +209,19 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
 def _write_controlled(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
     """Enqueue with ``unique_for`` or ``debounce`` (``_enqueue_control.py``), its statements
     in one transaction."""
-    conf = get_settings()
-    alias = using or conf.DATABASE_ALIAS
-    key = message.dedup_key
-    assert key is not None  # prepare_message's check
+    alias = using or get_settings().DATABASE_ALIAS
     with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
         if message.debounce is not None:
-            flow = flow_config(message.queue)
-            holder, pushed = _enqueue_control.debounce(
-                cursor,
-                {
-                    "queue": message.queue,
-                    "key": key,
-                    "task": message.task,
-                    "payload": message.payload_json,
-                    "priority": message.priority,
-                    "tenant": message.tenant,
-                    "max_attempts": message.max_attempts,
-                    "debounce": message.debounce,
-                    "fair_order": -1.0 if flow is not None and flow.keyed else None,
-                    "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
-                    "wake": wake_payload(message.queue, later=True) if conf.NOTIFY else None,
-                },
-            )
+            holder, pushed = _enqueue_control.debounce(cursor, message)
             return _enqueued(message.queue, holder, deduplicated=pushed)
-        assert message.unique_for is not None
-        found = _enqueue_control.take_window(cursor, message.queue, key, message.unique_for)
+        found = _enqueue_control.take_window(cursor, message)
         if found is not None:
             return _enqueued(message.queue, found, deduplicated=True)
         written = write_message(replace(message, unique_for=None), alias)
-        _enqueue_control.record_window_holder(
-            cursor,
-            message.queue,
-            key,
-            _enqueue_control.Holder(
-                written.id, written.task, written.enqueued_at, written.available_at
-            ),
+        holder = _enqueue_control.Holder(
+            written.id, written.task, written.enqueued_at, written.available_at
         )
+        _enqueue_control.record_window_holder(cursor, message, holder)
         return written
 
 

@@ -18,9 +18,15 @@ enqueue commit or roll back together.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..conf import get_settings
 from . import _job_control_sql as sql
+from ._flow_control import flow_config
+from ._notify import wake_payload
+
+if TYPE_CHECKING:
+    from ._enqueue import PreparedMessage
 
 __all__ = ["Holder", "debounce", "record_window_holder", "take_window"]
 
@@ -34,10 +40,10 @@ class Holder(NamedTuple):
     available_at: datetime
 
 
-def take_window(cursor: Any, queue: str, key: str, seconds: float) -> Holder | None:
-    """Take ``key``'s window in ``queue`` for ``seconds`` (None: taken, enqueue the message
-    and record it), or return the message that holds it."""
-    params = {"queue": queue, "key": key, "window": seconds}
+def take_window(cursor: Any, message: PreparedMessage) -> Holder | None:
+    """Take the message's key's window for ``unique_for`` seconds (None: taken, enqueue the
+    message and record it), or return the message that holds it."""
+    params = {"queue": message.queue, "key": message.dedup_key, "window": message.unique_for}
     for _ in range(3):
         cursor.execute(sql.TAKE_WINDOW, params)
         row = cursor.fetchone()
@@ -46,16 +52,19 @@ def take_window(cursor: Any, queue: str, key: str, seconds: float) -> Holder | N
             row = cursor.fetchone()
         if row is not None:  # else the window was deleted in between (it had expired)
             return None if row[0] else Holder(*row[1:])
-    raise RuntimeError(f"the unique window of {key!r} in {queue!r} was neither taken nor held")
+    raise RuntimeError(
+        f"the unique window of {message.dedup_key!r} in {message.queue!r} was neither taken "
+        "nor held"
+    )
 
 
-def record_window_holder(cursor: Any, queue: str, key: str, holder: Holder) -> None:
+def record_window_holder(cursor: Any, message: PreparedMessage, holder: Holder) -> None:
     """The message just written (or found live by its dedup key) holds the window."""
     cursor.execute(
         sql.RECORD_WINDOW_HOLDER,
         {
-            "queue": queue,
-            "key": key,
+            "queue": message.queue,
+            "key": message.dedup_key,
             "id": holder.id,
             "task": holder.task,
             "enqueued_at": holder.enqueued_at,
@@ -64,14 +73,26 @@ def record_window_holder(cursor: Any, queue: str, key: str, holder: Holder) -> N
     )
 
 
-def debounce(cursor: Any, params: dict[str, Any]) -> tuple[Holder, bool]:
-    """Push back the key's waiting message with the new payload, or write a new one:
-    the message, and whether it was an earlier one (pushed back).
-
-    ``params``: ``queue``, ``key``, ``task``, ``payload`` (JSON text), ``priority``,
-    ``tenant``, ``max_attempts``, ``debounce`` (seconds), ``fair_order`` (-1 in a fair
-    queue, else None), ``channel`` and ``wake`` (the wake-up, or None)."""
+def debounce(cursor: Any, message: PreparedMessage) -> tuple[Holder, bool]:
+    """Push back the key's waiting message with the new payload, or write a new one: the
+    message, and whether it was an earlier one (pushed back)."""
+    conf = get_settings()
+    flow = flow_config(message.queue)
+    params = {
+        "queue": message.queue,
+        "key": message.dedup_key,
+        "task": message.task,
+        "payload": message.payload_json,
+        "priority": message.priority,
+        "tenant": message.tenant,
+        "max_attempts": message.max_attempts,
+        "debounce": message.debounce,
+        # In a fair queue a scheduled message waits outside the fair order.
+        "fair_order": -1.0 if flow is not None and flow.keyed else None,
+        "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+        "wake": wake_payload(message.queue, later=True) if conf.NOTIFY else None,
+    }
     cursor.execute(sql.DEBOUNCE_LOCK, params)
     cursor.execute(sql.DEBOUNCE, params)
     message_id, enqueued_at, available_at, pushed, _ = cursor.fetchone()
-    return Holder(message_id, params["task"], enqueued_at, available_at), pushed
+    return Holder(message_id, message.task, enqueued_at, available_at), pushed
