@@ -7,8 +7,10 @@ messages (:func:`lease`) and :func:`complete`, :func:`fail`, :func:`extend` or :
 them; :func:`cancel` a message; compose work: ``enqueue(..., after=[...])``,
 :func:`enqueue_chain` of :func:`step` s, :func:`enqueue_batch` with callbacks, and read what
 they produced (:func:`dependency_results`, :func:`previous_result`, :func:`batch_of`,
-:func:`batch_results`); let other apps veto or hear of retention (:func:`register_retention_guard`,
-:func:`register_expiry_listener`). Every error the package raises is a :class:`PgQueueError`.
+:func:`batch_results`); read a running message's progress (:func:`get_progress`); let other
+apps veto or hear of retention (:func:`register_retention_guard`, :func:`register_expiry_listener`).
+Every error the package raises is a :class:`PgQueueError`; a handler raises :class:`Snooze`
+to run again later without spending an attempt.
 
 Names resolve on first use: settings modules and ``INSTALLED_APPS`` import this package before
 Django's apps are loaded, when the models cannot be imported yet.
@@ -27,6 +29,7 @@ from .exceptions import (
     PayloadError,
     PgQueueError,
     QueueNameError,
+    Snooze,
 )
 
 # Imported at once, not on first use: importing the submodule of the same name (the worker
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
         enqueue_many,
         enqueue_on_commit,
     )
+    from .core._progress import Progress, get_progress
     from .core._registry import handler
     from .core._retention import register_expiry_listener, register_retention_guard
     from .core.transitions import FailedAttempt, Outcome, complete, extend, fail, release
@@ -74,6 +78,8 @@ _HOMES = {
     "enqueue_many": "core._enqueue",
     "enqueue_on_commit": "core._enqueue",
     "handler": "core._registry",
+    "Progress": "core._progress",
+    "get_progress": "core._progress",
     "register_expiry_listener": "core._retention",
     "register_retention_guard": "core._retention",
     "FailedAttempt": "core.transitions",
@@ -114,7 +120,9 @@ __all__ = [
     "Outcome",
     "PayloadError",
     "PgQueueError",
+    "Progress",
     "QueueNameError",
+    "Snooze",
     "__version__",
     "batch_of",
     "batch_results",
@@ -130,6 +138,7 @@ __all__ = [
     "enqueue_on_commit",
     "extend",
     "fail",
+    "get_progress",
     "handler",
     "lease",
     "periodic",

@@ -34,6 +34,7 @@ PER_QUEUE_KEYS = frozenset(
         "RATE_LIMIT",
         "ARCHIVE_RETENTION",
         "DEAD_RETENTION",
+        "MAX_SNOOZES",
     }
 )
 #: Flow-control keys (core/_flow_control.py) that exist only per queue, not at the top level.
@@ -91,6 +92,8 @@ class PgQueueSettings:
     RETENTION_DELETE_BATCH: int = 5000
     RETENTION_DELETE_LIMIT: int = 100_000
     ADMIN_STATEMENT_TIMEOUT: float | None = 10.0
+    MAX_SNOOZES: int = 100
+    PROGRESS_INTERVAL: float = 1.0
     QUEUES: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_queue(self, queue: str, key: str) -> Any:
@@ -167,6 +170,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "RETENTION_DELETE_BATCH": (_positive_int, "a whole number of rows >= 1"),
     "RETENTION_DELETE_LIMIT": (_positive_int, "a whole number of rows >= 1"),
     "ADMIN_STATEMENT_TIMEOUT": (_optional_positive, "None (no limit) or a number of seconds > 0"),
+    "MAX_SNOOZES": (_non_negative_int, "a whole number >= 0"),
+    "PROGRESS_INTERVAL": (_non_negative, "a number of seconds >= 0"),
     "QUEUES": (lambda v: isinstance(v, Mapping), "a dict of queue name -> overrides"),
 }
 

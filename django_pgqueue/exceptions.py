@@ -8,6 +8,8 @@ a private signal inside the pipeline's prune.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -75,6 +77,40 @@ class TaskRejected(PgQueueError, LookupError):
 
 
 # -- inside the worker ------------------------------------------------------------------------
+
+
+class Snooze(PgQueueError):
+    """Raised by a handler: run this message again ``seconds`` from now (a number or a
+    timedelta, from 0 to a year), without spending an attempt. A request to the worker, not
+    an error: the package never raises it.
+
+    The worker gives back the attempt the claim counted and counts a snooze instead; past
+    the handler's ``max_snoozes`` (default ``MAX_SNOOZES``) the message goes to the dead table
+    with reason ``error`` (:class:`SnoozeLimitExceeded`). A message ``cancel()`` flagged is
+    buried with reason ``cancelled`` instead of snoozed.
+    """
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not 0 <= value <= SNOOZE_MAX_SECONDS
+        ):
+            raise ValueError(
+                f"Snooze(seconds) takes a timedelta or a number of seconds from 0 to a year "
+                f"({SNOOZE_MAX_SECONDS:.0f}); got {seconds!r}."
+            )
+        super().__init__(float(value))
+        self.seconds = float(value)
+
+
+#: The longest snooze: a year (as ``unique_for`` and ``debounce``).
+SNOOZE_MAX_SECONDS = 366 * 86400.0
+
+
+class SnoozeLimitExceeded(PgQueueError):
+    """Recorded on a dead message whose handler snoozed it more than ``max_snoozes`` times."""
 
 
 class HandlerTimeout(PgQueueError):

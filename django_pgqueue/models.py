@@ -137,6 +137,21 @@ class Message(MessageFields):
         ),
     )
 
+    debounce_key = models.CharField(
+        max_length=DEDUP_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        help_text=(
+            "Debounced messages only (enqueue(..., dedup_key=..., debounce=...)): the key a "
+            "later debounced enqueue finds this message by while it has not started."
+        ),
+    )
+    snoozes = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="How many times its handler snoozed it (raise Snooze); bounded by MAX_SNOOZES.",
+    )
+
     objects = MessageManager()
 
     # Set on instances returned by ``lease()``: the previous lease had expired.
@@ -209,6 +224,13 @@ class Message(MessageFields):
             ),
             # The admin dashboard's failed attempts: the few live rows that have failed before.
             models.Index(fields=["queue"], name="pgq_message_failed", condition=~Q(errors=[])),
+            # Debounce (core/_enqueue_control.py): a key's waiting message. Other rows are not
+            # in it. Not unique: a started message keeps its key beside its successor's.
+            models.Index(
+                fields=["queue", "debounce_key"],
+                name="pgq_message_debounce",
+                condition=Q(debounce_key__isnull=False),
+            ),
         ]
         permissions = [
             ("retry_now_message", "Can make a waiting live message available now"),
@@ -347,5 +369,6 @@ from .core._composition_models import (  # noqa: E402, F401
     WaitingMessage,
 )
 from .core._flow_models import FlowAllowance, FlowRate  # noqa: E402, F401
+from .core._job_control_models import MessageProgress, UniqueWindow  # noqa: E402, F401
 from .core._maintenance_models import MaintenanceState  # noqa: E402, F401
 from .core._periodic_models import PeriodicSchedule  # noqa: E402, F401

@@ -7,6 +7,8 @@ same with a thousand or ten million rows. Dead messages by reason read the newes
 Composed work comes from ``composition/progress.py``: messages waiting on dependencies or on
 their batch per queue (capped counts), and the newest ``OPEN_BATCHES_SHOWN`` batches not
 complete yet with their counts.
+The progress of running messages reads ``pgqueue_progress``, which holds a row only per
+message whose handler reports progress, and shows at most ``PROGRESS_ROWS`` of them.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ from .admin import sql as admin_sql
 from .admin.overview import COUNT_CAP, CappedCount, Overview, live_worker_seconds, read_overview
 from .composition.progress import BatchProgress, open_batches, waiting_by_queue
 from .conf import get_settings
+from .core._progress import RunningProgress, running_progress
 
-__all__ = ["Status", "Thresholds", "read_status"]
+__all__ = ["PROGRESS_ROWS", "Status", "Thresholds", "read_status"]
+
+#: Most running messages whose progress a status shows.
+PROGRESS_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Status:
     # The newest batches not complete yet, and how many there are.
     open_batches: list[BatchProgress] = field(default_factory=list)
     open_batch_count: CappedCount = field(default_factory=lambda: CappedCount(0))
+    #: Running messages that reported progress (at most ``PROGRESS_ROWS``), by id.
+    progress: list[RunningProgress] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -98,6 +106,18 @@ class Status:
                 "count": count(self.open_batch_count),
                 "newest": [batch.as_json() for batch in self.open_batches],
             },
+            "progress": [
+                {
+                    "message_id": p.progress.message_id,
+                    "queue": p.queue,
+                    "task": p.task,
+                    "done": p.progress.done,
+                    "total": p.progress.total,
+                    "note": p.progress.note,
+                    "updated_seconds_ago": round(p.age_seconds, 3),
+                }
+                for p in self.progress
+            ],
         }
 
 
@@ -148,6 +168,7 @@ def read_status(
         waiting=waiting_by_queue(queues=queues, using=alias),
         open_batches=batches,
         open_batch_count=open_count,
+        progress=running_progress(queues=queues, limit=PROGRESS_ROWS, using=alias),
     )
     status.problems = _problems(overview, thresholds or Thresholds())
     return status

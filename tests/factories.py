@@ -14,6 +14,7 @@ from django_pgqueue.models import (
     DeadMessage,
     DeadReason,
     Message,
+    MessageProgress,
     QueueState,
     WorkerHeartbeat,
 )
@@ -114,3 +115,15 @@ class BatchFactory(factory.django.DjangoModelFactory):
     total = 10
     succeeded = 0
     failed = 0
+
+
+class MessageProgressFactory(factory.django.DjangoModelFactory):
+    """A handler's progress report, as the worker's completer writes it."""
+
+    class Meta:
+        model = MessageProgress
+
+    message_id = factory.Sequence(lambda n: 2_000_000 + n)
+    done = 3
+    total = 10
+    note = "copying rows"

@@ -22,6 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..core import operations
+from ..core._progress import get_progress
 from ..core.transitions import Outcome
 from ..models import ArchivedMessage, DeadMessage, DeadReason, Message, WorkerHeartbeat
 from .actions import CappedPaginator, Wording, bounded_selection, in_batches, report
@@ -307,7 +308,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
             {
                 "fields": (
                     ("message_number", "queue", "task"),
-                    ("state", "priority", "tenant", "dedup_key"),
+                    ("state", "priority", "tenant", "dedup_key", "debounce_key"),
                 )
             },
         ),
@@ -316,7 +317,8 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
             {
                 "fields": (
                     ("attempts", "max_attempts", "enqueued_at_shown", "available_at_shown"),
-                    ("leased_by", "leased_at_shown", "lease_token"),
+                    ("leased_by", "leased_at_shown", "lease_token", "snoozes"),
+                    ("progress_shown",),
                 )
             },
         ),
@@ -332,6 +334,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
         "priority",
         "tenant",
         "dedup_key",
+        "debounce_key",
         "attempts",
         "max_attempts",
         "enqueued_at_shown",
@@ -339,6 +342,8 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
         "leased_by",
         "leased_at_shown",
         "lease_token",
+        "snoozes",
+        "progress_shown",
         "payload_pretty",
         "last_error_pretty",
         "errors_pretty",
@@ -374,6 +379,14 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
         if not due:
             return "retrying (backing off)" if obj.attempts else "scheduled"
         return "ready (retry)" if obj.attempts else "ready"
+
+    @admin.display(description="progress")
+    def progress_shown(self, obj: Message) -> str:
+        # The handler's last report while it runs (core/_progress.py).
+        progress = get_progress(obj.pk) if obj.lease_token is not None else None
+        if progress is None:
+            return "—"
+        return f"{progress.text()} (reported {progress.updated_at:%Y-%m-%d %H:%M:%S %Z})"
 
     @admin.display(description="last error")
     def last_error_pretty(self, obj: Message) -> SafeString:

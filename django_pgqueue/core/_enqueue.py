@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 from django.db import connections, transaction
 
 from ..conf import get_settings
-from ..exceptions import DependencyError
-from . import _send, _sql
+from ..exceptions import DependencyError, InvalidMessage
+from . import _enqueue_control, _send, _sql
 from ._dependencies import dependency_ids, write_held, write_waiting
 from ._execution import CLAIM_PLAN
 from ._flow_control import flow_config
@@ -22,6 +22,7 @@ from ._validation import (
     TENANT_MAX_LENGTH,
     encode_payload,
     validate_delay,
+    validate_duration,
     validate_max_attempts,
     validate_optional_key,
     validate_priority,
@@ -69,6 +70,9 @@ class PreparedMessage:
     delay: float | None
     #: Message ids it runs after (``after=``), each finished successfully.
     after: tuple[int, ...] = ()
+    #: Job control (``_enqueue_control.py``): seconds, or None.
+    unique_for: float | None = None
+    debounce: float | None = None
 
     @property
     def later(self) -> bool:
@@ -95,6 +99,13 @@ class MessageOptions(TypedDict, total=False):
     #: Messages (ids, or what enqueue returned) that must finish successfully first; with
     #: ``run_after`` as a timedelta, counted from when the last of them finished.
     after: Iterable[Any] | None
+    #: With ``dedup_key``: for this long after the first enqueue of the key (seconds or a
+    #: timedelta), whether that message still waits, runs, finished or died, an enqueue of
+    #: the key with ``unique_for`` returns it (``deduplicated=True``).
+    unique_for: timedelta | float | None
+    #: With ``dedup_key``: the key's message that has not started takes this payload and
+    #: starts this long from now (``deduplicated=True``); else a new message starts then.
+    debounce: timedelta | float | None
 
 
 def prepare_message(
@@ -108,6 +119,8 @@ def prepare_message(
     max_attempts: int | None = None,
     tenant: str | None = None,
     after: Iterable[Any] | None = None,
+    unique_for: timedelta | float | None = None,
+    debounce: timedelta | float | None = None,
 ) -> PreparedMessage:
     """Check everything ``enqueue`` takes, before any SQL: :class:`InvalidMessage` (or a
     subclass) naming what is wrong. The one validation of every enqueue path."""
@@ -126,6 +139,7 @@ def prepare_message(
         # Its key would be claimed only at its release, in the statement that finishes its
         # last dependency, where a duplicate could only fail that statement.
         raise DependencyError("a message with dependencies (after=) cannot have a dedup_key")
+    unique_seconds, debounce_seconds = _job_control(unique_for, debounce, dedup_key, run_after)
     return PreparedMessage(
         queue=queue,
         task=validate_task_name(task),
@@ -137,11 +151,32 @@ def prepare_message(
         run_at=run_at,
         delay=delay,
         after=dependencies,
+        unique_for=unique_seconds,
+        debounce=debounce_seconds,
     )
 
 
+def _job_control(
+    unique_for: object, debounce: object, dedup_key: object, run_after: object
+) -> tuple[float | None, float | None]:
+    """``unique_for`` and ``debounce`` in seconds, after their checks."""
+    if unique_for is None and debounce is None:
+        return None, None
+    if unique_for is not None and debounce is not None:
+        raise InvalidMessage("unique_for and debounce exclude each other: pass one of them.")
+    what = "unique_for" if unique_for is not None else "debounce"
+    if dedup_key is None:
+        raise InvalidMessage(f"{what} needs a dedup_key: the key it applies to.")
+    if debounce is not None and run_after is not None:
+        raise InvalidMessage("debounce sets when the message starts: do not pass run_after.")
+    if unique_for is not None:
+        return validate_duration(unique_for, "unique_for"), None
+    return None, validate_duration(debounce, "debounce")
+
+
 def _params(message: PreparedMessage) -> dict[str, Any]:
-    """The enqueue statements' parameters (``_sql.ENQUEUE``, ``_composition_sql.INSERT_WAITING``)."""
+    """The enqueue statements' parameters (``_sql.ENQUEUE``,
+    ``_composition_sql.INSERT_WAITING``)."""
     conf = get_settings()
     flow = flow_config(message.queue)
     fair = flow is not None and flow.keyed
@@ -176,6 +211,8 @@ def hold_message(message: PreparedMessage, using: str) -> EnqueuedMessage:
 
 
 def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
+    if message.unique_for is not None or message.debounce is not None:
+        return _write_controlled(message, using)
     conf = get_settings()
     params = _params(message)
     if message.after:
@@ -215,6 +252,38 @@ def write_message(message: PreparedMessage, using: str | None) -> EnqueuedMessag
     )
 
 
+def _write_controlled(message: PreparedMessage, using: str | None) -> EnqueuedMessage:
+    """Enqueue with ``unique_for`` or ``debounce`` (``_enqueue_control.py``), its statements
+    in one transaction."""
+    alias = using or get_settings().DATABASE_ALIAS
+    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
+        if message.debounce is not None:
+            holder, pushed = _enqueue_control.debounce(cursor, message)
+            return _enqueued(message.queue, holder, deduplicated=pushed)
+        found = _enqueue_control.take_window(cursor, message)
+        if found is not None:
+            return _enqueued(message.queue, found, deduplicated=True)
+        written = write_message(replace(message, unique_for=None), alias)
+        holder = _enqueue_control.Holder(
+            written.id, written.task, written.enqueued_at, written.available_at
+        )
+        _enqueue_control.record_window_holder(cursor, message, holder)
+        return written
+
+
+def _enqueued(
+    queue: str, holder: _enqueue_control.Holder, *, deduplicated: bool
+) -> EnqueuedMessage:
+    return EnqueuedMessage(
+        id=holder.id,
+        queue=queue,
+        task=holder.task,
+        enqueued_at=holder.enqueued_at,
+        available_at=holder.available_at,
+        deduplicated=deduplicated,
+    )
+
+
 # The INSERT by (fair queue, dedup key).
 _ENQUEUE_STATEMENTS = {
     (False, False): _sql.ENQUEUE,
@@ -249,7 +318,9 @@ def enqueue(
     A rollback leaves no message and sends no notification. ``run_after`` is an aware
     datetime or a timedelta added to database time, either way from
     ``_validation.RUN_AFTER_EARLIEST`` to ``RUN_AFTER_LATEST``. With ``dedup_key``, a live message of the
-    same queue and key is returned instead (``deduplicated=True``). Raises
+    same queue and key is returned instead (``deduplicated=True``); with ``unique_for`` too,
+    the key's first message for that long, live or not; with ``debounce``, the key's message
+    that has not started, its payload replaced and its start pushed back. Raises
     :class:`~django_pgqueue.exceptions.InvalidMessage` before writing anything on bad input.
     ``options``: :class:`MessageOptions`.
     """

@@ -31,6 +31,8 @@ class Handler:
     visibility_timeout: float | None = None
     backoff_base: float | None = None
     backoff_max: float | None = None
+    #: Most snoozes of one message (``raise Snooze``); ``None``: ``MAX_SNOOZES``.
+    max_snoozes: int | None = None
     #: Called with (message id, dead reason) after a worker buried one of this handler's
     #: messages: its last attempt timed out, raised, or its lease expired. Must not raise.
     on_dead: Callable[[int, str], None] | None = None
@@ -74,12 +76,14 @@ def handler(
     visibility_timeout: float | None = None,
     backoff_base: float | None = None,
     backoff_max: float | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[F], F]:
     """Register a sync or async function as the handler of task ``name``.
 
     The function receives the payload; if its first parameter is named ``context`` it gets a
     :class:`~django_pgqueue.worker.context.MessageContext` first (message id, attempt,
-    ``extend_lease()``).
+    ``extend_lease()``). ``max_snoozes``: how many times one message may snooze
+    (``raise django_pgqueue.Snooze(seconds)``; default ``MAX_SNOOZES``).
     """
     validate_task_name(name)
     if queue is not None:
@@ -89,6 +93,10 @@ def handler(
     for label, value in (("timeout", timeout), ("visibility_timeout", visibility_timeout)):
         if value is not None and value <= 0:
             raise ValueError(f"{label} must be > 0 seconds")
+    if max_snoozes is not None and (
+        not isinstance(max_snoozes, int) or isinstance(max_snoozes, bool) or max_snoozes < 0
+    ):
+        raise ValueError(f"max_snoozes must be a whole number >= 0; got {max_snoozes!r}")
 
     def decorate(func: F) -> F:
         params = list(inspect.signature(func).parameters)
@@ -104,6 +112,7 @@ def handler(
                 visibility_timeout=visibility_timeout,
                 backoff_base=backoff_base,
                 backoff_max=backoff_max,
+                max_snoozes=max_snoozes,
             )
         )
         return func

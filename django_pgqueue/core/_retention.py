@@ -22,6 +22,9 @@ A run has two kinds of steps: the day partitions (DDL: only the archive's owner 
 row deletes (DML). A step that cannot run is one line in the report's ``problems``, and the
 others still run: a role with DML grants only expires dead letters and short retentions while
 the owner creates and drops days from cron (``pgq_prune --partitions-only``).
+
+The row deletes also keep job control's tables small (``housekeeping``): the unique windows
+that expired, and the progress rows of messages that left the live table.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from django.db import DatabaseError, connections
 from psycopg import sql as pgsql
 
 from ..conf import PgQueueSettings, get_settings
-from . import _partitions, _retention_sql
+from . import _job_control_sql, _partitions, _retention_sql
 from ._partitions import ARCHIVE_TABLE, DEFAULT_PARTITION
 
 logger = logging.getLogger("django_pgqueue.retention")
@@ -120,7 +123,7 @@ def guard_bound(source: str, alias: str) -> int | None:
 class Step:
     """One thing a run did or, in a dry run, would do."""
 
-    source: str  # "archive" or "dead"
+    source: str  # "archive", "dead", or job control's "unique windows" and "progress"
     action: str  # "drop", "delete", "keep", "create"
     target: str  # a partition, or 'queue "name"'
     rows: int | None = None
@@ -421,6 +424,54 @@ class _Run:
         except DatabaseError as exc:
             self.problem(f"batches: completed batches not deleted: {error_text(exc)}")
 
+    def housekeeping(self) -> None:
+        """Delete expired unique windows and orphaned progress rows, within the budget."""
+        for source, delete, count, target in (
+            (
+                "unique windows",
+                _job_control_sql.DELETE_EXPIRED_WINDOWS,
+                _job_control_sql.COUNT_EXPIRED_WINDOWS,
+                "expired windows",
+            ),
+            (
+                "progress",
+                _job_control_sql.DELETE_ORPHAN_PROGRESS,
+                _job_control_sql.COUNT_ORPHAN_PROGRESS,
+                "rows of messages no longer live",
+            ),
+        ):
+            if self.budget <= 0:
+                return  # the archive and dead rows spent the run's budget: the rest next run
+            try:
+                total = self._delete_batches(delete, count)
+            except DatabaseError as exc:
+                self.problem(f"{source}: {target} not deleted: {error_text(exc)}")
+                continue
+            if total:
+                note = (
+                    "RETENTION_DELETE_LIMIT reached: the rest next run" if self.budget <= 0 else ""
+                )
+                self.step(source, "delete", target, total, note=note)
+
+    def _delete_batches(self, delete: str, count: str) -> int:
+        """``delete`` one batch per transaction (``count`` in a dry run) within the budget."""
+        total = 0
+        with self.connection.cursor() as cursor:
+            if self.dry_run:
+                cursor.execute(count, [max(self.budget, 0)])
+                total = int(cursor.fetchone()[0])
+                self.budget -= total
+                return total
+            while self.budget > 0:
+                want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
+                cursor.execute(delete, [want])
+                done = int(cursor.fetchone()[0])
+                total += done
+                self.budget -= done
+                if done < want:
+                    break
+        return total
+
     def expire_dead(self) -> None:
         try:
             self._expire_dead()
@@ -450,13 +501,15 @@ def run_retention(
     sources: tuple[str, ...] = ("archive", "dead"),
     partitions: bool = True,
     rows: bool = True,
+    housekeeping: bool = True,
 ) -> RetentionReport:
     """Expire what the retention settings say is due, now; what ``pgq_prune`` runs.
 
     ``partitions``: create the archive's days ahead and drop the expired ones (DDL, the
     owner's); ``rows``: delete expired rows in batches (DML). Returns ``busy`` without doing
     anything when another run holds the lock. ``dry_run`` changes nothing and counts what
-    would go. A step that cannot run is a line in ``problems``; the others still run.
+    would go. ``housekeeping`` (with ``rows``): also delete expired unique windows and the
+    progress rows of messages no longer live. A step that cannot run is a line in ``problems``; the others still run.
     """
     conf = get_settings()
     alias = using or conf.DATABASE_ALIAS
@@ -478,6 +531,8 @@ def run_retention(
             run.expire_dead()
         if "archive" in sources and rows:
             run.expire_batches()
+        if housekeeping and rows:
+            run.housekeeping()
         run.report.seconds = time.monotonic() - started
         return run.report
     finally:

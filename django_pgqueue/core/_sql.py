@@ -290,6 +290,40 @@ UNION ALL
 SELECT message_id, 'buried', reason FROM buried
 """
 
+# A handler snoozed (``django_pgqueue.Snooze``): the message waits ``delay`` seconds and runs
+# again, the attempt counted at claim given back and a snooze counted instead, while it has
+# snoozed fewer than its limit times and cancel() has not flagged it. The others come back
+# still leased, with why ('limit', 'cancelled'): the caller buries them (``FAIL``). Fenced by
+# lease token. In a fair queue the claim took the message out of the fair order (-1): it
+# takes a new place when it falls due, as a retried one does.
+SNOOZE = """
+WITH batch AS NOT MATERIALIZED (
+    SELECT %s::bigint[] AS ids, %s::uuid[] AS tokens, %s::float8[] AS delays,
+           %s::int[] AS limits
+), target AS (
+    SELECT m.id, b.delays[at] AS delay,
+           CASE WHEN m.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                WHEN m.snoozes >= b.limits[at] THEN 'limit' END AS refused
+    FROM pgqueue_message m
+    CROSS JOIN batch b
+    CROSS JOIN LATERAL array_position(b.tokens, m.lease_token) AS at
+    WHERE m.id = ANY(b.ids) AND m.lease_token IS NOT NULL AND b.ids[at] = m.id
+    FOR UPDATE OF m
+), snoozed AS (
+    UPDATE pgqueue_message m
+    SET available_at = now() + make_interval(secs => t.delay),
+        lease_token = NULL, leased_by = NULL, leased_at = NULL,
+        attempts = GREATEST(m.attempts - 1, 0), snoozes = m.snoozes + 1
+    FROM target t
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE refused IS NULL)) AND m.id = t.id
+      AND t.refused IS NULL
+    RETURNING m.id
+)
+SELECT id, NULL FROM snoozed
+UNION ALL
+SELECT id, refused FROM target WHERE refused IS NOT NULL
+"""
+
 # Lengthen (or shorten) a lease: PGMQ's set_vt, fenced by lease token. Also tells which of
 # them cancel() flagged meanwhile (the worker's heartbeat passes that on to the handlers).
 EXTEND = f"""

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..exceptions import InvalidMessage, PayloadError, QueueNameError
+from ..exceptions import SNOOZE_MAX_SECONDS, InvalidMessage, PayloadError, QueueNameError
 
 __all__ = [
     "MAX_ATTEMPTS_LIMIT",
@@ -24,6 +24,7 @@ __all__ = [
     "printable",
     "storable_text",
     "validate_delay",
+    "validate_duration",
     "validate_priority",
     "validate_queue_name",
 ]
@@ -45,6 +46,8 @@ TASK_NAME_MAX_LENGTH = 255
 # separators: in a task name each could end a log line early or drive a terminal.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 DEDUP_KEY_MAX_LENGTH = 255
+#: Longest note a progress report keeps (``MessageContext.report_progress``).
+PROGRESS_NOTE_MAX_LENGTH = 200
 TENANT_MAX_LENGTH = 255
 
 #: ``run_after`` (a datetime, or database time + a timedelta) falls in [EARLIEST, LATEST).
@@ -189,6 +192,32 @@ def validate_delay(run_after: datetime | timedelta | None) -> tuple[datetime | N
     raise InvalidMessage(
         f"run_after must be an aware datetime, a timedelta or None; got {type(run_after).__name__}."
     )
+
+
+#: Longest ``unique_for`` window and ``debounce`` delay, as a ``Snooze``'s: a year. Longer is
+#: a schedule, not a window (``run_after``, a periodic job).
+DURATION_MAX_SECONDS = SNOOZE_MAX_SECONDS
+
+
+def validate_duration(value: object, what: str, *, zero: bool = False) -> float:
+    """``value`` (a timedelta or a number of seconds) as seconds, in (0, a year]
+    (``zero``: from 0); :class:`InvalidMessage` naming ``what`` otherwise."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidMessage(
+            f"{what} must be a timedelta or a number of seconds; got {type(value).__name__}."
+        )
+    low_ok = seconds >= 0 if zero else seconds > 0
+    if not (low_ok and seconds <= DURATION_MAX_SECONDS):  # NaN fails too
+        low = "from 0" if zero else "more than 0"
+        raise InvalidMessage(
+            f"{what} must be {low} seconds and at most a year ({DURATION_MAX_SECONDS:.0f}s); "
+            f"got {value!r}."
+        )
+    return seconds
 
 
 _EARLIEST_SECONDS = RUN_AFTER_EARLIEST.timestamp()

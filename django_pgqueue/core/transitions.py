@@ -31,6 +31,7 @@ __all__ = [
     "extend",
     "fail",
     "release",
+    "snooze",
     "start_alone",
 ]
 
@@ -55,6 +56,9 @@ class Outcome:
     cancel_requested: list[int] = field(default_factory=list)
     # fail(): the reason each of ``buried`` was buried with (cancel() overrides the caller's).
     dead_reasons: dict[int, str] = field(default_factory=dict)
+    # snooze(): the leases not snoozed, still held, and why: ``"limit"`` (snoozed
+    # ``max_snoozes`` times already) or ``"cancelled"`` (cancel() flagged the message).
+    not_snoozed: dict[int, str] = field(default_factory=dict)
 
 
 def _pairs(leases: Iterable[LeaseRef]) -> tuple[list[int], list[uuid.UUID | None]]:
@@ -224,6 +228,38 @@ def fail(attempts: Sequence[FailedAttempt], *, using: str | None = None) -> Outc
         buried=buried,
         dead_reasons=dead_reasons,
     )
+
+
+def snooze(
+    leases: Sequence[LeaseRef],
+    seconds: Sequence[float],
+    *,
+    max_snoozes: Sequence[int] | int,
+    using: str | None = None,
+) -> Outcome:
+    """Make leased messages wait ``seconds`` (one per lease) and run again without spending
+    an attempt: each gives back the attempt its claim counted and counts a snooze.
+
+    ``done``: snoozed. ``not_snoozed``: still leased, with why (``"limit"``: it had already
+    snoozed ``max_snoozes`` times; ``"cancelled"``): the caller decides what becomes of them
+    (the worker buries them with :func:`fail`). ``stale``: the lease was lost.
+    """
+    ids, tokens = _pairs(leases)
+    if len(seconds) != len(ids):
+        raise ValueError("snooze(): one delay per lease")
+    if not ids:
+        return Outcome()
+    limits = [max_snoozes] * len(ids) if isinstance(max_snoozes, int) else list(max_snoozes)
+    if len(limits) != len(ids):
+        raise ValueError("snooze(): one max_snoozes per lease")
+    if any(s < 0 for s in seconds) or any(n < 0 for n in limits):
+        raise ValueError("snooze(): delays and max_snoozes must be >= 0")
+    connection = connections[_alias(using)]
+    params = [_array(ids), _array(tokens), [float(s) for s in seconds], limits]
+    rows = _run(connection, _sql.SNOOZE, params, ack_settings(connection))
+    done = [row[0] for row in rows if row[1] is None]
+    refused = {row[0]: row[1] for row in rows if row[1] is not None}
+    return Outcome(done=done, stale=_stale(ids, [*done, *refused]), not_snoozed=refused)
 
 
 def extend(

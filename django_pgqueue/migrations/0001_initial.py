@@ -1,9 +1,10 @@
 # The whole schema of django_pgqueue; until 0.1 is released, schema changes fold into it.
 
+import django.db.models.deletion
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-from django_pgqueue.core import _flow_sql
+from django_pgqueue.core import _composition_sql, _flow_sql
 from django_pgqueue.core._partitions import create_archive_partitions
 from django_pgqueue.core._retention_sql import CREATE_ARCHIVE_TABLE
 
@@ -287,6 +288,7 @@ class Migration(migrations.Migration):
                             ("lease_expired", "lease expired on its last attempt"),
                             ("discarded", "discarded by an operator"),
                             ("cancelled", "cancelled (django_pgqueue.cancel)"),
+                            ("dependency_failed", "a message it depends on failed"),
                         ],
                         max_length=32,
                     ),
@@ -333,6 +335,7 @@ class Migration(migrations.Migration):
                                     "lease_expired",
                                     "discarded",
                                     "cancelled",
+                                    "dependency_failed",
                                 ],
                             )
                         ),
@@ -548,5 +551,273 @@ class Migration(migrations.Migration):
         migrations.RunSQL(
             sql=list(_flow_sql.DEFINITIONS.values()),
             reverse_sql=list(_flow_sql.DROP),
+        ),
+        # Job control: unique windows, progress, debounce keys, snoozes.
+        migrations.CreateModel(
+            name="MessageProgress",
+            fields=[
+                ("message_id", models.BigIntegerField(primary_key=True, serialize=False)),
+                ("done", models.BigIntegerField()),
+                ("total", models.BigIntegerField(blank=True, null=True)),
+                ("note", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "updated_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+            ],
+            options={
+                "verbose_name": "message progress",
+                "verbose_name_plural": "message progress",
+                "db_table": "pgqueue_progress",
+            },
+        ),
+        migrations.CreateModel(
+            name="UniqueWindow",
+            fields=[
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "queue",
+                        "key",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("queue", models.CharField(max_length=48)),
+                ("key", models.CharField(max_length=255)),
+                ("expires_at", models.DateTimeField()),
+                ("message_id", models.BigIntegerField(blank=True, null=True)),
+                ("task", models.CharField(blank=True, max_length=255, null=True)),
+                ("enqueued_at", models.DateTimeField(blank=True, null=True)),
+                ("available_at", models.DateTimeField(blank=True, null=True)),
+            ],
+            options={
+                "verbose_name": "unique window",
+                "db_table": "pgqueue_unique_window",
+            },
+        ),
+        migrations.AddField(
+            model_name="message",
+            name="debounce_key",
+            field=models.CharField(
+                blank=True,
+                help_text="Debounced messages only (enqueue(..., dedup_key=..., debounce=...)): the key a later debounced enqueue finds this message by while it has not started.",
+                max_length=255,
+                null=True,
+            ),
+        ),
+        migrations.AddField(
+            model_name="message",
+            name="snoozes",
+            field=models.IntegerField(
+                db_default=0,
+                default=0,
+                help_text="How many times its handler snoozed it (raise Snooze); bounded by MAX_SNOOZES.",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="message",
+            index=models.Index(
+                condition=models.Q(("debounce_key__isnull", False)),
+                fields=["queue", "debounce_key"],
+                name="pgq_message_debounce",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="uniquewindow",
+            index=models.Index(fields=["expires_at"], name="pgq_unique_window_expires"),
+        ),
+        # Composition: waiting messages, dependencies, batches.
+        migrations.CreateModel(
+            name="Batch",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("label", models.CharField(blank=True, default="", max_length=200)),
+                ("total", models.IntegerField()),
+                ("succeeded", models.IntegerField(db_default=0, default=0)),
+                ("failed", models.IntegerField(db_default=0, default=0)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "completed_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When every member had finished or died, first.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "succeeded_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When every member had finished successfully.",
+                        null=True,
+                    ),
+                ),
+                ("on_complete_id", models.BigIntegerField(blank=True, null=True)),
+                ("on_success_id", models.BigIntegerField(blank=True, null=True)),
+                ("on_failure_id", models.BigIntegerField(blank=True, null=True)),
+            ],
+            options={
+                "verbose_name": "batch",
+                "verbose_name_plural": "batches",
+                "db_table": "pgqueue_batch",
+            },
+        ),
+        migrations.CreateModel(
+            name="BatchMember",
+            fields=[
+                ("message_id", models.BigIntegerField(primary_key=True, serialize=False)),
+            ],
+            options={
+                "verbose_name": "batch member",
+                "db_table": "pgqueue_batch_member",
+            },
+        ),
+        migrations.CreateModel(
+            name="Dependency",
+            fields=[
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "prerequisite_id",
+                        "dependent_id",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("prerequisite_id", models.BigIntegerField()),
+                ("dependent_id", models.BigIntegerField()),
+            ],
+            options={
+                "verbose_name": "dependency",
+                "db_table": "pgqueue_dependency",
+            },
+        ),
+        migrations.CreateModel(
+            name="WaitingMessage",
+            fields=[
+                ("id", models.BigIntegerField(primary_key=True, serialize=False)),
+                ("queue", models.CharField(max_length=48)),
+                ("task", models.CharField(max_length=255)),
+                ("payload", models.JSONField(blank=True, null=True)),
+                ("priority", models.SmallIntegerField(default=0)),
+                ("tenant", models.CharField(blank=True, max_length=255, null=True)),
+                (
+                    "enqueued_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("max_attempts", models.IntegerField(default=3)),
+                (
+                    "pending",
+                    models.IntegerField(
+                        help_text="Dependencies not finished yet; released into the live table at 0. A batch's callback waits on its batch instead (1), which releases it."
+                    ),
+                ),
+                (
+                    "run_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Not available before this time, once released.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "delay",
+                    models.FloatField(
+                        default=0, help_text="Seconds after its release before it is available."
+                    ),
+                ),
+                (
+                    "fair",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Its queue is fair: it enters the fair order once due.",
+                    ),
+                ),
+                (
+                    "wake_channel",
+                    models.TextField(
+                        blank=True,
+                        help_text="Where its release notifies the workers (NULL: nowhere).",
+                        null=True,
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "waiting message",
+                "db_table": "pgqueue_waiting",
+            },
+        ),
+        migrations.AddField(
+            model_name="archivedmessage",
+            name="composed",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                help_text="Part of a composition: a batch member, a dependency of a waiting message, or a message that waited. Only such rows make the archive's and the dead table's triggers look for what follows from them (core/_composition_sql.py).",
+            ),
+        ),
+        migrations.AddField(
+            model_name="deadmessage",
+            name="composed",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                help_text="Part of a composition: a batch member, a dependency of a waiting message, or a message that waited. Only such rows make the archive's and the dead table's triggers look for what follows from them (core/_composition_sql.py).",
+            ),
+        ),
+        migrations.AddField(
+            model_name="message",
+            name="composed",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                help_text="Part of a composition: a batch member, a dependency of a waiting message, or a message that waited. Only such rows make the archive's and the dead table's triggers look for what follows from them (core/_composition_sql.py).",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="batch",
+            index=models.Index(
+                condition=models.Q(("completed_at__isnull", True)),
+                fields=["created_at"],
+                name="pgq_batch_open",
+            ),
+        ),
+        migrations.AddField(
+            model_name="batchmember",
+            name="batch",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="members",
+                to="django_pgqueue.batch",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="dependency",
+            index=models.Index(fields=["dependent_id"], name="pgq_dependency_dependent"),
+        ),
+        migrations.AddIndex(
+            model_name="waitingmessage",
+            index=models.Index(fields=["queue"], name="pgq_waiting_queue"),
+        ),
+        # Dependencies released, failures passed on and batches counted in the database
+        # (core/_composition_sql.py).
+        migrations.RunSQL(
+            sql=list(_composition_sql.DEFINITIONS),
+            reverse_sql=list(_composition_sql.DROP),
+        ),
+        # Every acknowledgement of a batch member rewrites its batch's row, every finished
+        # dependency its dependents' rows: room for HOT updates.
+        migrations.RunSQL(
+            sql="ALTER TABLE pgqueue_batch SET (fillfactor = 50);"
+            " ALTER TABLE pgqueue_waiting SET (fillfactor = 70);",
+            reverse_sql=migrations.RunSQL.noop,
         ),
     ]

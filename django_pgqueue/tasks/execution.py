@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..conf import get_settings
 from ..core._registry import Handler, registry
+from ..exceptions import Snooze
 from . import results
 from .framework import (
     Task,
@@ -199,6 +200,8 @@ def _sync_runner(task: Task) -> Callable[[MessageContext, Any], Any]:
             else:
                 value = task.func(*args, **kwargs)
             value = _returned(value)
+        except Snooze:
+            raise  # not a failure: the worker puts the message back to wait
         except Exception as exc:
             if context.is_last_attempt and not context.abandoned:
                 # Inside the except block: Django's logging receiver records exc_info.
@@ -232,6 +235,8 @@ def _async_runner(task: Task) -> Callable[[MessageContext, Any], Any]:
             else:
                 value = await task.func(*args, **kwargs)
             value = _returned(value)
+        except Snooze:
+            raise
         except Exception as exc:
             if context.is_last_attempt:
                 await _asend(task_finished, sender, _failed(running, exc))

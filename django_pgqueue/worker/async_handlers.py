@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from ..exceptions import Snooze
 from .failures import HandlerTimeout
 from .storable import encode_result
 
@@ -114,6 +115,9 @@ class AsyncHandlers:
                     else:
                         result = await handler.func(job.payload())
                 encoded = encode_result(result, ex.max_result_bytes)
+            except Snooze as snooze:
+                ex.snooze_job(job, snooze.seconds)
+                return
             except BaseException as exc:  # SystemExit from a handler is a failure too
                 error = exc
                 if isinstance(exc, TimeoutError) and scope.expired():

@@ -1,10 +1,12 @@
 """The completer service: archives finished messages and records failures in batches, in a
 thread of its own, which also runs the heartbeat (``heartbeat.py``) when it falls due.
 
-Handlers hand their outcome over and move on; this thread writes them with one statement
-per batch (flushed every ``COMPLETION_FLUSH_INTERVAL`` or as soon as ``flush_size`` are
+Handlers hand their outcome (a result, a failure, a snooze) over and move on; this thread
+writes them with one statement per kind and batch (flushed every ``COMPLETION_FLUSH_INTERVAL`` or as soon as ``flush_size`` are
 waiting), so processing does not pay a database round trip per message. Writes are fenced by
 lease token: a message whose lease was lost is reported stale and left to its new owner.
+The progress handlers report is written here too, each message's latest report, at most
+every ``PROGRESS_INTERVAL`` (``core/_progress.py``).
 
 Outcomes arrive storable (``storable.py`` checks them in the handler's thread). Should the
 database still refuse a batch's data, the batch is written row by row so that only the row
@@ -22,12 +24,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import DataError
+from django.db import DatabaseError, DataError
 
-from ..core import transitions
+from ..conf import get_settings
+from ..core import _progress, transitions
 from ..core._registry import notify_dead
 from ..core._validation import printable
-from ..exceptions import ResultNotSerializable, Stopped
+from ..exceptions import ResultNotSerializable, SnoozeLimitExceeded, Stopped
 from ..metrics.instruments import Instruments
 from ..models import DeadReason
 from .db import retrying
@@ -57,6 +60,7 @@ class Completer(Service):
         log_error_chars: int = 200,
         instruments: Instruments | None = None,
         on_crash: OnCrash | None = None,
+        progress_interval: float | None = None,
     ) -> None:
         super().__init__(on_crash=on_crash)
         self.alias = alias
@@ -73,6 +77,15 @@ class Completer(Service):
         self._done: list[Message] = []
         self._done_results: list[str | None] = []
         self._failed: list[tuple[transitions.FailedAttempt, Message]] = []
+        self._snoozed: list[_Snooze] = []
+        # Progress: each message's latest report, written at most every progress_interval;
+        # the messages whose row exists (deleted with their outcome).
+        self.progress_interval = (
+            get_settings().PROGRESS_INTERVAL if progress_interval is None else progress_interval
+        )
+        self._progress: dict[int, _Report] = {}
+        self._progress_due = 0.0
+        self._progress_rows: set[int] = set()
         self._oldest = 0.0
         self._busy = False
         self._kicked = False
@@ -83,7 +96,7 @@ class Completer(Service):
 
     def complete(self, message: Message, result_json: str | None) -> None:
         with self._cond:
-            first = not self._done and not self._failed
+            first = not self._waiting()
             if first:
                 self._oldest = time.monotonic()
             self._done.append(message)
@@ -94,10 +107,31 @@ class Completer(Service):
 
     def fail(self, attempt: transitions.FailedAttempt, message: Message) -> None:
         with self._cond:
-            if not self._done and not self._failed:
+            if not self._waiting():
                 self._oldest = time.monotonic()
             self._failed.append((attempt, message))
             self._cond.notify()
+
+    def snooze(self, message: Message, seconds: float, max_snoozes: int) -> None:
+        """The handler raised ``Snooze(seconds)``: written with the next batch."""
+        with self._cond:
+            first = not self._waiting()
+            if first:
+                self._oldest = time.monotonic()
+            self._snoozed.append(_Snooze(message, seconds, max_snoozes))
+            if first or self._waiting() >= self.flush_size:
+                self._cond.notify()
+
+    def progress(self, message: Message, done: int, total: int | None, note: str) -> None:
+        """The handler's latest progress (checked), written when the interval allows."""
+        with self._cond:
+            first = not self._progress
+            self._progress[message.id] = _Report(message, done, total, note)
+            if first:
+                self._cond.notify()
+
+    def _waiting(self) -> int:
+        return len(self._done) + len(self._failed) + len(self._snoozed)
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -115,14 +149,14 @@ class Completer(Service):
 
     def pending(self) -> int:
         with self._cond:
-            return len(self._done) + len(self._failed) + (1 if self._busy else 0)
+            return self._waiting() + (1 if self._busy else 0)
 
     def wait_for_work(self, timeout: float) -> None:
         """Block until a batch is due or ``timeout`` passes (called by the completer loop)."""
         with self._cond:
             end = time.monotonic() + timeout
             while True:
-                waiting = len(self._done) + len(self._failed)
+                waiting = self._waiting()
                 now = time.monotonic()
                 if waiting and (
                     waiting >= self.flush_size
@@ -130,12 +164,16 @@ class Completer(Service):
                     or now - self._oldest >= self.flush_interval
                 ):
                     return
+                if self._progress and now >= self._progress_due:
+                    return
                 if now >= end or self._kicked:
                     self._kicked = False
                     return
                 limit = end - now
                 if waiting:
                     limit = min(limit, self._oldest + self.flush_interval - now)
+                if self._progress:
+                    limit = min(limit, self._progress_due - now)
                 self._cond.wait(max(limit, 0.0005))
 
     def wake(self) -> None:
@@ -148,8 +186,13 @@ class Completer(Service):
         """The leases of every outcome not written, forgotten here: what a worker whose
         completer failed releases before it exits."""
         with self._cond:
-            messages = [*self._done, *(m for _, m in self._failed)]
+            messages = [
+                *self._done,
+                *(m for _, m in self._failed),
+                *(s.message for s in self._snoozed),
+            ]
             self._done, self._done_results, self._failed = [], [], []
+            self._snoozed, self._progress = [], {}
         return [(m.id, m.lease_token) for m in messages if m.lease_token is not None]
 
     def flush(self) -> None:
@@ -158,18 +201,33 @@ class Completer(Service):
         (an outage, a slow statement) never goes as one statement whose cost grows with it."""
         with self._cond:
             done, results = self._done, self._done_results
-            failed = self._failed
-            self._done, self._done_results, self._failed = [], [], []
-            self._busy = bool(done or failed)
+            failed, snoozed = self._failed, self._snoozed
+            self._done, self._done_results, self._failed, self._snoozed = [], [], [], []
+            progress: dict[int, _Report] = {}
+            if self._progress and time.monotonic() >= self._progress_due:
+                progress, self._progress = self._progress, {}
+                self._progress_due = time.monotonic() + self.progress_interval
+            self._busy = bool(done or failed or snoozed or progress)
         size = max(1, self.flush_size)
+        finished = (
+            [m.id for m in done] + [m.id for _, m in failed] + [s.message.id for s in snoozed]
+        )
         queues = {m.queue for m in done} | {m.queue for _, m in failed}
+        queues |= {s.message.queue for s in snoozed}
         try:
+            if progress:
+                ending = set(finished)
+                self._write_progress([r for i, r in progress.items() if i not in ending])
             while done:
                 self._archive(done[:size], results[:size])
                 del done[:size], results[:size]
             while failed:
                 self._record_failures(failed[:size])
                 del failed[:size]
+            while snoozed:
+                self._record_snoozes(snoozed[:size])
+                del snoozed[:size]
+            self._forget_progress(finished)
             if queues and self.on_written is not None:
                 self.on_written(queues)
         except Stopped:
@@ -184,6 +242,7 @@ class Completer(Service):
             with self._cond:
                 self._done[:0], self._done_results[:0] = done, results
                 self._failed[:0] = failed
+                self._snoozed[:0] = snoozed
             raise
         finally:
             with self._cond:
@@ -342,10 +401,120 @@ class Completer(Service):
                 outcome.stale[:20],
             )
 
+    def _record_snoozes(self, snoozed: list[_Snooze]) -> None:
+        def write() -> transitions.Outcome:
+            return transitions.snooze(
+                [s.message for s in snoozed],
+                [s.seconds for s in snoozed],
+                max_snoozes=[s.max_snoozes for s in snoozed],
+                using=self.alias,
+            )
+
+        outcome = retrying("recording snoozes", write, alias=self.alias, abort=self.abort)
+        done = set(outcome.done)
+        for s in snoozed:
+            if s.message.id in done:
+                logger.info(
+                    "Message %s (%s on %s) snoozed for %.1fs; its attempt %s is given back.",
+                    s.message.id,
+                    printable(s.message.task),
+                    s.message.queue,
+                    s.seconds,
+                    s.message.attempts,
+                )
+        if done and self.on_retried is not None:
+            # A snoozed message waits as a retried one does: the worker plans its wake-up.
+            self.on_retried({s.message.queue for s in snoozed if s.message.id in done})
+        refused = [
+            (self._not_snoozed(s, outcome.not_snoozed[s.message.id]), s.message)
+            for s in snoozed
+            if s.message.id in outcome.not_snoozed
+        ]
+        if refused:
+            self._record_failures(refused)
+        if outcome.stale:
+            logger.warning(
+                "%d snoozes were not recorded because their lease was lost: %s",
+                len(outcome.stale),
+                outcome.stale[:20],
+            )
+
+    @staticmethod
+    def _not_snoozed(snoozed: _Snooze, why: str) -> transitions.FailedAttempt:
+        """The failure that buries a message whose snooze was refused."""
+        message = snoozed.message
+        if why == "cancelled":
+            type_name, reason = "Cancelled", DeadReason.CANCELLED
+            text = "cancel requested; the handler snoozed, so it is not run again"
+        else:
+            type_name = f"{SnoozeLimitExceeded.__module__}.{SnoozeLimitExceeded.__qualname__}"
+            reason = DeadReason.ERROR
+            text = (
+                f"the handler snoozed it more than {snoozed.max_snoozes} times "
+                "(its max_snoozes, or MAX_SNOOZES)"
+            )
+        error = transitions.error_entry(
+            attempt=message.attempts, worker_id=message.leased_by, type_name=type_name, message=text
+        )
+        return transitions.FailedAttempt(
+            lease=message, error=error, retry_in=None, final_reason=reason
+        )
+
+    def _write_progress(self, reports: list[_Report]) -> None:
+        rows = [
+            (r.message.id, r.message.lease_token, r.done, r.total, r.note)
+            for r in reports
+            if r.message.lease_token is not None
+        ]
+        if not rows:
+            return
+        self._progress_rows.update(row[0] for row in rows)
+        try:
+            retrying(
+                "writing progress",
+                lambda: _progress.write_progress(rows, using=self.alias),
+                alias=self.alias,
+                abort=self.abort,
+            )
+        except DatabaseError as exc:
+            # Progress is a hint: a refused write costs that report, never an outcome.
+            logger.warning("Progress of %d messages not written: %s", len(rows), _first_line(exc))
+
+    def _forget_progress(self, finished: list[int]) -> None:
+        """Delete the progress rows of messages whose outcome was just written."""
+        gone = [i for i in finished if i in self._progress_rows]
+        if not gone:
+            return
+        self._progress_rows.difference_update(gone)
+        try:
+            retrying(
+                "deleting progress",
+                lambda: _progress.forget_progress(gone, using=self.alias),
+                alias=self.alias,
+                abort=self.abort,
+            )
+        except DatabaseError as exc:  # retention deletes what is left behind
+            logger.warning("Progress of %d messages not deleted: %s", len(gone), _first_line(exc))
+
     def _excerpt(self, error: dict[str, Any]) -> str:
         """``": <excerpt>"`` of an error message for a log line, or nothing (type only)."""
         excerpt = log_excerpt(error.get("message"), self.log_error_chars)
         return f": {excerpt}" if excerpt else ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Snooze:
+    message: Message
+    seconds: float
+    max_snoozes: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Report:
+    message: Message
+    done: int
+    total: int | None
+    note: str
 
 
 #: How long the thread waits for work when no heartbeat is due (a wake-up comes first).

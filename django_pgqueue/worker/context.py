@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..core._progress import check_progress
+
 
 @dataclass
 class MessageContext:
@@ -20,6 +22,8 @@ class MessageContext:
     ``cancel_requested`` turns True once ``django_pgqueue.cancel()`` flagged the message, seen
     when the worker hears of it (a notification, its heartbeat, or ``extend_lease()``): stop
     early and raise, and the message is buried with reason ``cancelled`` instead of retried.
+    ``report_progress(done, total, note=...)`` records how far the handler got, for
+    ``django_pgqueue.get_progress()``, the admin and ``pgq_status``.
     """
 
     message_id: int
@@ -34,6 +38,9 @@ class MessageContext:
     _extend: Callable[[float], bool] | None = field(default=None, repr=False)
     _abandoned: Callable[[], bool] | None = field(default=None, repr=False)
     _cancel_requested: Callable[[], bool] | None = field(default=None, repr=False)
+    _report_progress: Callable[[int, int | None, str], None] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def is_last_attempt(self) -> bool:
@@ -46,6 +53,16 @@ class MessageContext:
     @property
     def cancel_requested(self) -> bool:
         return self._cancel_requested is not None and self._cancel_requested()
+
+    def report_progress(self, done: int, total: int | None = None, *, note: str = "") -> None:
+        """Report that ``done`` of ``total`` units are done (``total`` None: unknown), with
+        a short ``note`` (at most 200 characters). Cheap and non-blocking, in sync and async
+        handlers alike: the worker keeps the latest report and writes it at most every
+        ``PROGRESS_INTERVAL`` seconds, apart from the message's row. Bad values raise
+        ``TypeError`` or ``ValueError`` here."""
+        if self._report_progress is None:
+            raise RuntimeError("report_progress() is only available inside a worker")
+        self._report_progress(*check_progress(done, total, note))
 
     def extend_lease(self, seconds: float) -> bool:
         if self._extend is None:

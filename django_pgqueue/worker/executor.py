@@ -358,6 +358,15 @@ class Executor:
         self.instruments.handler_ran(job.message.queue, job.message.task, ran)
         return True
 
+    def snooze_job(self, job: Job, seconds: float) -> None:
+        """The handler raised ``Snooze(seconds)``: hand the snooze to the completer."""
+        limit = job.handler.max_snoozes
+        if limit is None:
+            limit = get_settings().for_queue(job.message.queue, "MAX_SNOOZES")
+        message = job.message
+        if self.finish_job(job, lambda: self.completer.snooze(message, seconds, limit)):
+            self.on_finished()
+
     def context_for(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:
         m = job.message
         return MessageContext(
@@ -373,6 +382,10 @@ class Executor:
             _extend=extend,
             _abandoned=lambda: job.state == ABANDONED,
             _cancel_requested=lambda: job.cancel_requested,
+            # Kept in memory, written by the completer: never blocks, so async handlers too.
+            _report_progress=lambda done, total, note: self.completer.progress(
+                m, done, total, note
+            ),
         )
 
     def extend_now(self, job: Job, seconds: float) -> bool:

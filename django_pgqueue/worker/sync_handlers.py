@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from ..exceptions import Snooze
 from .storable import encode_result
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class SyncHandlers:
             else:
                 result = handler.func(job.payload())
             encoded = encode_result(result, ex.max_result_bytes)
+        except Snooze as snooze:
+            ex.snooze_job(job, snooze.seconds)
+            return
         except BaseException as exc:  # SystemExit from a handler is a failure too
             # A handler's failed query may leave this thread's connection unusable.
             connections[ex.alias].close_if_unusable_or_obsolete()

@@ -26,6 +26,7 @@ from django_pgqueue.core import (
     _claim_sql,
     _composition_sql,
     _flow_sql,
+    _job_control_sql,
     _periodic_sql,
     _retention_sql,
 )
@@ -46,6 +47,7 @@ NAMED = {
     "core": core_sql,
     "periodic": _periodic_sql,
     "retention": _retention_sql,
+    "job_control": _job_control_sql,
     "worker": worker_sql,
     "admin": admin_sql,
     "tasks": tasks_sql,

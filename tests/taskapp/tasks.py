@@ -137,3 +137,17 @@ def add_to_previous(context: TaskContext[Any, Any], n: int) -> int:
     import django_pgqueue
 
     return int(django_pgqueue.previous_result(context.task_result.id)) + n
+
+
+@task
+def snooze_once(marker: str) -> str:
+    """Snoozes on its first run (it creates ``marker``), then returns ``"woke"``."""
+    from pathlib import Path
+
+    import django_pgqueue
+
+    path = Path(marker)
+    if not path.exists():
+        path.touch()
+        raise django_pgqueue.Snooze(0)
+    return "woke"

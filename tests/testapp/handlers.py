@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,54 @@ def cancellable(context: MessageContext, payload: dict[str, Any]) -> str:
             raise RuntimeError("stopped: cancel requested")
         time.sleep(0.05)
     return "finished"
+
+
+# -- job control (tests/worker/test_job_control.py) ---------------------------------------------
+
+#: Runs of each message by id, for the snooze tests.
+snooze_runs: dict[int, int] = {}
+#: Set by a test to let the progress handlers finish.
+progress_release = threading.Event()
+
+
+@django_pgqueue.handler("tests.snooze")
+def snooze_n_times(context: MessageContext, payload: dict[str, Any]) -> int:
+    """Snoozes ``payload["times"]`` times for ``payload["seconds"]``, then returns its runs."""
+    runs = snooze_runs[context.message_id] = snooze_runs.get(context.message_id, 0) + 1
+    if runs <= payload["times"]:
+        raise django_pgqueue.Snooze(payload.get("seconds", 0))
+    return runs
+
+
+@django_pgqueue.handler("tests.async-snooze")
+async def async_snooze_n_times(context: MessageContext, payload: dict[str, Any]) -> int:
+    runs = snooze_runs[context.message_id] = snooze_runs.get(context.message_id, 0) + 1
+    if runs <= payload["times"]:
+        raise django_pgqueue.Snooze(payload.get("seconds", 0))
+    return runs
+
+
+@django_pgqueue.handler("tests.snooze-twice-at-most", max_snoozes=2)
+def snooze_forever(payload: Any) -> None:
+    raise django_pgqueue.Snooze(0)
+
+
+@django_pgqueue.handler("tests.progress")
+def report_then_wait(context: MessageContext, payload: dict[str, Any]) -> str:
+    """Reports 3 of 10 done, then waits until the test lets it finish."""
+    context.report_progress(1, 10, note="warming up")
+    context.report_progress(3, 10, note="copying rows")
+    if not progress_release.wait(30):
+        raise TimeoutError("the test never released the handler")
+    return "done"
+
+
+@django_pgqueue.handler("tests.async-progress")
+async def async_report_then_wait(context: MessageContext, payload: dict[str, Any]) -> str:
+    context.report_progress(7, None, note="async")
+    deadline = time.monotonic() + 30
+    while not progress_release.is_set():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never released the handler")
+        await asyncio.sleep(0.01)
+    return "done"

@@ -34,7 +34,8 @@ class Command(BaseCommand):
             action="append",
             choices=["archive", "dead"],
             dest="sources",
-            help="Only this table (repeatable). Default: both.",
+            help="Only this table (repeatable). Default: both, and job control's expired unique "
+            "windows and the progress rows of messages no longer live.",
         )
         only = parser.add_mutually_exclusive_group()
         only.add_argument(
@@ -57,6 +58,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         sources = tuple(options["sources"] or ("archive", "dead"))
         report = run_retention(
+            # Job control's expired windows and orphaned progress go with a run of both.
+            housekeeping=not options["sources"],
             using=options["database"],
             dry_run=options["dry_run"],
             sources=sources,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...admin.display import short_duration
-from ...core._validation import validate_queue_name
+from ...core._validation import printable, validate_queue_name
 from ...exceptions import QueueNameError
 from ...status import Status, Thresholds, read_status
 
@@ -155,6 +156,15 @@ class Command(BaseCommand):
                 f"  {w.worker_id}  {served}  concurrency {w.concurrency}  "
                 f"seen {short_duration(w.seen_ago)} ago  processed {w.stats.get('processed', 0)}"
             )
+        if status.progress:
+            self.stdout.write("Progress of running messages:")
+            for running in status.progress:
+                progress = running.progress
+                self.stdout.write(
+                    f"  #{progress.message_id} {printable(running.task)} on {running.queue}: "
+                    f"{printable(progress.text())}, "
+                    f"reported {short_duration(timedelta(seconds=running.age_seconds))} ago"
+                )
         if status.problems:
             self.stdout.write("Problems:")
             for problem in status.problems:
