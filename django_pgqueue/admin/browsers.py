@@ -524,7 +524,7 @@ class DeadMessageAdmin(ReadOnlyAdmin):
             if places[int(dependency)].state.startswith("dead"):
                 hint = (
                     " Retry that one to bring this message back, waiting for it again"
-                    " (retrying this one runs it without what it depends on)."
+                    " (retrying this one makes it wait for it too)."
                 )
             return format_html("{}.{}", message_links(places), hint)
         if batch is not None and batch.isdigit():

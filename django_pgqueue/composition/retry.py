@@ -3,8 +3,8 @@
 A member that died of its own error is retried itself. One that died because a message it
 depends on failed (reason ``dependency_failed``: a chain's last step after an earlier step
 died) is brought back by retrying that failed message: the triggers then revive the steps
-after it into the waiting table, and count the member back. Retrying the member itself would
-run it without what it depends on. Either way the batch's ``failed`` count goes down as they
+after it into the waiting table, and count the member back (retrying the member alone would
+only make it wait for that one again). Either way the batch's ``failed`` count goes down as they
 come back, and its success callback runs once every member has finished.
 """
 

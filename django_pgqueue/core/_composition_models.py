@@ -108,7 +108,16 @@ class Batch(models.Model):
                 fields=["created_at"],
                 name="pgq_batch_open",
                 condition=models.Q(completed_at__isnull=True),
-            )
+            ),
+            # A callback finds its batch (``batch_of``).
+            *(
+                models.Index(
+                    fields=[f"on_{kind}_id"],
+                    name=f"pgq_batch_on_{kind}",
+                    condition=models.Q(**{f"on_{kind}_id__isnull": False}),
+                )
+                for kind in ("complete", "success", "failure")
+            ),
         ]
 
     def __str__(self) -> str:

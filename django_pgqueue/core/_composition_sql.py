@@ -101,41 +101,69 @@ BEGIN
 END $$
 """
 
-# Messages that died of a failed dependency, directly or through others, when that one came
-# back (``back``: retried, live again) -> waiting again, counting what they still wait for.
+# Messages that died of a failed dependency -> waiting again, counting the dependencies they
+# still wait for (none: released at once, as a batch's success callback is). What it keeps
+# of its waiting (delay, fair queue, wake-up channel) comes back from its dead row. Returns
+# the ids moved.
+REWAIT = """
+CREATE OR REPLACE FUNCTION pgq_rewait(ids bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    moved_ids bigint[];
+    ready bigint[];
+BEGIN
+    WITH moved AS (
+        DELETE FROM pgqueue_dead x
+        WHERE x.message_id = ANY(ids) AND x.reason = 'dependency_failed'
+        RETURNING x.*
+    ), rewaited AS (
+        INSERT INTO pgqueue_waiting
+            (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, pending,
+             run_at, delay, fair, wake_channel)
+        SELECT m.message_id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at,
+               m.max_attempts,
+               (SELECT count(*) FROM pgqueue_dependency d
+                WHERE d.dependent_id = m.message_id
+                  AND NOT EXISTS (SELECT 1 FROM pgqueue_archive a
+                                  WHERE a.message_id = d.prerequisite_id)),
+               (m.details #>> '{release,run_at}')::timestamptz,
+               COALESCE((m.details #>> '{release,delay}')::float8, 0),
+               COALESCE((m.details #>> '{release,fair}')::boolean, false),
+               m.details #>> '{release,wake_channel}'
+        FROM moved m
+        RETURNING id, pending
+    )
+    SELECT array_agg(id), array_agg(id) FILTER (WHERE pending = 0)
+    INTO moved_ids, ready
+    FROM rewaited;
+    IF ready IS NOT NULL THEN
+        PERFORM pgq_release(ready);
+    END IF;
+    RETURN COALESCE(moved_ids, '{}');
+END $$
+"""
+
+# What died of a failed dependency, directly or through others, when that one came back
+# (``back``: retried, live or waiting again) -> waiting again, the whole descent at once.
 REVIVE_DEPENDENTS = """
 CREATE OR REPLACE FUNCTION pgq_revive_dependents(back bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    WITH RECURSIVE revived(id) AS (
-        SELECT d.dependent_id
-        FROM pgqueue_dependency d
-        JOIN pgqueue_dead x ON x.message_id = d.dependent_id AND x.reason = 'dependency_failed'
-        WHERE d.prerequisite_id = ANY(back)
-        UNION
-        SELECT d.dependent_id
-        FROM revived r
-        JOIN pgqueue_dependency d ON d.prerequisite_id = r.id
-        JOIN pgqueue_dead x ON x.message_id = d.dependent_id AND x.reason = 'dependency_failed'
-    ), moved AS (
-        DELETE FROM pgqueue_dead x
-        WHERE x.message_id IN (SELECT id FROM revived) AND x.reason = 'dependency_failed'
-        RETURNING x.*
-    )
-    INSERT INTO pgqueue_waiting
-        (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, pending,
-         run_at, delay, fair, wake_channel)
-    SELECT m.message_id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at,
-           m.max_attempts,
-           (SELECT count(*) FROM pgqueue_dependency d
-            WHERE d.dependent_id = m.message_id
-              AND NOT EXISTS (SELECT 1 FROM pgqueue_archive a
-                              WHERE a.message_id = d.prerequisite_id)),
-           (m.details #>> '{release,run_at}')::timestamptz,
-           COALESCE((m.details #>> '{release,delay}')::float8, 0),
-           COALESCE((m.details #>> '{release,fair}')::boolean, false),
-           m.details #>> '{release,wake_channel}'
-    FROM moved m;
+    PERFORM pgq_rewait(ARRAY(
+        WITH RECURSIVE revived(id) AS (
+            SELECT d.dependent_id
+            FROM pgqueue_dependency d
+            JOIN pgqueue_dead x
+              ON x.message_id = d.dependent_id AND x.reason = 'dependency_failed'
+            WHERE d.prerequisite_id = ANY(back)
+            UNION
+            SELECT d.dependent_id
+            FROM revived r
+            JOIN pgqueue_dependency d ON d.prerequisite_id = r.id
+            JOIN pgqueue_dead x
+              ON x.message_id = d.dependent_id AND x.reason = 'dependency_failed'
+        )
+        SELECT id FROM revived));
 END $$
 """
 
@@ -216,17 +244,7 @@ BEGIN
         IF b.on_success_id IS NOT NULL THEN
             -- Waiting since the batch was enqueued, or buried when it completed with failures.
             PERFORM pgq_release(ARRAY[b.on_success_id]);
-            WITH revived AS (
-                DELETE FROM pgqueue_dead x
-                WHERE x.message_id = b.on_success_id AND x.reason = 'dependency_failed'
-                RETURNING x.*
-            )
-            INSERT INTO pgqueue_message
-                (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts,
-                 composed, available_at)
-            SELECT message_id, queue, task, payload, priority, tenant, enqueued_at,
-                   max_attempts, true, now()
-            FROM revived;
+            PERFORM pgq_rewait(ARRAY[b.on_success_id]);
         END IF;
     END LOOP;
 END $$
@@ -320,6 +338,7 @@ CREATE TRIGGER pgq_on_unburied AFTER DELETE ON pgqueue_dead
 DEFINITIONS = [
     RELEASE_FUNCTION,
     BURY_DEPENDENTS,
+    REWAIT,
     REVIVE_DEPENDENTS,
     SETTLE_BATCHES,
     COUNT_BATCH_MEMBERS,
@@ -337,6 +356,7 @@ DROP = [
     "DROP FUNCTION IF EXISTS pgq_count_batch_members(bigint[], text)",
     "DROP FUNCTION IF EXISTS pgq_settle_batches(bigint[])",
     "DROP FUNCTION IF EXISTS pgq_revive_dependents(bigint[])",
+    "DROP FUNCTION IF EXISTS pgq_rewait(bigint[])",
     "DROP FUNCTION IF EXISTS pgq_bury_dependents(bigint[])",
     "DROP FUNCTION IF EXISTS pgq_release(bigint[])",
 ]
@@ -386,6 +406,9 @@ MARK_DEAD_COMPOSED = "UPDATE pgqueue_dead SET composed = true WHERE message_id =
 
 # Batch members written live: their archiving or burial is counted.
 MARK_COMPOSED = "UPDATE pgqueue_message SET composed = true WHERE id = ANY(%(ids)s)"
+
+# Retried by an operator: what died of a failed dependency waits again (``pgq_rewait``).
+REWAIT_DEAD = "SELECT unnest(pgq_rewait(%(ids)s::bigint[]))"
 
 BURY_DEPENDENTS_OF = "SELECT pgq_bury_dependents(%(ids)s::bigint[])"
 

@@ -36,10 +36,17 @@ def _run_and_notify(statement: str, params: list[Any], using: str | None) -> lis
 
 
 def retry_dead(message_ids: Sequence[int], *, using: str | None = None) -> Outcome:
-    """Dead -> live, attempts reset, same message id. Ids not moved are in ``stale``: already
-    retried by someone else, or their dedup key is held by a live message."""
+    """Dead -> live, attempts reset, same message id; a message that died of a failed
+    dependency waits again for what it still depends on (released at once when that has
+    finished). Ids not moved are in ``stale``: already retried by someone else, or their
+    dedup key is held by a live message."""
     ids = list(message_ids)
-    done = _run_and_notify(_sql.RETRY_DEAD, [ids], using)
+    alias = using or get_settings().DATABASE_ALIAS
+    with transaction.atomic(using=alias):
+        with connections[alias].cursor() as cursor:
+            cursor.execute(_composition_sql.REWAIT_DEAD, {"ids": ids})
+            waiting = [row[0] for row in cursor.fetchall()]
+        done = waiting + _run_and_notify(_sql.RETRY_DEAD, [ids], alias)
     return Outcome(done=done, stale=_stale(ids, done))
 
 

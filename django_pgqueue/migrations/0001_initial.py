@@ -807,6 +807,30 @@ class Migration(migrations.Migration):
             model_name="waitingmessage",
             index=models.Index(fields=["queue"], name="pgq_waiting_queue"),
         ),
+        migrations.AddIndex(
+            model_name="batch",
+            index=models.Index(
+                condition=models.Q(("on_complete_id__isnull", False)),
+                fields=["on_complete_id"],
+                name="pgq_batch_on_complete",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="batch",
+            index=models.Index(
+                condition=models.Q(("on_success_id__isnull", False)),
+                fields=["on_success_id"],
+                name="pgq_batch_on_success",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="batch",
+            index=models.Index(
+                condition=models.Q(("on_failure_id__isnull", False)),
+                fields=["on_failure_id"],
+                name="pgq_batch_on_failure",
+            ),
+        ),
         # Dependencies released, failures passed on and batches counted in the database
         # (core/_composition_sql.py).
         migrations.RunSQL(

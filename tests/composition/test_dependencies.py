@@ -126,3 +126,15 @@ def test_purging_a_queue_buries_what_waits_on_it_elsewhere() -> None:
     assert operations.purge_queue("doomed") == 2
     assert where(same_queue.id) == "nowhere" and where(first.id) == "nowhere"
     assert DeadMessage.objects.get(message_id=elsewhere.id).reason == "dependency_failed"
+
+
+def test_retrying_a_buried_dependent_itself_makes_it_wait_never_run_without_it() -> None:
+    root = django_pgqueue.enqueue("t", {})
+    child = django_pgqueue.enqueue("t", {}, after=[root])
+    bury(root.id)
+    assert operations.retry_dead([child.id]).done == [child.id]
+    assert where(child.id) == "waiting"
+    assert WaitingMessage.objects.get(id=child.id).pending == 1
+    operations.retry_dead([root.id])
+    finish(root.id)
+    assert where(child.id) == "live"
