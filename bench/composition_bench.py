@@ -159,13 +159,14 @@ def claim_ack_rate(total: int, procs: int, *, raw: bool, triggers: bool) -> floa
     return total / elapsed
 
 
-def drain_seconds(total: int, *, batch: bool) -> float:
+def drain_seconds(total: int, *, batch: bool, triggers: bool = True) -> float:
     """Seconds 4 worker processes take to drain ``total`` plain messages or a batch of
     ``total`` members and its callback."""
     import django_pgqueue
     from django_pgqueue import step
 
     reset_tables()
+    set_triggers(triggers)
     if batch:
         django_pgqueue.enqueue_batch(
             [step("bench.noop", {}, queue=QUEUE) for _ in range(total)],
@@ -179,6 +180,7 @@ def drain_seconds(total: int, *, batch: bool) -> float:
     ((first, last, finished),) = execute(
         "SELECT min(started_at), max(finished_at), count(*) FROM pgqueue_archive"
     )
+    set_triggers(True)
     assert finished == total + (1 if batch else 0), finished
     if batch:
         callbacks = execute("SELECT count(*) FROM pgqueue_archive WHERE payload ? 'callback'")
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench compose", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="smaller runs, one repetition")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions (median reported)")
     parser.add_argument("--members", type=int, default=10_000, help="batch members")
     parser.add_argument("--steps", type=int, default=1_000, help="chain steps")
     parser.add_argument("--plain", type=int, default=40_000, help="messages per claim/ack run")
@@ -235,11 +237,12 @@ def main(argv: list[str] | None = None) -> int:
 
     with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
         rates: dict[str, list[float]] = {"raw": [], "off": [], "on": []}
-        drains: dict[str, list[float]] = {"plain": [], "batch": []}
+        drains: dict[str, list[float]] = {"off": [], "plain": [], "batch": []}
         for _ in range(reps):
             rates["raw"].append(claim_ack_rate(plain, 4, raw=True, triggers=True))
             rates["off"].append(claim_ack_rate(plain, 4, raw=False, triggers=False))
             rates["on"].append(claim_ack_rate(plain, 4, raw=False, triggers=True))
+            drains["off"].append(drain_seconds(members, batch=False, triggers=False))
             drains["plain"].append(drain_seconds(members, batch=False))
             drains["batch"].append(drain_seconds(members, batch=True))
         host, database = chain_gaps(steps)
@@ -267,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## {members:,} messages drained by 4 worker processes (concurrency 4)\n")
     print("| | seconds | / plain |")
     print("|---|---:|---:|")
+    print(
+        f"| plain messages, without composition | {med(drains['off']):.2f} "
+        f"| {paired(drains['off'], drains['plain']):.2f} |"
+    )
     print(f"| plain messages | {med(drains['plain']):.2f} | 1.00 |")
     print(
         f"| one batch + completion callback (ran once) | {med(drains['batch']):.2f} "

@@ -15,7 +15,7 @@ its batch with :func:`~django_pgqueue.composition.results.batch_of`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import connections, transaction
 
@@ -72,7 +72,9 @@ def enqueue_batch(
     prepared_callbacks = {
         name: callback.prepare() for name, callback in callbacks.items() if callback is not None
     }
-    prepared_members = [item.prepare() for item in planned if isinstance(item, Step)]
+    prepared_members = [
+        replace(item.prepare(), composed=True) for item in planned if isinstance(item, Step)
+    ]
     if any(message.dedup_key is not None for message in prepared_members):
         # A deduplicated member would be another batch's message, or counted twice.
         raise InvalidMessage("a batch's members cannot have a dedup_key")
@@ -96,9 +98,9 @@ def enqueue_batch(
                 },
             )
             batch_id, _ = cursor.fetchone()
-            member_ids = [m.id for m in written]
-            cursor.execute(sql.INSERT_BATCH_MEMBERS, {"members": member_ids, "batch": batch_id})
-            cursor.execute(sql.MARK_COMPOSED, {"ids": member_ids})
+            cursor.execute(
+                sql.INSERT_BATCH_MEMBERS, {"members": [m.id for m in written], "batch": batch_id}
+            )
             if not written:
                 cursor.execute(sql.SETTLE_BATCH, {"batch": batch_id})
     return EnqueuedBatch(

@@ -168,7 +168,8 @@ END $$
 """
 
 # Members of batches finished (``outcome`` 'succeeded'), died ('failed') or came back from
-# the dead table ('revived'): their batches' counts, then what follows from them.
+# the dead table ('revived'): their batches' counts, then, for the batches whose counts now
+# call for a callback, what follows from them.
 COUNT_BATCH_MEMBERS = """
 CREATE OR REPLACE FUNCTION pgq_count_batch_members(ids bigint[], outcome text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -185,9 +186,10 @@ BEGIN
             failed = b.failed + CASE outcome WHEN 'failed' THEN c.n
                                              WHEN 'revived' THEN -c.n ELSE 0 END
         FROM counts c WHERE b.id = c.batch_id
-        RETURNING b.id
+        RETURNING b.id, (b.completed_at IS NULL AND b.succeeded + b.failed >= b.total)
+                        OR (b.succeeded_at IS NULL AND b.succeeded >= b.total) AS due
     )
-    SELECT array_agg(id) INTO touched FROM counted;
+    SELECT array_agg(id) INTO touched FROM counted WHERE due;
     IF touched IS NOT NULL THEN
         PERFORM pgq_settle_batches(touched);
     END IF;
@@ -270,14 +272,15 @@ BEGIN
         UPDATE pgqueue_waiting w SET pending = w.pending - c.n
         FROM counted c WHERE w.id = c.id
         RETURNING w.id, w.pending
+    ), done_with AS (
+        -- A finished message has read its dependencies' results: its edges are done.
+        DELETE FROM pgqueue_dependency d USING finished f
+        WHERE d.dependent_id = f.message_id AND f.composed
     )
     SELECT array_agg(id) INTO ready FROM decremented WHERE pending <= 0;
     IF ready IS NOT NULL THEN
         PERFORM pgq_release(ready);
     END IF;
-    -- A finished message has read its dependencies' results: its edges are done.
-    DELETE FROM pgqueue_dependency d USING finished f
-    WHERE d.dependent_id = f.message_id AND f.composed;
     PERFORM pgq_count_batch_members(
         ARRAY(SELECT message_id FROM finished WHERE composed), 'succeeded');
     RETURN NULL;
@@ -403,9 +406,6 @@ AVAILABLE_AT = "SELECT available_at FROM pgqueue_message WHERE id = %(id)s"
 
 # A dead dependency marked ``composed``: its retry brings back what was buried with it.
 MARK_DEAD_COMPOSED = "UPDATE pgqueue_dead SET composed = true WHERE message_id = ANY(%(ids)s)"
-
-# Batch members written live: their archiving or burial is counted.
-MARK_COMPOSED = "UPDATE pgqueue_message SET composed = true WHERE id = ANY(%(ids)s)"
 
 # Retried by an operator: what died of a failed dependency waits again (``pgq_rewait``).
 REWAIT_DEAD = "SELECT unnest(pgq_rewait(%(ids)s::bigint[]))"

@@ -70,6 +70,8 @@ class PreparedMessage:
     delay: float | None
     #: Message ids it runs after (``after=``), each finished successfully.
     after: tuple[int, ...] = ()
+    #: A batch's member: its archiving or burial is counted (``_composition_sql.py``).
+    composed: bool = False
     #: Job control (``_enqueue_control.py``): seconds, or None.
     unique_for: float | None = None
     debounce: float | None = None
@@ -188,6 +190,7 @@ def _params(message: PreparedMessage) -> dict[str, Any]:
         "tenant": message.tenant,
         "dedup_key": message.dedup_key,
         "max_attempts": message.max_attempts,
+        "composed": message.composed,
         "run_at": message.run_at,
         "delay": float(message.delay or 0.0),
         "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,

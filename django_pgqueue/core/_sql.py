@@ -22,8 +22,8 @@ SHARED_COLUMNS = (
 # wake-up folded in: Postgres delivers a NOTIFY only on commit and merges identical ones of
 # one transaction, so N enqueues in one transaction send one. Parameters: ``queue``,
 # ``task``, ``payload`` (JSON text), ``priority``, ``tenant``, ``dedup_key``,
-# ``max_attempts``, ``run_at`` (NULL: ``delay`` seconds from the statement's time), in a fair
-# queue ``step`` (1 / the tenant's weight), and the wake-up's ``channel`` (NULL: none) and
+# ``max_attempts``, ``composed`` (a batch member), ``run_at`` (NULL: ``delay`` seconds from the
+# statement's time), in a fair queue ``step`` (1 / the tenant's weight), and the wake-up's ``channel`` (NULL: none) and
 # ``wake`` (its payload). A message is available at the same instant as its ``enqueued_at``
 # when neither is given. ON CONFLICT only when the message has a dedup key: with it Postgres
 # inserts speculatively (an extra WAL record and a recheck per row), even for rows the
@@ -31,10 +31,10 @@ SHARED_COLUMNS = (
 ENQUEUE = """
 WITH inserted AS (
     INSERT INTO pgqueue_message
-        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed, available_at)
     VALUES
         (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
-         %(max_attempts)s,
+         %(max_attempts)s, %(composed)s,
          COALESCE(%(run_at)s::timestamptz,
                   statement_timestamp() + make_interval(secs => %(delay)s::float8)))
     RETURNING id, enqueued_at, available_at
@@ -47,10 +47,10 @@ FROM inserted
 ENQUEUE_DEDUP = """
 WITH inserted AS (
     INSERT INTO pgqueue_message
-        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at)
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed, available_at)
     VALUES
         (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
-         %(max_attempts)s,
+         %(max_attempts)s, %(composed)s,
          COALESCE(%(run_at)s::timestamptz,
                   statement_timestamp() + make_interval(secs => %(delay)s::float8)))
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
@@ -101,10 +101,10 @@ _FAIR_VALUES = """(SELECT %(queue)s::text AS queue, %(task)s::text AS task,
 ENQUEUE_FAIR = f"""
 WITH inserted AS (
     INSERT INTO pgqueue_message
-        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at,
-         fair_order)
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed,
+         available_at, fair_order)
     SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
-           v.max_attempts, v.available_at,
+           v.max_attempts, %(composed)s, v.available_at,
            CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
     FROM {_FAIR_VALUES}
     RETURNING id, enqueued_at, available_at
@@ -117,10 +117,10 @@ FROM inserted
 ENQUEUE_FAIR_DEDUP = f"""
 WITH inserted AS (
     INSERT INTO pgqueue_message
-        (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at,
-         fair_order)
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed,
+         available_at, fair_order)
     SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
-           v.max_attempts, v.available_at,
+           v.max_attempts, %(composed)s, v.available_at,
            CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
     FROM {_FAIR_VALUES}
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
