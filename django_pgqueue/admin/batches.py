@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -22,9 +22,9 @@ from ..composition.progress import batch_state, failed_members, member_states
 from ..composition.retry import retry_failed_members
 from ..core._composition_models import Batch
 from .actions import ACTION_LIMIT, CappedPaginator, acting_user_id
-from .browsers import BOTH, ViewOnlyAdmin
+from .browsers import BOTH, RetryOnItsPage
 from .columns import safe_timestamps, show_timestamp, timestamp_column
-from .compat import CHANGE_FORM_ACTIONS, action
+from .compat import action
 from .composition import locate, message_links
 
 __all__ = ["BatchAdmin", "BatchStateFilter"]
@@ -68,7 +68,7 @@ def _percent(part: int, total: int) -> str:
 
 
 @admin.register(Batch)
-class BatchAdmin(ViewOnlyAdmin):
+class BatchAdmin(RetryOnItsPage):
     list_display = (
         "name",
         "id",
@@ -258,21 +258,6 @@ class BatchAdmin(ViewOnlyAdmin):
 
     def _url(self, name: str, *args: Any) -> str:
         return reverse(f"admin:django_pgqueue_{name}", args=args, current_app=self._site())
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return self._has_perm(request, "retry_deadmessage")
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # Before Django 6.1 actions run from the change list only: no button here.
-        can_retry = CHANGE_FORM_ACTIONS and self.has_retry_permission(request)
-        context = {**(extra_context or {}), "pgq_can_retry": can_retry}
-        return super().change_view(request, object_id, form_url, context)
 
     @action(permissions=["retry"], description="Retry failed members", location=BOTH)
     def retry_failed_members(self, request: HttpRequest, queryset: QuerySet[Batch]) -> None:

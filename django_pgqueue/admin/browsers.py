@@ -171,6 +171,26 @@ class ViewOnlyAdmin(BaseModelAdmin):
         )
 
 
+class RetryOnItsPage(ViewOnlyAdmin):
+    """An admin whose rows are retried (``retry_deadmessage``) from their own page too: dead
+    messages, batches (their failed members)."""
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self._has_perm(request, "retry_deadmessage")
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # Before Django 6.1 actions run from the change list only: no Retry button here.
+        can_retry = CHANGE_FORM_ACTIONS and self.has_retry_permission(request)
+        context = {**(extra_context or {}), "pgq_can_retry": can_retry}
+        return super().change_view(request, object_id, form_url, context)
+
+
 class ReadOnlyAdmin(ViewOnlyAdmin):
     """Browse only: no add, change or delete through forms; view permission is enough.
 
@@ -425,7 +445,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
 
 
 @admin.register(DeadMessage)
-class DeadMessageAdmin(ReadOnlyAdmin):
+class DeadMessageAdmin(RetryOnItsPage, ReadOnlyAdmin):
     list_display = (
         "message_number",
         "task_name",
@@ -539,21 +559,6 @@ class DeadMessageAdmin(ReadOnlyAdmin):
     @admin.display(description="traceback")
     def traceback_pretty(self, obj: DeadMessage) -> SafeString:
         return traceback_html(json_text(obj, KeyTextTransform("traceback", "details"), "tb"))
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return self._has_perm(request, "retry_deadmessage")
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # Before Django 6.1 actions run from the change list only: no Retry button here.
-        can_retry = CHANGE_FORM_ACTIONS and self.has_retry_permission(request)
-        context = {**(extra_context or {}), "pgq_can_retry": can_retry}
-        return super().change_view(request, object_id, form_url, context)
 
     @action(permissions=["retry"], description="Retry", location=BOTH)
     def retry_dead(
