@@ -3,7 +3,7 @@ that enqueued the message (``django_pgqueue/tracing.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.test import override_settings
@@ -12,7 +12,33 @@ import django_pgqueue
 from django_pgqueue.models import ArchivedMessage
 
 from .conftest import WorkerThread
-from .tracing_support import in_memory, spans, trace  # noqa: F401  (the fixture)
+
+trace = pytest.importorskip("opentelemetry.trace")
+sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+in_memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+export = pytest.importorskip("opentelemetry.sdk.trace.export")
+
+
+def _reset_globals() -> None:
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def spans() -> Iterator[in_memory.InMemorySpanExporter]:
+    exporter = in_memory.InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+    _reset_globals()
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        _reset_globals()
+
 
 pytestmark = pytest.mark.django_db(transaction=True)
 StartWorker = Callable[..., WorkerThread]
