@@ -11,6 +11,7 @@ mvcc       speed that lasts: sustained load, a held snapshot, the export, a big 
            many workers on a private cluster with autovacuum on
 flow       what fairness and limits cost, and what they buy a light tenant
 compose    what dependencies and batches cost plain queues, batch drains, chain gaps
+tracing    what message headers and OpenTelemetry tracing cost enqueue and a worker drain
 pipeline   the Spark export and bulk enqueue against raw psycopg COPY
 export     whole export commands, Spark start-up included, against a one-process COPY
 publish    docs/benchmarks.md from a finished run's folder
@@ -46,6 +47,7 @@ SUBCOMMANDS = {
     "mvcc": "bench.mvcc_cli",
     "flow": "bench.flow_control_bench",
     "compose": "bench.composition_bench",
+    "tracing": "bench.tracing_bench",
     "pipeline": "bench.pipeline_bench",
     "export": "bench.export_bench",
     "publish": "bench.publish",

@@ -66,6 +66,11 @@ class MessageFields(models.Model):
         blank=True,
         help_text="One entry per failed attempt: attempt, at, worker, type, message, traceback.",
     )
+    headers = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="String headers given at enqueue (trace context among them); NULL: none.",
+    )
 
     class Meta:
         abstract = True

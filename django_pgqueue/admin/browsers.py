@@ -289,6 +289,11 @@ class ReadOnlyAdmin(ViewOnlyAdmin):
     def payload_pretty(self, obj: Any) -> SafeString:
         return _json_detail(json_text(obj, F("payload"), "payload"))
 
+    @admin.display(description="headers")
+    def headers_pretty(self, obj: Any) -> SafeString | str:
+        text = json_text(obj, F("headers"), "headers")
+        return "-" if text is None else _json_detail(text)
+
     @admin.display(description="errors of every attempt")
     def errors_pretty(self, obj: Any) -> SafeString:
         text = json_text(obj, HistoryEnds(F("errors")), "errors")
@@ -343,7 +348,7 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
             },
         ),
         ("Composition", {"fields": ("composition",)}),
-        ("Payload", {"fields": ("payload_pretty",)}),
+        ("Payload", {"fields": ("payload_pretty", "headers_pretty")}),
         ("Errors", {"fields": ("last_error_pretty", "errors_pretty")}),
     )
     readonly_fields = (
@@ -365,13 +370,14 @@ class MessageAdmin(CancelAction, ReadOnlyAdmin):
         "snoozes",
         "progress_shown",
         "payload_pretty",
+        "headers_pretty",
         "last_error_pretty",
         "errors_pretty",
         "composition",
     )
     actions = ("retry_now", "release_leases", "discard", "cancel")
     timestamp_fields = ("enqueued_at", "available_at", "leased_at")
-    json_fields = ("payload", "errors", "last_error")
+    json_fields = ("payload", "headers", "errors", "last_error")
     message_id_field = "id"
 
     available_at_shown = timestamp_column("available_at", "available at")
@@ -468,7 +474,7 @@ class DeadMessageAdmin(RetryOnItsPage, ReadOnlyAdmin):
         ),
         ("Final error", {"fields": ("error_summary", "cause", "traceback_pretty")}),
         ("Composition", {"fields": ("composition",)}),
-        ("Payload", {"fields": ("payload_pretty",)}),
+        ("Payload", {"fields": ("payload_pretty", "headers_pretty")}),
         (
             "Every attempt",
             {
@@ -497,13 +503,14 @@ class DeadMessageAdmin(RetryOnItsPage, ReadOnlyAdmin):
         "cause",
         "traceback_pretty",
         "payload_pretty",
+        "headers_pretty",
         "errors_pretty",
         "composition",
     )
     actions = ("retry_dead",)
     change_form_template = "admin/django_pgqueue/deadmessage/change_form.html"
     timestamp_fields = ("enqueued_at", "died_at")
-    json_fields = ("payload", "errors", "details")
+    json_fields = ("payload", "headers", "errors", "details")
 
     died_at_shown = timestamp_column("died_at", "died at")
 
@@ -609,7 +616,7 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
             },
         ),
         ("Composition", {"fields": ("composition",)}),
-        ("Payload and result", {"fields": ("payload_pretty", "result_pretty")}),
+        ("Payload and result", {"fields": ("payload_pretty", "headers_pretty", "result_pretty")}),
         ("Errors of earlier attempts", {"fields": ("errors_pretty",)}),
     )
     readonly_fields = (
@@ -627,13 +634,14 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
         "duration",
         "worker_id",
         "payload_pretty",
+        "headers_pretty",
         "result_pretty",
         "errors_pretty",
         "composition",
     )
     actions = ("requeue",)
     timestamp_fields = ("enqueued_at", "started_at", "finished_at")
-    json_fields = ("payload", "errors", "result")
+    json_fields = ("payload", "headers", "errors", "result")
 
     started_at_shown = timestamp_column("started_at", "started at")
     finished_at_shown = timestamp_column("finished_at", "finished at")

@@ -24,6 +24,7 @@ from . import _claim_sql, _send
 from ._claim_bound import ClaimBounds, Level
 from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session
 from ._flow_control import flow_config
+from ._log_fields import message_fields
 from ._registry import notify_dead
 from ._timestamps import TimestampLoader
 from ._validation import printable, storable_text, validate_queue_name
@@ -51,6 +52,7 @@ LEASED_COLUMNS = (
     "lease_token",
     "leased_by",
     "leased_at",
+    "headers",
 )
 #: Leased timestamps travel as integer microseconds since the epoch.
 LEASED_TIMESTAMPS = ("enqueued_at", "available_at", "leased_at")
@@ -58,6 +60,7 @@ LEASED_TIMESTAMPS = ("enqueued_at", "available_at", "leased_at")
 _PAYLOAD_AT = LEASED_COLUMNS.index("payload")
 _ATTEMPTS_AT = LEASED_COLUMNS.index("attempts")
 _WORKER_AT = LEASED_COLUMNS.index("leased_by")
+_HEADERS_AT = LEASED_COLUMNS.index("headers")
 _TIMESTAMPS_AT = tuple(LEASED_COLUMNS.index(name) for name in LEASED_TIMESTAMPS)
 # In a claim's row (its outcome first): when the lease was taken, the claim's now(), in
 # microseconds since the epoch; the message's priority and id.
@@ -223,12 +226,21 @@ def _messages(rows: Sequence[Sequence[Any]], alias: str, decode: bool) -> list[M
                 values[1],
                 values[_ATTEMPTS_AT],
                 values[_WORKER_AT],
+                extra={
+                    "message_id": values[0],
+                    "task": values[2],
+                    "queue": values[1],
+                    "attempt": values[_ATTEMPTS_AT],
+                },
             )
             continue
         *columns, redelivered, _position, _walk_position = values
         payload = columns[_PAYLOAD_AT]
         if decode and isinstance(payload, str):
             columns[_PAYLOAD_AT] = json.loads(payload)
+        headers = columns[_HEADERS_AT]
+        if isinstance(headers, str):  # a claim session reads jsonb as text
+            columns[_HEADERS_AT] = json.loads(headers)
         for position in _TIMESTAMPS_AT:
             columns[position] = load_time(columns[position])
         # Model.__init__ is costly per row; a leased batch is plain column data, so fill the
@@ -247,6 +259,7 @@ def _messages(rows: Sequence[Sequence[Any]], alias: str, decode: bool) -> list[M
                 message.queue,
                 message.attempts,
                 message.max_attempts,
+                extra=message_fields(message),
             )
         leased.append(message)
     return leased

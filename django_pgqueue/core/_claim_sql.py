@@ -54,14 +54,14 @@ WITH exhausted AS (
 ), buried AS (
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-         max_attempts, errors, composed, reason, details, worker_id, died_at)
+         max_attempts, errors, composed, headers, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
-           composed, 'lease_expired',
+           composed, headers, 'lease_expired',
            jsonb_build_object(
                'type', 'LeaseExpired',
                'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
@@ -112,13 +112,14 @@ WITH exhausted AS (
         m.attempts, m.max_attempts, m.lease_token, m.leased_by,
         (extract(epoch FROM LEAST(GREATEST(m.leased_at, '0001-01-02+00'::timestamptz),
                                   '9999-12-30+00'::timestamptz)) * 1000000)::int8,
+        m.headers,
         c.lease_token IS NOT NULL AS redelivered, c.position,
         extract(epoch FROM c.available_at)::float8 AS walk_position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, 0, NULL
+       NULL, worker_id, NULL, NULL, NULL, 0, NULL
 FROM buried
 ORDER BY position
 """
@@ -149,14 +150,14 @@ WITH exhausted AS (
 ), buried AS (
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-         max_attempts, errors, composed, reason, details, worker_id, died_at)
+         max_attempts, errors, composed, headers, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
-           composed, 'lease_expired',
+           composed, headers, 'lease_expired',
            jsonb_build_object(
                'type', 'LeaseExpired',
                'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
@@ -213,13 +214,14 @@ WITH exhausted AS (
         m.attempts, m.max_attempts, m.lease_token, m.leased_by,
         (extract(epoch FROM LEAST(GREATEST(m.leased_at, '0001-01-02+00'::timestamptz),
                                   '9999-12-30+00'::timestamptz)) * 1000000)::int8,
+        m.headers,
         c.lease_token IS NOT NULL AS redelivered, c.position,
         extract(epoch FROM c.available_at)::float8 AS walk_position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, 0, NULL
+       NULL, worker_id, NULL, NULL, NULL, 0, NULL
 FROM buried
 ORDER BY position
 """
@@ -250,14 +252,14 @@ WITH exhausted AS (
 ), buried AS (
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-         max_attempts, errors, composed, reason, details, worker_id, died_at)
+         max_attempts, errors, composed, headers, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
            max_attempts,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempts, 'at', now(), 'started_at', leased_at, 'worker', leased_by,
                'type', 'LeaseExpired',
                'message', 'the lease expired before the worker finished (crash or timeout)')),
-           composed, 'lease_expired',
+           composed, headers, 'lease_expired',
            jsonb_build_object(
                'type', 'LeaseExpired',
                'message', format('lease taken by %%s at %%s expired on the last attempt (%%s of %%s)',
@@ -305,13 +307,14 @@ WITH exhausted AS (
         m.attempts, m.max_attempts, m.lease_token, m.leased_by,
         (extract(epoch FROM LEAST(GREATEST(m.leased_at, '0001-01-02+00'::timestamptz),
                                   '9999-12-30+00'::timestamptz)) * 1000000)::int8,
+        m.headers,
         c.lease_token IS NOT NULL AS redelivered, c.position,
         c.place AS walk_position
 )
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, 0, NULL
+       NULL, worker_id, NULL, NULL, NULL, 0, NULL
 FROM buried
 ORDER BY position
 """

@@ -50,6 +50,7 @@ class WaitingMessage(models.Model):
     wake_channel = models.TextField(
         null=True, blank=True, help_text="Where its release notifies the workers (NULL: nowhere)."
     )
+    headers = models.JSONField(null=True, blank=True, help_text="Its headers (NULL: none).")
 
     class Meta:
         db_table = WAITING_TABLE

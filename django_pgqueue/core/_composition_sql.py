@@ -47,8 +47,9 @@ BEGIN
     ), inserted AS (
         INSERT INTO pgqueue_message
             (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, composed,
-             available_at, fair_order)
+             headers, available_at, fair_order)
         SELECT id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, true,
+               headers,
                GREATEST(statement_timestamp() + make_interval(secs => delay),
                         COALESCE(run_at, '-infinity')),
                CASE WHEN fair THEN -1 END
@@ -88,9 +89,9 @@ BEGIN
     )
     INSERT INTO pgqueue_dead
         (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
-         max_attempts, composed, reason, details, died_at)
+         max_attempts, composed, headers, reason, details, died_at)
     SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
-           m.max_attempts, true, 'dependency_failed',
+           m.max_attempts, true, m.headers, 'dependency_failed',
            jsonb_build_object(
                'type', 'DependencyFailed',
                'message', format('message %s, which this one depends on, failed', c.cause),
@@ -119,7 +120,7 @@ BEGIN
     ), rewaited AS (
         INSERT INTO pgqueue_waiting
             (id, queue, task, payload, priority, tenant, enqueued_at, max_attempts, pending,
-             run_at, delay, fair, wake_channel)
+             run_at, delay, fair, wake_channel, headers)
         SELECT m.message_id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at,
                m.max_attempts,
                (SELECT count(*) FROM pgqueue_dependency d
@@ -129,7 +130,7 @@ BEGIN
                (m.details #>> '{release,run_at}')::timestamptz,
                COALESCE((m.details #>> '{release,delay}')::float8, 0),
                COALESCE((m.details #>> '{release,fair}')::boolean, false),
-               m.details #>> '{release,wake_channel}'
+               m.details #>> '{release,wake_channel}', m.headers
         FROM moved m
         RETURNING id, pending
     )
@@ -224,9 +225,9 @@ BEGIN
             )
             INSERT INTO pgqueue_dead
                 (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
-                 max_attempts, composed, reason, details, died_at)
+                 max_attempts, composed, headers, reason, details, died_at)
             SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
-                   m.max_attempts, true, 'dependency_failed',
+                   m.max_attempts, true, m.headers, 'dependency_failed',
                    jsonb_build_object(
                        'type', 'BatchFailed',
                        'message', format('%s of the %s members of batch %s failed',
@@ -388,11 +389,11 @@ SELECT message_id, false FROM pgqueue_dead WHERE message_id = ANY(%(ids)s)
 INSERT_WAITING = """
 INSERT INTO pgqueue_waiting
     (id, queue, task, payload, priority, tenant, max_attempts, pending, run_at, delay, fair,
-     wake_channel)
+     wake_channel, headers)
 VALUES
     (nextval(pg_get_serial_sequence('pgqueue_message', 'id')), %(queue)s, %(task)s,
      %(payload)s::jsonb, %(priority)s, %(tenant)s, %(max_attempts)s, %(pending)s,
-     %(run_at)s, %(delay)s, %(fair)s, %(channel)s)
+     %(run_at)s, %(delay)s, %(fair)s, %(channel)s, %(headers)s::jsonb)
 RETURNING id, enqueued_at
 """
 

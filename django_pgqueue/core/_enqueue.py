@@ -9,12 +9,14 @@ from typing import Any, TypedDict, Unpack
 
 from django.db import connections, transaction
 
+from .. import tracing
 from ..conf import get_settings
 from ..exceptions import DependencyError, InvalidMessage
 from . import _enqueue_control, _send, _sql
 from ._dependencies import dependency_ids, write_held, write_waiting
 from ._execution import CLAIM_PLAN
 from ._flow_control import flow_config
+from ._headers import encode_headers, validate_headers
 from ._notify import notify_queues, wake_payload
 from ._registry import registry
 from ._validation import (
@@ -75,6 +77,8 @@ class PreparedMessage:
     #: Job control (``_enqueue_control.py``): seconds, or None.
     unique_for: float | None = None
     debounce: float | None = None
+    #: The headers' JSON text (``_headers.py``), None when there are none.
+    headers_json: str | None = None
 
     @property
     def later(self) -> bool:
@@ -108,6 +112,8 @@ class MessageOptions(TypedDict, total=False):
     #: With ``dedup_key``: the key's message that has not started takes this payload and
     #: starts this long from now (``deduplicated=True``); else a new message starts then.
     debounce: timedelta | float | None
+    #: A small dict of strings the handler reads as ``context.headers`` (``_headers.py``).
+    headers: dict[str, str] | None
 
 
 def prepare_message(
@@ -123,6 +129,7 @@ def prepare_message(
     after: Iterable[Any] | None = None,
     unique_for: timedelta | float | None = None,
     debounce: timedelta | float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> PreparedMessage:
     """Check everything ``enqueue`` takes, before any SQL: :class:`InvalidMessage` (or a
     subclass) naming what is wrong. The one validation of every enqueue path."""
@@ -155,6 +162,8 @@ def prepare_message(
         after=dependencies,
         unique_for=unique_seconds,
         debounce=debounce_seconds,
+        # The current trace context joins them (``tracing.py``), when a span is active.
+        headers_json=encode_headers(tracing.inject(validate_headers(headers))),
     )
 
 
@@ -186,6 +195,7 @@ def _params(message: PreparedMessage) -> dict[str, Any]:
         "queue": message.queue,
         "task": message.task,
         "payload": message.payload_json,
+        "headers": message.headers_json,
         "priority": message.priority,
         "tenant": message.tenant,
         "dedup_key": message.dedup_key,
@@ -327,7 +337,16 @@ def enqueue(
     :class:`~django_pgqueue.exceptions.InvalidMessage` before writing anything on bad input.
     ``options``: :class:`MessageOptions`.
     """
-    return write_message(prepare_message(task, payload, **options), using)
+    if tracing.active() is None:
+        return write_message(prepare_message(task, payload, **options), using)
+    with tracing.sending(str(options.get("queue") or ""), str(task)) as span:
+        # Prepared inside the span: the headers carry its context.
+        prepared = prepare_message(task, payload, **options)
+        span.update_name(f"send {prepared.queue}")
+        span.set_attribute("messaging.destination.name", prepared.queue)
+        written = write_message(prepared, using)
+        tracing.sent(span, written.id)
+    return written
 
 
 def enqueue_on_commit(
@@ -356,12 +375,14 @@ def enqueue_many(
     max_attempts: int | None = None,
     tenant: str | None = None,
     using: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> int:
     """Bulk-enqueue one message per payload in ONE statement; returns how many were written.
 
     Without dedup keys the rows go in by ``COPY``; with them by one multi-row
     ``INSERT ... ON CONFLICT DO NOTHING`` (duplicates of live messages are skipped and not
     counted). Every payload is validated before anything is written; one wake-up is sent.
+    ``headers``: one dict for every message.
     """
     # The arguments shared by every row are validated once; only payloads (and keys) vary.
     template = prepare_message(
@@ -373,6 +394,7 @@ def enqueue_many(
         dedup_key=None,
         max_attempts=max_attempts,
         tenant=tenant,
+        headers=headers,
     )
     max_bytes = get_settings().MAX_PAYLOAD_BYTES
     encoded = [encode_payload(payload, max_bytes) for payload in payloads]
@@ -431,6 +453,7 @@ def _write_many(
                     [template.run_at] * count,
                     [template.delay] * count,
                     places or [None] * count,
+                    [template.headers_json] * count,
                 ],
             )
             written = cursor.rowcount
@@ -470,6 +493,7 @@ def _copy(
             "\\N" if template.tenant is None else _copy_text(template.tenant),
             str(template.max_attempts),
             available_at.isoformat(),
+            "\\N" if template.headers_json is None else _copy_text(template.headers_json),
         )
     )
     if places is not None:  # one place per row: written row by row

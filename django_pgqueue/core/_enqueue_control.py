@@ -83,6 +83,7 @@ def debounce(cursor: Any, message: PreparedMessage) -> tuple[Holder, bool]:
         "key": message.dedup_key,
         "task": message.task,
         "payload": message.payload_json,
+        "headers": message.headers_json,
         "priority": message.priority,
         "tenant": message.tenant,
         "max_attempts": message.max_attempts,

@@ -64,7 +64,7 @@ SELECT pg_advisory_xact_lock(hashtext('pgqueue.debounce:' || %(queue)s), hashtex
 DEBOUNCE = """
 WITH pushed AS (
     UPDATE pgqueue_message m
-    SET payload = %(payload)s::jsonb,
+    SET payload = %(payload)s::jsonb, headers = %(headers)s::jsonb,
         available_at = statement_timestamp() + make_interval(secs => %(debounce)s::float8),
         fair_order = CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END
     WHERE m.id = (SELECT w.id FROM pgqueue_message w
@@ -77,11 +77,11 @@ WITH pushed AS (
 ), inserted AS (
     INSERT INTO pgqueue_message
         (queue, task, payload, priority, tenant, max_attempts, available_at, debounce_key,
-         fair_order)
+         fair_order, headers)
     SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s,
            %(max_attempts)s,
            statement_timestamp() + make_interval(secs => %(debounce)s::float8), %(key)s,
-           %(fair_order)s::float8
+           %(fair_order)s::float8, %(headers)s::jsonb
     WHERE NOT EXISTS (SELECT 1 FROM pushed)
     RETURNING id, enqueued_at, available_at, false AS pushed
 )

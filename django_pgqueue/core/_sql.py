@@ -15,13 +15,13 @@ from __future__ import annotations
 # Columns every table shares (see models.MessageFields).
 SHARED_COLUMNS = (
     "queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts, max_attempts, errors,"
-    " composed"
+    " composed, headers"
 )
 
 # The single-row enqueues, one per (fair queue?, dedup key?), each one statement with its
 # wake-up folded in: Postgres delivers a NOTIFY only on commit and merges identical ones of
 # one transaction, so N enqueues in one transaction send one. Parameters: ``queue``,
-# ``task``, ``payload`` (JSON text), ``priority``, ``tenant``, ``dedup_key``,
+# ``task``, ``payload`` (JSON text), ``headers`` (JSON text or NULL), ``priority``, ``tenant``, ``dedup_key``,
 # ``max_attempts``, ``composed`` (a batch member), ``run_at`` (NULL: ``delay`` seconds from the
 # statement's time), in a fair queue ``step`` (1 / the tenant's weight), and the wake-up's ``channel`` (NULL: none) and
 # ``wake`` (its payload). A message is available at the same instant as its ``enqueued_at``
@@ -31,10 +31,11 @@ SHARED_COLUMNS = (
 ENQUEUE = """
 WITH inserted AS (
     INSERT INTO pgqueue_message
-        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed, available_at)
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed, headers,
+         available_at)
     VALUES
         (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
-         %(max_attempts)s, %(composed)s,
+         %(max_attempts)s, %(composed)s, %(headers)s::jsonb,
          COALESCE(%(run_at)s::timestamptz,
                   statement_timestamp() + make_interval(secs => %(delay)s::float8)))
     RETURNING id, enqueued_at, available_at
@@ -47,10 +48,11 @@ FROM inserted
 ENQUEUE_DEDUP = """
 WITH inserted AS (
     INSERT INTO pgqueue_message
-        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed, available_at)
+        (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed, headers,
+         available_at)
     VALUES
         (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(tenant)s, %(dedup_key)s,
-         %(max_attempts)s, %(composed)s,
+         %(max_attempts)s, %(composed)s, %(headers)s::jsonb,
          COALESCE(%(run_at)s::timestamptz,
                   statement_timestamp() + make_interval(secs => %(delay)s::float8)))
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
@@ -92,7 +94,7 @@ _ENTRY_OF_V = FAIR_ORDER_ENTRY.format(
 _FAIR_VALUES = """(SELECT %(queue)s::text AS queue, %(task)s::text AS task,
              %(payload)s::text AS payload, %(priority)s::smallint AS priority,
              %(tenant)s::text AS tenant, %(dedup_key)s::text AS dedup_key,
-             %(max_attempts)s::int AS max_attempts,
+             %(max_attempts)s::int AS max_attempts, %(headers)s::text AS headers,
              COALESCE(%(run_at)s::timestamptz,
                       statement_timestamp() + make_interval(secs => %(delay)s::float8))
                  AS available_at,
@@ -102,9 +104,9 @@ ENQUEUE_FAIR = f"""
 WITH inserted AS (
     INSERT INTO pgqueue_message
         (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed,
-         available_at, fair_order)
+         headers, available_at, fair_order)
     SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
-           v.max_attempts, %(composed)s, v.available_at,
+           v.max_attempts, %(composed)s, v.headers::jsonb, v.available_at,
            CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
     FROM {_FAIR_VALUES}
     RETURNING id, enqueued_at, available_at
@@ -118,9 +120,9 @@ ENQUEUE_FAIR_DEDUP = f"""
 WITH inserted AS (
     INSERT INTO pgqueue_message
         (queue, task, payload, priority, tenant, dedup_key, max_attempts, composed,
-         available_at, fair_order)
+         headers, available_at, fair_order)
     SELECT v.queue, v.task, v.payload::jsonb, v.priority, v.tenant, v.dedup_key,
-           v.max_attempts, %(composed)s, v.available_at,
+           v.max_attempts, %(composed)s, v.headers::jsonb, v.available_at,
            CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
     FROM {_FAIR_VALUES}
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
@@ -138,23 +140,26 @@ WHERE queue = %(queue)s AND dedup_key = %(dedup_key)s
 
 ENQUEUE_MANY_UNNEST = """
 INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order)
+    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order,
+     headers)
 SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts,
-       COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))), fair_order
+       COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))), fair_order,
+       headers::jsonb
 FROM unnest(%s::text[], %s::text[], %s::text[], %s::smallint[], %s::text[], %s::text[],
-            %s::int[], %s::timestamptz[], %s::float8[], %s::float8[])
+            %s::int[], %s::timestamptz[], %s::float8[], %s::float8[], %s::text[])
      AS t(queue, task, payload, priority, tenant, dedup_key, max_attempts, run_at, delay,
-          fair_order)
+          fair_order, headers)
 ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 """
 
 ENQUEUE_MANY_COPY = """
-COPY pgqueue_message (queue, task, payload, priority, tenant, max_attempts, available_at)
+COPY pgqueue_message
+    (queue, task, payload, priority, tenant, max_attempts, available_at, headers)
 FROM STDIN
 """
 ENQUEUE_MANY_COPY_FAIR = """
 COPY pgqueue_message
-    (queue, task, payload, priority, tenant, max_attempts, available_at, fair_order)
+    (queue, task, payload, priority, tenant, max_attempts, available_at, headers, fair_order)
 FROM STDIN
 """
 
@@ -280,7 +285,7 @@ WITH batch AS NOT MATERIALIZED (
     INSERT INTO pgqueue_dead
         (message_id, {SHARED_COLUMNS}, reason, details, worker_id, died_at)
     SELECT id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, attempts,
-           max_attempts, {history_with("removed.errors", "removed.error")}, composed,
+           max_attempts, {history_with("removed.errors", "removed.error")}, composed, headers,
            final_reason, error, leased_by, now()
     FROM removed
     RETURNING message_id, reason
@@ -392,7 +397,7 @@ WITH revived AS (
 )
 INSERT INTO pgqueue_message (id, {SHARED_COLUMNS}, available_at)
 SELECT message_id, queue, task, payload, priority, tenant, dedup_key, enqueued_at, 0,
-       max_attempts, errors, composed, now()
+       max_attempts, errors, composed, headers, now()
 FROM revived
 RETURNING id, queue
 """
@@ -441,7 +446,7 @@ WITH target AS (
 ), buried_waiting AS (
     INSERT INTO pgqueue_dead (message_id, {SHARED_COLUMNS}, reason, details, died_at)
     SELECT id, queue, task, payload, priority, tenant, NULL, enqueued_at, 0, max_attempts,
-           '[]', true, 'cancelled',
+           '[]', true, headers, 'cancelled',
            jsonb_build_object('type', 'Cancelled', 'message', %s, 'traceback', ''), now()
     FROM unwaited
     RETURNING message_id
@@ -455,8 +460,8 @@ SELECT message_id, 'cancelled', NULL FROM buried_waiting
 
 # Operator: a copy of an archived message as a new live message (new id, no dedup key).
 REQUEUE_ARCHIVED = """
-INSERT INTO pgqueue_message (queue, task, payload, priority, tenant, max_attempts)
-SELECT queue, task, payload, priority, tenant, max_attempts
+INSERT INTO pgqueue_message (queue, task, payload, priority, tenant, max_attempts, headers)
+SELECT queue, task, payload, priority, tenant, max_attempts, headers
 FROM pgqueue_archive WHERE id = ANY(%s)
 ORDER BY id
 RETURNING id, queue

@@ -831,6 +831,38 @@ class Migration(migrations.Migration):
                 name="pgq_batch_on_failure",
             ),
         ),
+        migrations.AddField(
+            model_name="archivedmessage",
+            name="headers",
+            field=models.JSONField(
+                blank=True,
+                help_text="String headers given at enqueue (trace context among them); NULL: none.",
+                null=True,
+            ),
+        ),
+        migrations.AddField(
+            model_name="deadmessage",
+            name="headers",
+            field=models.JSONField(
+                blank=True,
+                help_text="String headers given at enqueue (trace context among them); NULL: none.",
+                null=True,
+            ),
+        ),
+        migrations.AddField(
+            model_name="message",
+            name="headers",
+            field=models.JSONField(
+                blank=True,
+                help_text="String headers given at enqueue (trace context among them); NULL: none.",
+                null=True,
+            ),
+        ),
+        migrations.AddField(
+            model_name="waitingmessage",
+            name="headers",
+            field=models.JSONField(blank=True, help_text="Its headers (NULL: none).", null=True),
+        ),
         # Dependencies released, failures passed on and batches counted in the database
         # (core/_composition_sql.py).
         migrations.RunSQL(

@@ -17,6 +17,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
+from .. import tracing
 from ..conf import get_settings
 from ..core._enqueue import PreparedMessage, prepare_message, write_message
 from ..core._validation import (
@@ -252,9 +253,12 @@ class PgQueueBackend(BaseTaskBackend):
     def enqueue(
         self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any]
     ) -> TaskResult[Any, Any]:
-        payload, prepared = self.prepare(task, args, kwargs)
         using = self.database
-        message = write_message(prepared, using)
+        # A PRODUCER span when tracing is configured; the headers carry its context.
+        with tracing.sending(task.queue_name, task.module_path) as span:
+            payload, prepared = self.prepare(task, args, kwargs)
+            message = write_message(prepared, using)
+            tracing.sent(span, message.id)
         if message.available_at is not None and message.available_at > message.enqueued_at:
             # Shows a timedelta as the absolute (database) time it resolved to.
             task = unchecked_copy(task, run_after=message.available_at)

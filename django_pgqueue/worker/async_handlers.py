@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from .. import tracing
 from ..exceptions import Snooze
 from .failures import HandlerTimeout
 from .storable import encode_result
@@ -108,12 +109,13 @@ class AsyncHandlers:
                 return
             handler = job.handler
             try:
-                async with asyncio.timeout(job.timeout) as scope:
-                    if handler.takes_context:
-                        context = ex.context_for(job, self._extend(job))
-                        result = await handler.func(context, job.payload())
-                    else:
-                        result = await handler.func(job.payload())
+                with tracing.processing(job.message):
+                    async with asyncio.timeout(job.timeout) as scope:
+                        if handler.takes_context:
+                            context = ex.context_for(job, self._extend(job))
+                            result = await handler.func(context, job.payload())
+                        else:
+                            result = await handler.func(job.payload())
                 encoded = encode_result(result, ex.max_result_bytes)
             except Snooze as snooze:
                 ex.snooze_job(job, snooze.seconds)

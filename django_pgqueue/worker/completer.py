@@ -28,6 +28,7 @@ from django.db import DatabaseError, DataError
 
 from ..conf import get_settings
 from ..core import _progress, transitions
+from ..core._log_fields import batch_fields, message_fields
 from ..core._registry import notify_dead
 from ..core._validation import printable
 from ..exceptions import ResultNotSerializable, SnoozeLimitExceeded, Stopped
@@ -284,6 +285,7 @@ class Completer(Service):
                 "(expired and re-claimed, or moved by an operator): %s",
                 len(stale),
                 stale[:20],
+                extra=batch_fields(stale),
             )
 
     def _write_completions(
@@ -381,6 +383,7 @@ class Completer(Service):
                     message.max_attempts,
                     error.get("type"),
                     self._excerpt(error),
+                    extra=message_fields(message),
                 )
             elif message.id in retried:
                 logger.info(
@@ -393,12 +396,14 @@ class Completer(Service):
                     error.get("type"),
                     self._excerpt(error),
                     attempt.retry_in or 0.0,
+                    extra=message_fields(message),
                 )
         if outcome.stale:
             logger.warning(
                 "%d failed attempts were not recorded because their lease was lost: %s",
                 len(outcome.stale),
                 outcome.stale[:20],
+                extra=batch_fields(outcome.stale),
             )
 
     def _record_snoozes(self, snoozed: list[_Snooze]) -> None:
@@ -421,6 +426,7 @@ class Completer(Service):
                     s.message.queue,
                     s.seconds,
                     s.message.attempts,
+                    extra=message_fields(s.message),
                 )
         if done and self.on_retried is not None:
             # A snoozed message waits as a retried one does: the worker plans its wake-up.
@@ -437,6 +443,7 @@ class Completer(Service):
                 "%d snoozes were not recorded because their lease was lost: %s",
                 len(outcome.stale),
                 outcome.stale[:20],
+                extra=batch_fields(outcome.stale),
             )
 
     @staticmethod

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 
 from ..core._progress import check_progress
+
+#: ``headers`` of a message that has none.
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass
@@ -23,7 +27,9 @@ class MessageContext:
     when the worker hears of it (a notification, its heartbeat, or ``extend_lease()``): stop
     early and raise, and the message is buried with reason ``cancelled`` instead of retried.
     ``report_progress(done, total, note=...)`` records how far the handler got, for
-    ``django_pgqueue.get_progress()``, the admin and ``pgq_status``.
+    ``django_pgqueue.get_progress()``, the admin and ``pgq_status``. ``headers`` are the
+    message's headers (``enqueue(headers=...)``, the trace context among them), read-only,
+    empty when it has none.
     """
 
     message_id: int
@@ -35,6 +41,7 @@ class MessageContext:
     lease_token: uuid.UUID
     enqueued_at: datetime | None = None
     tenant: str | None = None
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
     _extend: Callable[[float], bool] | None = field(default=None, repr=False)
     _abandoned: Callable[[], bool] | None = field(default=None, repr=False)
     _cancel_requested: Callable[[], bool] | None = field(default=None, repr=False)

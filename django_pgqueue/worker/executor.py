@@ -28,17 +28,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
 from ..conf import get_settings
 from ..core import transitions
+from ..core._log_fields import message_fields
 from ..core._registry import Handler
 from ..core._validation import printable
 from ..metrics.instruments import Instruments
 from .async_handlers import AsyncHandlers
-from .context import MessageContext
+from .context import NO_HEADERS, MessageContext
 from .failures import HandlerTimeout, cancelled_before_start, handler_failed
 from .sync_handlers import SyncHandlers
 
@@ -253,6 +255,7 @@ class Executor:
                 job.timeout,
                 job.message.attempts,
                 job.message.max_attempts,
+                extra=message_fields(job.message),
             )
             # The stuck thread still holds a slot: give the pool a fresh one.
             self.sync_handlers.spawn()
@@ -322,6 +325,7 @@ class Executor:
                 job.message.id,
                 printable(job.message.task),
                 job.message.queue,
+                extra=message_fields(job.message),
             )
         except Exception as exc:
             connections[self.alias].close_if_unusable_or_obsolete()
@@ -333,6 +337,7 @@ class Executor:
                 job.message.queue,
                 type(exc).__name__,
                 exc,
+                extra=message_fields(job.message),
             )
         finally:
             if job.handler.is_async:
@@ -379,6 +384,7 @@ class Executor:
             lease_token=m.lease_token,  # type: ignore[arg-type]
             enqueued_at=m.enqueued_at,
             tenant=m.tenant,
+            headers=NO_HEADERS if not m.headers else MappingProxyType(m.headers),
             _extend=extend,
             _abandoned=lambda: job.state == ABANDONED,
             _cancel_requested=lambda: job.cancel_requested,

@@ -20,6 +20,7 @@ from django.db import connections
 
 from ..conf import PgQueueSettings
 from ..core import transitions
+from ..core._log_fields import batch_fields
 from ..core._registry import registry
 from . import sql
 from .db import Stopped, retrying
@@ -193,6 +194,7 @@ class Heartbeat(Chore):
                     "worker, or moved by an operator): %s; their results will not be stored.",
                     len(outcome.stale),
                     outcome.stale[:20],
+                    extra=batch_fields(outcome.stale),
                 )
 
     def write_row(self, first: bool = False) -> None:

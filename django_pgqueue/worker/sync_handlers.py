@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from .. import tracing
+from ..core._log_fields import message_fields
 from ..exceptions import Snooze
 from .storable import encode_result
 
@@ -77,7 +79,11 @@ class SyncHandlers:
                 self._run(job)
             except Exception:
                 # A bug here must not kill the thread and strand the job: fail it.
-                logger.exception("Internal error while handling message %s", job.message.id)
+                logger.exception(
+                    "Internal error while handling message %s",
+                    job.message.id,
+                    extra=message_fields(job.message),
+                )
                 failure = ex.failure_of(job, RuntimeError("internal worker error"))
                 ex.finish_job(job, partial(ex.completer.fail, failure, job.message))
             if job.alone:
@@ -92,11 +98,12 @@ class SyncHandlers:
         ex = self.executor
         handler = job.handler
         try:
-            if handler.takes_context:
-                ctx = ex.context_for(job, lambda s: ex.extend_now(job, s))
-                result = handler.func(ctx, job.payload())
-            else:
-                result = handler.func(job.payload())
+            with tracing.processing(job.message):
+                if handler.takes_context:
+                    ctx = ex.context_for(job, lambda s: ex.extend_now(job, s))
+                    result = handler.func(ctx, job.payload())
+                else:
+                    result = handler.func(job.payload())
             encoded = encode_result(result, ex.max_result_bytes)
         except Snooze as snooze:
             ex.snooze_job(job, snooze.seconds)

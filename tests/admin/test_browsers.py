@@ -202,3 +202,24 @@ def test_dead_list_reason_is_the_short_code_with_its_explanation(
     # The whole (bounded) error is the title; the cell itself is cut by the stylesheet.
     assert '<span class="pgq-error" title="LeaseExpired: xxx' in page
     assert "django_pgqueue/admin.css" in page
+
+
+@pytest.mark.parametrize(
+    ("factory", "model"),
+    [
+        (MessageFactory, "message"),
+        (ArchivedMessageFactory, "archivedmessage"),
+        (DeadMessageFactory, "deadmessage"),
+    ],
+)
+def test_message_pages_show_the_headers_escaped(
+    staff_client: StaffClient, factory: Any, model: str
+) -> None:
+    row = factory(headers={"request-id": HOSTILE})
+    client = staff_client()
+    page = client.get(reverse(f"admin:django_pgqueue_{model}_change", args=[row.pk]))
+    assert page.status_code == 200
+    assert "request-id" in page.text and HOSTILE not in page.text
+    plain = factory()
+    page = client.get(reverse(f"admin:django_pgqueue_{model}_change", args=[plain.pk]))
+    assert page.status_code == 200 and "request-id" not in page.text

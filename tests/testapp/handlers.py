@@ -213,3 +213,14 @@ async def async_report_then_wait(context: MessageContext, payload: dict[str, Any
             raise TimeoutError("the test never released the handler")
         await asyncio.sleep(0.01)
     return "done"
+
+
+@django_pgqueue.handler("tests.headers")
+def headers(context: MessageContext, payload: Any) -> dict[str, str]:
+    """Returns the headers it was given (``context.headers``)."""
+    return dict(context.headers)
+
+
+@django_pgqueue.handler("tests.async-headers")
+async def async_headers(context: MessageContext, payload: Any) -> dict[str, str]:
+    return dict(context.headers)
