@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The supported versions besides the default .venv (Django 6.1, Python 3.12, whole suite):
-# each entry gets a virtualenv in .venv-matrix/<name> and runs the core, worker, tasks and
+# each entry gets a virtualenv in .venv-matrix/<name> and runs the core, composition, worker, tasks and
 # admin tests (plus tests/unit). Safe to run again: a virtualenv is only rebuilt when
 # pyproject.toml changed.
 #   bash scripts/matrix.sh                 every entry
@@ -22,7 +22,7 @@ MATRIX=(
     "dj60-py313 3.13 django~=6.0.10 test fast"
     "dj61-py313 3.13 django~=6.1.3 test fast"
 )
-TESTS=(tests/unit tests/core tests/worker tests/tasks tests/admin)
+TESTS=(tests/unit tests/core tests/composition tests/worker tests/tasks tests/admin)
 
 if [ -z "${DATABASE_URL:-}" ]; then
     echo "scripts/matrix.sh needs DATABASE_URL (bash .ci/run sets it)." >&2
