@@ -3,9 +3,10 @@
 A child is a whole worker, as ``pgq_worker`` runs one alone, plus three duties:
 
 - **it does not outlive its supervisor.** On Linux the kernel sends it SIGTERM when the
-  supervisor dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere, and should that be missed, a
-  thread compares ``os.getppid()`` with the supervisor's pid every second and sends the
-  child SIGTERM itself. SIGTERM is the worker's graceful stop: it hands back what it had not
+  supervisor dies (``prctl(PR_SET_PDEATHSIG)``; should the supervisor be gone already when
+  the child makes that call, the child sees it in ``os.getppid()`` and signals itself);
+  where ``prctl`` is missing, a thread compares ``os.getppid()`` with the supervisor's pid
+  every second and sends the child SIGTERM itself. SIGTERM is the worker's graceful stop: it hands back what it had not
   started, finishes what runs within the grace period and exits, so a SIGKILLed supervisor
   leaves no lease held longer than the grace period;
 - **it says where its endpoints are.** With a group ``--metrics-port`` or
@@ -41,24 +42,31 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """SIGTERM to this process when ``parent_pid`` exits: by the kernel on Linux, else (and
-    also) by a thread watching ``os.getppid()``."""
+    """SIGTERM to this process, once, when ``parent_pid`` exits: by the kernel on Linux,
+    else by a thread watching ``os.getppid()`` (one signal only: a second one would make the
+    worker release what runs instead of finishing it)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass  # not Linux: the thread below is the only watch
-    # The parent may have died before the prctl call: the kernel would not tell then.
-    thread = threading.Thread(
+        armed = False  # not Linux
+    if armed:
+        if os.getppid() != parent_pid:  # it died before the call: the kernel will not tell
+            _parent_gone(parent_pid)
+        return
+    threading.Thread(
         target=_watch_parent, args=(parent_pid,), name="parent watch", daemon=True
-    )
-    thread.start()
+    ).start()
 
 
 def _watch_parent(parent_pid: int) -> None:
     stop = threading.Event()
     while os.getppid() == parent_pid:
         stop.wait(WATCH_INTERVAL)
+    _parent_gone(parent_pid)
+
+
+def _parent_gone(parent_pid: int) -> None:
     logger.warning("The supervisor (pid %d) is gone: stopping this worker.", parent_pid)
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -436,7 +436,9 @@ class Supervisor:
             slot.port = None
             slot.history.append(code)
             if self.stopping:
-                if code not in (0, child.RECYCLED):
+                # Killed by the forwarded SIGTERM itself: it came before the child set up
+                # its handler, so before it could lease anything.
+                if code not in (0, child.RECYCLED, -signal.SIGTERM):
                     self._clean = False
                     logger.warning(
                         "Worker process %s (pid %d) did not drain cleanly: %s.",
