@@ -48,6 +48,9 @@ def parse(text: str) -> dict[str, Family]:
         if line.startswith("#"):
             parts = line.split(None, 3)
             if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                if parts[2].endswith("_created"):
+                    current = None  # creation times: never summed
+                    continue
                 family = families.setdefault(parts[2], Family(parts[2]))
                 if parts[1] == "HELP":
                     family.help = parts[3] if len(parts) > 3 else ""
@@ -58,11 +61,11 @@ def parse(text: str) -> dict[str, Family]:
         key, _, value = line.rpartition(" ")
         if not key:
             continue
-        if current is None or not _belongs(key, current.name):
-            name = key.split("{", 1)[0]
-            current = families.setdefault(name, Family(name))
-        if key.split("{", 1)[0].endswith("_created"):
+        name = key.split("{", 1)[0]
+        if name.endswith("_created"):
             continue  # a creation time: never summed
+        if current is None or not _belongs(key, current.name):
+            current = families.setdefault(name, Family(name))
         try:
             current.samples[key] = float(value)
         except ValueError:

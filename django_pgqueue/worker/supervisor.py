@@ -273,13 +273,13 @@ class Supervisor:
                 if status != 200:
                     problems.extend(f"child {worker_id}: {p}" for p in answer.get("problems", []))
             children.append(entry)
-        body = {
+        answer = {
             "status": "fail" if problems else "ok",
             "worker_id": self.worker_id,
             "problems": problems,
             "children": children,
         }
-        return 503 if problems else 200, "application/json", json.dumps(body).encode() + b"\n"
+        return 503 if problems else 200, "application/json", json.dumps(answer).encode() + b"\n"
 
     # -- control -------------------------------------------------------------------------------
 
@@ -356,8 +356,7 @@ class Supervisor:
             self._wake.clear()
         code = 0 if self._clean else 1
         logger.info(
-            "pgq_worker supervisor %s stopped (exit %d): %d restarts after crashes, "
-            "%d recycles.",
+            "pgq_worker supervisor %s stopped (exit %d): %d restarts after crashes, %d recycles.",
             self.worker_id,
             code,
             sum(s.restarts for s in self.slots),

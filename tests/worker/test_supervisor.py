@@ -154,7 +154,9 @@ def test_one_metrics_endpoint_sums_the_children(spawn_worker: Spawn) -> None:  #
     )  # fmt: skip
     port = supervisor_port(supervisor)
     wait_for(lambda: all_archived(total), timeout=30)
-    processed = r'pgqueue_worker_messages_processed_total\{queue="default",task="tests.effect"\} (\S+)'
+    processed = (
+        r'pgqueue_worker_messages_processed_total\{queue="default",task="tests.effect"\} (\S+)'
+    )
 
     def summed() -> float:
         status, body = get(port, "/metrics")

@@ -10,8 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
-from ...conf import get_settings
+from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
 from ...worker import child
 from ...worker.endpoints import DEFAULT_HOST
 from ...worker.options import STARTUP_TIMEOUT, check_sizes, default_worker_id, served_queues
