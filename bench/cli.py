@@ -13,6 +13,7 @@ flow       what fairness and limits cost, and what they buy a light tenant
 compose    what dependencies and batches cost plain queues, batch drains, chain gaps
 pipeline   the Spark export and bulk enqueue against raw psycopg COPY
 export     whole export commands, Spark start-up included, against a one-process COPY
+processes  pgq_worker --processes: CPU-bound handlers on 1, 2, 4 processes; the supervisor's cost
 publish    docs/benchmarks.md from a finished run's folder
 """
 
@@ -48,6 +49,7 @@ SUBCOMMANDS = {
     "compose": "bench.composition_bench",
     "pipeline": "bench.pipeline_bench",
     "export": "bench.export_bench",
+    "processes": "bench.processes_bench",
     "publish": "bench.publish",
 }
 
