@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -79,20 +79,26 @@ def test_a_child_killed_mid_batch_is_replaced_and_its_messages_run_once(
     assert supervisor.wait() == 0
 
 
-def test_sigterm_drains_every_child_and_exits_zero(spawn_worker: Spawn) -> None:  # noqa: F811
+def test_sigterm_drains_every_child_and_exits_zero(
+    spawn_worker: Spawn,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     total = 4
     supervisor = spawn_worker("--processes", "2", "--concurrency", "2", "--batch-size", "2")
     pids = [child_pid(supervisor, 1), child_pid(supervisor, 2)]
     for n in (1, 2):
         supervisor.wait_for_line(rf"pgq_worker \S+\.{n} ready: ")
-    django_pgqueue.enqueue_many("tests.sleep", [{"seconds": 1.5, "n": n} for n in range(total)])
-    wait_for(lambda: Message.objects.filter(lease_token__isnull=False).count() >= 2, timeout=20)
-    time.sleep(0.3)  # the handlers are sleeping now
+    django_pgqueue.enqueue_many(
+        "tests.sleep",
+        [{"seconds": 1.5, "started_file": str(tmp_path / f"{n}")} for n in range(total)],
+    )
+    wait_for(lambda: len(list(tmp_path.iterdir())) >= 2, timeout=20)
     supervisor.signal(signal.SIGTERM)
+    running = len(list(tmp_path.iterdir()))
     assert supervisor.wait() == 0
     assert all(gone(pid) for pid in pids)
     # What ran finished and was archived; what waited was handed back; nothing is held.
-    assert ArchivedMessage.objects.count() >= 2
+    assert ArchivedMessage.objects.count() >= running
     assert ArchivedMessage.objects.count() + Message.objects.count() == total
     assert not Message.objects.filter(lease_token__isnull=False).exists()
     supervisor.wait_for_line(r"SIGTERM: draining 2 worker processes")
@@ -103,7 +109,10 @@ def test_sigterm_drains_every_child_and_exits_zero(spawn_worker: Spawn) -> None:
 
 
 @pytest.mark.chaos
-def test_sigkill_of_the_supervisor_leaves_no_lease_held(spawn_worker: Spawn) -> None:  # noqa: F811
+def test_sigkill_of_the_supervisor_leaves_no_lease_held(
+    spawn_worker: Spawn,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     total = 12
     supervisor = spawn_worker(
         "--processes", "2", "--concurrency", "2", "--batch-size", "6",
@@ -112,16 +121,19 @@ def test_sigkill_of_the_supervisor_leaves_no_lease_held(spawn_worker: Spawn) -> 
     pids = [child_pid(supervisor, 1), child_pid(supervisor, 2)]
     for n in (1, 2):
         supervisor.wait_for_line(rf"pgq_worker \S+\.{n} ready: ")
-    django_pgqueue.enqueue_many("tests.sleep", [{"seconds": 1, "n": n} for n in range(total)])
-    wait_for(lambda: Message.objects.filter(lease_token__isnull=False).count() >= 4, timeout=20)
-    time.sleep(0.3)  # the handlers are sleeping now
+    django_pgqueue.enqueue_many(
+        "tests.sleep",
+        [{"seconds": 1, "started_file": str(tmp_path / f"{n}")} for n in range(total)],
+    )
+    wait_for(lambda: len(list(tmp_path.iterdir())) >= 2, timeout=20)
     supervisor.signal(signal.SIGKILL)
+    running = len(list(tmp_path.iterdir()))
     assert supervisor.wait() == -signal.SIGKILL
     # The children drain (a second at most here) and exit, far within the visibility timeout.
     wait_for(lambda: all(gone(pid) for pid in pids), timeout=20)
     assert not Message.objects.filter(lease_token__isnull=False).exists()
     archived = ArchivedMessage.objects.count()
-    assert 2 <= archived < total  # what ran finished; what waited was handed back
+    assert running <= archived < total  # what ran finished; what waited was handed back
     assert len(re.findall(r"SIGTERM: finishing \d+ in-flight", supervisor.output)) == 2
     assert Message.objects.count() == total - archived
     assert not DeadMessage.objects.exists()
