@@ -162,6 +162,13 @@ class Supervisor:
         ports: dict[str, int] = {}
         routes: dict[str, Route] = {}
         if options.metrics_port is not None:
+            from django.core.exceptions import ImproperlyConfigured
+
+            try:
+                # The children's exposition needs prometheus_client: refuse now, not in each.
+                from ..metrics import exposition  # noqa: F401
+            except ImproperlyConfigured as exc:
+                raise ValueError(f"--metrics-port: {exc}") from exc
             from ..metrics.merge import GroupMetrics
 
             self.metrics = GroupMetrics()
@@ -316,10 +323,8 @@ class Supervisor:
             )
             return self._supervise()
         finally:
-            for slot in self.slots:  # only after an internal error: the loop waits for them
-                if slot.proc is not None and slot.proc.poll() is None:
-                    slot.proc.kill()
-                    slot.proc.wait()
+            # Children still running here (only after an internal error: the loop waits for
+            # them) get their parent-death SIGTERM when this process exits, and drain.
             if relay is not None:
                 relay.close()
             for server in self.servers:

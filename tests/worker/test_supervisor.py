@@ -157,6 +157,27 @@ def test_recycling_under_load_loses_and_duplicates_nothing(spawn_worker: Spawn) 
     assert len(set(Effect.objects.values_list("worker_pid", flat=True))) >= total // 60
 
 
+def test_a_child_past_its_memory_bound_is_recycled_between_messages(
+    spawn_worker: Spawn,  # noqa: F811
+) -> None:
+    total = 200
+    # 1 MiB: every child passes it at its first look, a second after it starts.
+    supervisor = spawn_worker(
+        "--max-memory-per-child", "1", "--concurrency", "2", "--batch-size", "5",
+        "--poll-interval", "0.5",
+    )  # fmt: skip
+    supervisor.wait_for_line(r"pgq_worker \S+\.1 ready: ")
+    django_pgqueue.enqueue_many("tests.sleep", [{"seconds": 0.02, "effect": True}] * total)
+    wait_for(lambda: all_archived(total), timeout=60)
+    assert_archived_once(total)
+    assert Effect.objects.count() == total
+    supervisor.wait_for_line(r"Resident memory \d+ MiB is past --max-memory-per-child 1 MiB")
+    supervisor.wait_for_line(r"recycled after [\d.]+s \(--max-memory-per-child 1\)")
+    assert "died" not in supervisor.output
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait() == 0
+
+
 def test_one_metrics_endpoint_sums_the_children(spawn_worker: Spawn) -> None:  # noqa: F811
     total = 300
     django_pgqueue.enqueue_many("tests.effect", [{"n": n} for n in range(total)])
