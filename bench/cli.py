@@ -14,6 +14,7 @@ compose    what dependencies and batches cost plain queues, batch drains, chain 
 tracing    what message headers and OpenTelemetry tracing cost enqueue and a worker drain
 pipeline   the Spark export and bulk enqueue against raw psycopg COPY
 export     whole export commands, Spark start-up included, against a one-process COPY
+processes  pgq_worker --processes: CPU-bound handlers on 1, 2, 4 processes; the supervisor's cost
 publish    docs/benchmarks.md from a finished run's folder
 """
 
@@ -50,6 +51,7 @@ SUBCOMMANDS = {
     "tracing": "bench.tracing_bench",
     "pipeline": "bench.pipeline_bench",
     "export": "bench.export_bench",
+    "processes": "bench.processes_bench",
     "publish": "bench.publish",
 }
 

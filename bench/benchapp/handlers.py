@@ -29,3 +29,17 @@ def timed(payload: Any) -> dict[str, float]:
     """Returns when it started and ended (host clock): a chain's gaps between steps."""
     start = time.time()
     return {"start": start, "end": time.time()}
+
+
+#: Iterations of ``bench.cpu``'s loop unless the payload names another number.
+CPU_LOOPS = 300_000
+
+
+@django_pgqueue.handler("bench.cpu", queue="bench")
+def cpu(payload: Any) -> int:
+    """A fixed amount of pure-Python work (holds the GIL throughout): what processes buy."""
+    loops = payload.get("loops", CPU_LOOPS) if isinstance(payload, dict) else CPU_LOOPS
+    total = 0
+    for i in range(loops):
+        total += i * i % 7
+    return total

@@ -10,10 +10,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY
+from ...conf import MAX_BATCH_SIZE, MAX_CONCURRENCY, get_settings
+from ...worker import child
 from ...worker.endpoints import DEFAULT_HOST
-from ...worker.options import STARTUP_TIMEOUT
+from ...worker.options import STARTUP_TIMEOUT, check_sizes, default_worker_id, served_queues
 from ...worker.runner import Worker, WorkerOptions
+from ...worker.supervisor import Supervisor, SupervisorOptions
 
 
 def _positive_int(value: str) -> int:
@@ -155,6 +157,34 @@ class Command(BaseCommand):
             "PGQUEUE['GRACE_PERIOD'].",
         )
 
+        processes = parser.add_argument_group(
+            "worker processes (one supervisor, N workers; see docs/how-to/run-workers.md)"
+        )
+        processes.add_argument(
+            "--processes",
+            type=_positive_int,
+            default=1,
+            metavar="N",
+            help="Run N worker processes under one supervisor that replaces those that die. "
+            "Default 1: this process is the worker.",
+        )
+        processes.add_argument(
+            "--max-tasks-per-child",
+            type=_positive_int,
+            metavar="N",
+            help="Replace a worker process after it handled N messages (runs a supervisor).",
+        )
+        processes.add_argument(
+            "--max-memory-per-child",
+            type=_positive_int,
+            metavar="MIB",
+            help="Replace a worker process once its resident memory passes MIB mebibytes, "
+            "between messages (runs a supervisor; Linux).",
+        )
+        # Internal: set by the supervisor on the command lines of its children.
+        parser.add_argument("--child-of", type=_positive_int, help=argparse.SUPPRESS)
+        parser.add_argument("--child-endpoints", help=argparse.SUPPRESS)
+
         endpoints = parser.add_argument_group(
             "metrics and health endpoints (HTTP, served by the worker; see docs/how-to/metrics.md)"
         )
@@ -209,11 +239,42 @@ class Command(BaseCommand):
         )
         if options["health_port"] is None and options["health_db_timeout"] is not None:
             raise CommandError("--health-db-timeout needs --health-port")
+        if options["child_of"] is None and (
+            options["processes"] > 1
+            or options["max_tasks_per_child"]
+            or options["max_memory_per_child"]
+        ):
+            sys.exit(self._supervise(worker_options, options))
+        if options["child_of"] is not None:
+            child.die_with_parent(options["child_of"])
+            worker_options.max_messages = options["max_tasks_per_child"]
         try:
             worker = Worker(worker_options)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if options["child_endpoints"] and worker.servers:
+            child.report_endpoints(options["child_endpoints"], worker.servers[0].port)
+        memory = None
+        if options["max_memory_per_child"] and options["child_of"] is not None:
+            memory = child.MemoryBound(
+                options["max_memory_per_child"],
+                stop=lambda: None if worker.stopping.is_set() else worker.request_stop(),
+            )
+            memory.start()
         code = worker.run()
+        if memory is not None:
+            memory.close()
+        if options["child_of"] is not None and code == 0:
+            limit = options["max_tasks_per_child"]
+            if memory is not None and memory.reached_mib is not None:
+                sys.exit(child.RECYCLED)
+            if limit is not None and worker.taken >= limit:
+                logging.getLogger("django_pgqueue.worker").info(
+                    "pgq_worker %s handled %d messages (--max-tasks-per-child): recycling.",
+                    worker.worker_id,
+                    worker.taken,
+                )
+                sys.exit(child.RECYCLED)
         if worker.unreachable:
             sys.exit(code)  # the worker logged why, in one line
         if code and worker.crashed:
@@ -228,6 +289,54 @@ class Command(BaseCommand):
                 returncode=code,
             )
 
+    def _supervise(self, worker_options: WorkerOptions, options: dict[str, Any]) -> int:
+        """Run N worker processes (this same command, ``--child-of`` this process)."""
+        if options["max_messages"] is not None:
+            raise CommandError(
+                "--max-messages stops one worker; with --processes or recycling use "
+                "--max-tasks-per-child"
+            )
+        if options["healthcheck_file"]:
+            raise CommandError(
+                "--healthcheck-file is one worker's file; with --processes or recycling use "
+                "--health-port"
+            )
+        conf = get_settings()
+        try:
+            check_sizes(
+                worker_options.concurrency or conf.CONCURRENCY,
+                worker_options.batch_size or conf.BATCH_SIZE,
+                None,
+            )
+            served_queues(worker_options)
+            if options["max_memory_per_child"]:
+                child.check_memory_bound_supported()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        grace = conf.GRACE_PERIOD if options["grace_period"] is None else options["grace_period"]
+        recycling = []
+        if options["max_tasks_per_child"]:
+            recycling.append(f"--max-tasks-per-child {options['max_tasks_per_child']}")
+        if options["max_memory_per_child"]:
+            recycling.append(f"--max-memory-per-child {options['max_memory_per_child']}")
+        try:
+            supervisor = Supervisor(
+                SupervisorOptions(
+                    processes=options["processes"],
+                    worker_id=options["worker_id"] or default_worker_id(),
+                    child_args=_child_args(options),
+                    grace_period=grace,
+                    burst=options["burst"],
+                    metrics_port=options["metrics_port"],
+                    health_port=options["health_port"],
+                    http_host=options["http_host"],
+                    recycling=", ".join(recycling),
+                )
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        return supervisor.run()
+
     @staticmethod
     def _ensure_logging(verbosity: int) -> None:
         """Print the worker's log lines when the project configured no handler for them."""
@@ -240,3 +349,36 @@ class Command(BaseCommand):
         package.setLevel(
             logging.DEBUG if verbosity > 1 else logging.WARNING if verbosity == 0 else logging.INFO
         )
+
+
+def _child_args(options: dict[str, Any]) -> list[str]:
+    """The flags each worker process of a supervisor gets: the supervisor's own, but for its
+    endpoints (a child serves them on a private port of 127.0.0.1) and its id."""
+    args = ["-v", str(options["verbosity"])]
+    for queue in options["queues"]:
+        args += ["--queue", queue]
+    for queue in options["exclude_queues"]:
+        args += ["--exclude-queue", queue]
+    valued = {
+        "concurrency": "--concurrency",
+        "batch_size": "--batch-size",
+        "visibility_timeout": "--visibility-timeout",
+        "poll_interval": "--poll-interval",
+        "grace_period": "--grace-period",
+        "startup_timeout": "--startup-timeout",
+        "health_db_timeout": "--health-db-timeout",
+        "max_tasks_per_child": "--max-tasks-per-child",
+        "max_memory_per_child": "--max-memory-per-child",
+    }
+    for dest, flag in valued.items():
+        if options.get(dest) is not None:
+            args += [flag, str(options[dest])]
+    if not options["listen"]:
+        args.append("--no-listen")
+    if options["burst"]:
+        args.append("--burst")
+    if options["metrics_port"] is not None:
+        args += ["--metrics-port", "0"]
+    if options["health_port"] is not None:
+        args += ["--health-port", "0"]
+    return args
