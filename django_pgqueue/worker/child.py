@@ -2,13 +2,14 @@
 
 A child is a whole worker, as ``pgq_worker`` runs one alone, plus three duties:
 
-- **it does not outlive its supervisor.** On Linux the kernel sends it SIGTERM when the
-  supervisor dies (``prctl(PR_SET_PDEATHSIG)``; should the supervisor be gone already when
-  the child makes that call, the child sees it in ``os.getppid()`` and signals itself);
-  where ``prctl`` is missing, a thread compares ``os.getppid()`` with the supervisor's pid
-  every second and sends the child SIGTERM itself. SIGTERM is the worker's graceful stop: it hands back what it had not
-  started, finishes what runs within the grace period and exits, so a SIGKILLed supervisor
-  leaves no lease held longer than the grace period;
+- **it does not outlive its supervisor.** On Linux the kernel signals it when the supervisor
+  dies (``prctl(PR_SET_PDEATHSIG)``, SIGHUP, which it turns into one SIGTERM; should the
+  supervisor be gone already when the child makes that call, the child sees it in
+  ``os.getppid()`` and signals itself); where ``prctl`` is missing, a thread compares
+  ``os.getppid()`` with the supervisor's pid every second and sends the child SIGTERM itself.
+  SIGTERM is the worker's graceful stop: it hands back what it had not started, finishes what
+  runs within the grace period and exits, so a SIGKILLed supervisor leaves no lease held
+  longer than the grace period;
 - **it says where its endpoints are.** With a group ``--metrics-port`` or
   ``--health-port`` it serves both on one private port of ``127.0.0.1`` (any free one) and
   writes that port to the file the supervisor named (:func:`report_endpoints`);
@@ -45,9 +46,21 @@ def die_with_parent(parent_pid: int) -> None:
     """SIGTERM to this process, once, when ``parent_pid`` exits: by the kernel on Linux,
     else by a thread watching ``os.getppid()`` (one signal only: a second one would make the
     worker release what runs instead of finishing it)."""
+    # The kernel sends the parent-death signal each time the thread that is the child's parent
+    # exits: when a multi-threaded supervisor is killed, the child is handed to its other
+    # threads in turn and may hear it more than once. So it is SIGHUP, turned into the one
+    # SIGTERM here, never SIGTERM itself (a second SIGTERM releases what runs).
+    told = threading.Event()
+
+    def parent_died(signum: int, frame: object) -> None:
+        if not told.is_set():
+            told.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGHUP, parent_died)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+        armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0) == 0
     except (OSError, AttributeError):
         armed = False  # not Linux
     if armed:

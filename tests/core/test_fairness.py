@@ -495,6 +495,8 @@ def test_an_enqueue_into_a_fair_queue_planned_on_a_small_queue_reads_by_index_la
         "tenant": "tenant-1",
         "dedup_key": None,
         "max_attempts": 3,
+        "composed": False,
+        "headers": None,
         "run_at": None,
         "delay": 0.0,
         "step": 1.0,

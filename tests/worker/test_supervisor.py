@@ -133,7 +133,8 @@ def test_sigkill_of_the_supervisor_leaves_no_lease_held(
     wait_for(lambda: all(gone(pid) for pid in pids), timeout=20)
     assert not Message.objects.filter(lease_token__isnull=False).exists()
     archived = ArchivedMessage.objects.count()
-    assert running <= archived < total  # what ran finished; what waited was handed back
+    # What ran finished; what waited was handed back.
+    assert running <= archived < total, supervisor.output
     assert len(re.findall(r"SIGTERM: finishing \d+ in-flight", supervisor.output)) == 2
     assert Message.objects.count() == total - archived
     assert not DeadMessage.objects.exists()
