@@ -180,6 +180,7 @@ def test_a_child_past_its_memory_bound_is_recycled_between_messages(
 
 
 def test_one_metrics_endpoint_sums_the_children(spawn_worker: Spawn) -> None:  # noqa: F811
+    pytest.importorskip("prometheus_client")  # the [metrics] extra
     total = 300
     django_pgqueue.enqueue_many("tests.effect", [{"n": n} for n in range(total)])
     supervisor = spawn_worker(
