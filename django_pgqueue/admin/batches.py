@@ -112,7 +112,8 @@ class BatchAdmin(RetryOnItsPage):
         "callbacks",
     )
     actions = ("retry_failed_members",)
-    change_form_template = "admin/django_pgqueue/batch/change_form.html"
+    retry_action = "retry_failed_members"
+    retry_label = "Retry failed members"
 
     created_at_shown = timestamp_column("created_at", "created")
     completed_at_shown = timestamp_column("completed_at", "completed")
@@ -133,6 +134,9 @@ class BatchAdmin(RetryOnItsPage):
         return queryset.none(), False
 
     @admin.display(description="batch")
+    def offers_retry(self, obj: Batch) -> bool:
+        return obj.failed > 0
+
     def name(self, obj: Batch) -> SafeString:
         # Cut to fit by the stylesheet; the whole label on hover.
         text = obj.label or f"batch #{obj.id}"

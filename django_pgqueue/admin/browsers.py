@@ -173,22 +173,39 @@ class ViewOnlyAdmin(BaseModelAdmin):
 
 class RetryOnItsPage(ViewOnlyAdmin):
     """An admin whose rows are retried (``retry_deadmessage``) from their own page too: dead
-    messages, batches (their failed members)."""
+    messages, batches (their failed members). The page's button posts the change form action
+    ``retry_action`` for that one row."""
+
+    retry_action = "retry_dead"
+    retry_label = "Retry"
+    change_form_template = "admin/django_pgqueue/retry_change_form.html"
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "retry_deadmessage")
 
-    def change_view(
+    def offers_retry(self, obj: Any) -> bool:
+        """Whether this row has anything to retry."""
+        return True
+
+    def render_change_form(
         self,
         request: HttpRequest,
-        object_id: str,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
         form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+        obj: Any = None,
     ) -> HttpResponse:
         # Before Django 6.1 actions run from the change list only: no Retry button here.
-        can_retry = CHANGE_FORM_ACTIONS and self.has_retry_permission(request)
-        context = {**(extra_context or {}), "pgq_can_retry": can_retry}
-        return super().change_view(request, object_id, form_url, context)
+        context["pgq_retry"] = (
+            CHANGE_FORM_ACTIONS
+            and obj is not None
+            and self.has_retry_permission(request)
+            and self.offers_retry(obj)
+        )
+        context["pgq_retry_action"] = self.retry_action
+        context["pgq_retry_label"] = self.retry_label
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 class ReadOnlyAdmin(ViewOnlyAdmin):
@@ -508,7 +525,6 @@ class DeadMessageAdmin(RetryOnItsPage, ReadOnlyAdmin):
         "composition",
     )
     actions = ("retry_dead",)
-    change_form_template = "admin/django_pgqueue/deadmessage/change_form.html"
     timestamp_fields = ("enqueued_at", "died_at")
     json_fields = ("payload", "headers", "errors", "details")
 

@@ -26,13 +26,6 @@ from __future__ import annotations
 
 from ._notify import LATER
 
-# What a waiting message keeps in its dead row's details, to come back from there as it was
-# when a failed dependency is retried.
-_RELEASE_DETAILS = (
-    "jsonb_build_object('run_at', w.run_at, 'delay', w.delay, 'fair', w.fair,"
-    " 'wake_channel', w.wake_channel)"
-)
-
 # Waiting messages -> live: ready now, or after their own delay; a fair queue's message
 # enters the fair order once due (fair_order -1, as a scheduled one). The workers of each
 # queue are woken once per statement.
@@ -66,12 +59,43 @@ BEGIN
 END $$
 """
 
-# Waiting messages that depend, directly or through others, on ``failed`` -> dead, with
-# reason ``dependency_failed`` naming the failed one. Their own trigger run finds nothing
-# left to bury: the whole descent moves at once.
-BURY_DEPENDENTS = f"""
+# Waiting messages -> dead, reason ``dependency_failed``, each with why (``causes``, in the
+# order of ``ids``: type, message, what failed). Their dead rows keep what they need to wait
+# again as they were (``release``), should what failed be retried.
+BURY_WAITING_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgq_bury_waiting(ids bigint[], causes jsonb[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH doomed AS (
+        SELECT * FROM unnest(ids, causes) AS t(id, cause)
+    ), moved AS (
+        DELETE FROM pgqueue_waiting w USING doomed
+        WHERE w.id = doomed.id
+        RETURNING w.*, doomed.cause
+    )
+    INSERT INTO pgqueue_dead
+        (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
+         max_attempts, composed, headers, reason, details, died_at)
+    SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
+           m.max_attempts, true, m.headers, 'dependency_failed',
+           m.cause || jsonb_build_object(
+               'traceback', '',
+               'release', jsonb_build_object('run_at', m.run_at, 'delay', m.delay,
+                                             'fair', m.fair, 'wake_channel', m.wake_channel)),
+           now()
+    FROM moved m;
+END $$
+"""
+
+# Waiting messages that depend, directly or through others, on ``failed`` -> dead, naming
+# the failed one. Their own trigger run finds nothing left to bury: the whole descent moves
+# at once.
+BURY_DEPENDENTS_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_bury_dependents(failed bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    ids bigint[];
+    causes jsonb[];
 BEGIN
     WITH RECURSIVE doomed(id, cause) AS (
         SELECT d.dependent_id, d.prerequisite_id
@@ -82,23 +106,19 @@ BEGIN
         FROM doomed
         JOIN pgqueue_dependency d ON d.prerequisite_id = doomed.id
         JOIN pgqueue_waiting w ON w.id = d.dependent_id
-    ), moved AS (
-        DELETE FROM pgqueue_waiting w
-        WHERE w.id IN (SELECT id FROM doomed)
-        RETURNING w.*, {_RELEASE_DETAILS} AS release
+    ), first_cause AS (
+        SELECT id, min(cause) AS cause FROM doomed GROUP BY id
     )
-    INSERT INTO pgqueue_dead
-        (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
-         max_attempts, composed, headers, reason, details, died_at)
-    SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
-           m.max_attempts, true, m.headers, 'dependency_failed',
-           jsonb_build_object(
+    SELECT array_agg(id),
+           array_agg(jsonb_build_object(
                'type', 'DependencyFailed',
-               'message', format('message %s, which this one depends on, failed', c.cause),
-               'traceback', '', 'dependency', c.cause, 'release', m.release),
-           now()
-    FROM moved m
-    CROSS JOIN LATERAL (SELECT min(cause) AS cause FROM doomed WHERE doomed.id = m.id) c;
+               'message', format('message %s, which this one depends on, failed', cause),
+               'dependency', cause))
+    INTO ids, causes
+    FROM first_cause;
+    IF ids IS NOT NULL THEN
+        PERFORM pgq_bury_waiting(ids, causes);
+    END IF;
 END $$
 """
 
@@ -106,7 +126,7 @@ END $$
 # still wait for (none: released at once, as a batch's success callback is). What it keeps
 # of its waiting (delay, fair queue, wake-up channel) comes back from its dead row. Returns
 # the ids moved.
-REWAIT = """
+REWAIT_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_rewait(ids bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -146,7 +166,7 @@ END $$
 
 # What died of a failed dependency, directly or through others, when that one came back
 # (``back``: retried, live or waiting again) -> waiting again, the whole descent at once.
-REVIVE_DEPENDENTS = """
+REVIVE_DEPENDENTS_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_revive_dependents(back bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -171,7 +191,7 @@ END $$
 # Members of batches finished (``outcome`` 'succeeded'), died ('failed') or came back from
 # the dead table ('revived'): their batches' counts, then, for the batches whose counts now
 # call for a callback, what follows from them.
-COUNT_BATCH_MEMBERS = """
+COUNT_BATCH_MEMBERS_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_count_batch_members(ids bigint[], outcome text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -202,8 +222,7 @@ END $$
 # success callback runs and the failure callback is not needed; otherwise the failure
 # callback runs and the success callback is buried, to run after all should the failed
 # members be retried and every member finish.
-SETTLE_BATCHES = (
-    """
+SETTLE_BATCHES_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_settle_batches(ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -217,24 +236,13 @@ BEGIN
         PERFORM pgq_release(array_remove(ARRAY[b.on_complete_id], NULL));
         IF b.failed > 0 THEN
             PERFORM pgq_release(array_remove(ARRAY[b.on_failure_id], NULL));
-            WITH moved AS (
-                DELETE FROM pgqueue_waiting w WHERE w.id = b.on_success_id
-                RETURNING w.*, """
-    + _RELEASE_DETAILS
-    + """ AS release
-            )
-            INSERT INTO pgqueue_dead
-                (message_id, queue, task, payload, priority, tenant, enqueued_at, attempts,
-                 max_attempts, composed, headers, reason, details, died_at)
-            SELECT m.id, m.queue, m.task, m.payload, m.priority, m.tenant, m.enqueued_at, 0,
-                   m.max_attempts, true, m.headers, 'dependency_failed',
-                   jsonb_build_object(
-                       'type', 'BatchFailed',
-                       'message', format('%s of the %s members of batch %s failed',
-                                         b.failed, b.total, b.id),
-                       'traceback', '', 'batch', b.id, 'release', m.release),
-                   now()
-            FROM moved m;
+            IF b.on_success_id IS NOT NULL THEN
+                PERFORM pgq_bury_waiting(ARRAY[b.on_success_id], ARRAY[jsonb_build_object(
+                    'type', 'BatchFailed',
+                    'message', format('%s of the %s members of batch %s failed',
+                                      b.failed, b.total, b.id),
+                    'batch', b.id)]);
+            END IF;
         ELSE
             DELETE FROM pgqueue_waiting WHERE id = b.on_failure_id;
         END IF;
@@ -252,43 +260,45 @@ BEGIN
     END LOOP;
 END $$
 """
-)
 
-ON_FINISHED = """
+# The hot path of every acknowledgement: a plain message's stops at the first look; a batch
+# member's, which has no edges, at the probe of the dependency table's two indexes.
+ON_FINISHED_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_on_finished() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
+    ids bigint[] := ARRAY(SELECT message_id FROM finished WHERE composed);
     ready bigint[];
 BEGIN
     -- Also for statements that wrote no row, and for the plain messages' acks: nothing to do.
-    IF NOT EXISTS (SELECT 1 FROM finished WHERE composed) THEN
+    IF cardinality(ids) = 0 THEN
         RETURN NULL;
     END IF;
-    WITH counted AS (
-        SELECT d.dependent_id AS id, count(*)::int AS n
-        FROM finished f JOIN pgqueue_dependency d ON d.prerequisite_id = f.message_id
-        WHERE f.composed
-        GROUP BY d.dependent_id
-    ), decremented AS (
-        UPDATE pgqueue_waiting w SET pending = w.pending - c.n
-        FROM counted c WHERE w.id = c.id
-        RETURNING w.id, w.pending
-    ), done_with AS (
-        -- A finished message has read its dependencies' results: its edges are done.
-        DELETE FROM pgqueue_dependency d USING finished f
-        WHERE d.dependent_id = f.message_id AND f.composed
-    )
-    SELECT array_agg(id) INTO ready FROM decremented WHERE pending <= 0;
-    IF ready IS NOT NULL THEN
-        PERFORM pgq_release(ready);
+    IF EXISTS (SELECT 1 FROM pgqueue_dependency d
+               WHERE d.prerequisite_id = ANY(ids) OR d.dependent_id = ANY(ids)) THEN
+        WITH counted AS (
+            SELECT d.dependent_id AS id, count(*)::int AS n
+            FROM pgqueue_dependency d WHERE d.prerequisite_id = ANY(ids)
+            GROUP BY d.dependent_id
+        ), decremented AS (
+            UPDATE pgqueue_waiting w SET pending = w.pending - c.n
+            FROM counted c WHERE w.id = c.id
+            RETURNING w.id, w.pending
+        ), done_with AS (
+            -- A finished message has read its dependencies' results: its edges are done.
+            DELETE FROM pgqueue_dependency d WHERE d.dependent_id = ANY(ids)
+        )
+        SELECT array_agg(id) INTO ready FROM decremented WHERE pending <= 0;
+        IF ready IS NOT NULL THEN
+            PERFORM pgq_release(ready);
+        END IF;
     END IF;
-    PERFORM pgq_count_batch_members(
-        ARRAY(SELECT message_id FROM finished WHERE composed), 'succeeded');
+    PERFORM pgq_count_batch_members(ids, 'succeeded');
     RETURN NULL;
 END $$
 """
 
-ON_BURIED = """
+ON_BURIED_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_on_buried() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -305,7 +315,7 @@ END $$
 
 # Rows leaving the dead table: retried (live again, or waiting again when they died of a
 # dependency), or deleted for good (retention, an operator), and their edges with them.
-ON_UNBURIED = """
+ON_UNBURIED_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgq_on_unburied() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -341,14 +351,15 @@ CREATE TRIGGER pgq_on_unburied AFTER DELETE ON pgqueue_dead
 #: Applied by the migration, in this order.
 DEFINITIONS = [
     RELEASE_FUNCTION,
-    BURY_DEPENDENTS,
-    REWAIT,
-    REVIVE_DEPENDENTS,
-    SETTLE_BATCHES,
-    COUNT_BATCH_MEMBERS,
-    ON_FINISHED,
-    ON_BURIED,
-    ON_UNBURIED,
+    BURY_WAITING_FUNCTION,
+    BURY_DEPENDENTS_FUNCTION,
+    REWAIT_FUNCTION,
+    REVIVE_DEPENDENTS_FUNCTION,
+    SETTLE_BATCHES_FUNCTION,
+    COUNT_BATCH_MEMBERS_FUNCTION,
+    ON_FINISHED_FUNCTION,
+    ON_BURIED_FUNCTION,
+    ON_UNBURIED_FUNCTION,
     TRIGGERS,
 ]
 
@@ -362,6 +373,7 @@ DROP = [
     "DROP FUNCTION IF EXISTS pgq_revive_dependents(bigint[])",
     "DROP FUNCTION IF EXISTS pgq_rewait(bigint[])",
     "DROP FUNCTION IF EXISTS pgq_bury_dependents(bigint[])",
+    "DROP FUNCTION IF EXISTS pgq_bury_waiting(bigint[], jsonb[])",
     "DROP FUNCTION IF EXISTS pgq_release(bigint[])",
 ]
 
