@@ -84,7 +84,6 @@ class PgQueueSettings:
     MAX_TRACEBACK_CHARS: int = 16384
     LOG_ERROR_CHARS: int = 200
     PERIODIC_GRACE: float = 60.0
-    PERIODIC_CHECK_INTERVAL: float = 5.0
     ARCHIVE_RETENTION: float | None = 7 * 86400.0
     DEAD_RETENTION: float | None = 30 * 86400.0
     RETENTION_INTERVAL: float | None = 300.0
@@ -159,7 +158,6 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_TRACEBACK_CHARS": (_positive_int, "a whole number of characters >= 1"),
     "LOG_ERROR_CHARS": (_non_negative_int, "a whole number of characters >= 0"),
     "PERIODIC_GRACE": (_non_negative, "a number of seconds >= 0"),
-    "PERIODIC_CHECK_INTERVAL": (_positive, "a number of seconds > 0"),
     "ARCHIVE_RETENTION": (_optional_positive, "None (keep) or a number of seconds > 0"),
     "DEAD_RETENTION": (_optional_positive, "None (keep) or a number of seconds > 0"),
     "RETENTION_INTERVAL": (_optional_positive, "None (workers never expire) or seconds > 0"),

@@ -227,6 +227,11 @@ def run_now(name: str, *, using: str | None = None) -> int:
     return sent.id
 
 
+#: Longest a worker waits between two looks at the schedules (it also wakes at each one's next
+#: slot): bounds how soon a schedule paused or resumed in the admin is seen.
+CHECK_INTERVAL = 5.0
+
+
 class Ticker:
     """A worker's view of the schedules: :meth:`run_due` enqueues what is due."""
 
@@ -236,7 +241,7 @@ class Ticker:
         self.alias = alias
         self.schedules = {s.name: s for s in (schedules() if declared is None else declared)}
         self.grace = get_settings().PERIODIC_GRACE if grace is None else grace
-        self.check_interval = get_settings().PERIODIC_CHECK_INTERVAL
+        self.check_interval = CHECK_INTERVAL
         self._synced = False
 
     def __bool__(self) -> bool:
