@@ -19,7 +19,8 @@ Why this is race-free, in READ COMMITTED:
 
 Only rows marked ``composed`` (batch members, dependencies of waiting messages, messages that
 waited) are looked up: a plain message's ack pays one look at the rows it wrote, in memory,
-and its claim nothing.
+and its claim nothing; a batch member's ack, one probe of the dependency table and the count
+of its batch.
 """
 
 from __future__ import annotations
