@@ -214,6 +214,15 @@ def bind(host: str, ports: dict[str, int], routes: dict[str, Route]) -> list[End
     return servers
 
 
+def serve(servers: list[EndpointServer], who: str, host: str) -> None:
+    """Start serving, saying what and where in one log line per port."""
+    for server in servers:
+        server.start()
+        logger.info(
+            "%s serves %s on http://%s:%d", who, ", ".join(sorted(server.routes)), host, server.port
+        )
+
+
 def bind_for_worker(worker: Worker) -> list[EndpointServer]:
     """The servers of ``worker``'s ``--metrics-port`` and ``--health-port``, bound."""
     options = worker.options

@@ -276,7 +276,8 @@ class Worker:
 
     def run(self) -> int:
         self._main_thread = threading.current_thread()
-        self._serve_endpoints()  # probes say "starting" until the worker is ready
+        # Probes say "starting" until the worker is ready.
+        endpoints.serve(self.servers, f"pgq_worker {self.worker_id}", self.options.http_host)
         receiver = label_connection(self.worker_id)
         connection_created.connect(receiver, weak=False)
         main = connections[self.alias]
@@ -321,17 +322,6 @@ class Worker:
             for server in self.servers:
                 server.stop()
             self.stopped.set()
-
-    def _serve_endpoints(self) -> None:
-        for server in self.servers:
-            server.start()
-            logger.info(
-                "pgq_worker %s serves %s on http://%s:%d",
-                self.worker_id,
-                ", ".join(sorted(server.routes)),
-                self.options.http_host,
-                server.port,
-            )
 
     def _start(self) -> None:
         """Start every service but the main loop (the calling thread runs it)."""

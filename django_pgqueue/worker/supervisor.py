@@ -23,8 +23,9 @@ follows the thread that started it, so that thread must live as long as the supe
   makes them release at once), waits for them until the grace period and
   :data:`DRAIN_SLACK` have passed, then SIGKILLs what is left. Exits 0 when every child
   drained cleanly (exit 0), else 1. With ``--burst`` it exits when every child is done;
-- serves one ``--metrics-port`` (the children's expositions summed: ``metrics/merge.py``)
-  and one ``--health-port`` (its own view of the children, plus each child's probe).
+- serves one ``--metrics-port`` (the children's expositions summed) and one
+  ``--health-port`` (its own view of the children, plus each child's probe):
+  ``group_endpoints.py``.
 
 Children run in a process group of their own, so a Ctrl-C in a terminal reaches only the
 supervisor, which forwards it: each child gets one signal, not two.
@@ -32,7 +33,6 @@ supervisor, which forwards it: each child gets one signal, not two.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -42,15 +42,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from . import child, health
-from .endpoints import EndpointServer, Response, Route, bind
+from . import child
+from .group_endpoints import GroupEndpoints
 from .signals import SignalRelay
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -65,8 +62,6 @@ BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
 #: Crashes in a row, each within STABLE_AFTER of its start, that make a crash loop.
 CRASH_LOOP = 3
-#: Seconds the supervisor waits for a child's answer when it scrapes or probes it.
-CHILD_HTTP_TIMEOUT = 2.0
 #: How often the supervisor looks at its children when nothing else wakes it.
 TICK = 0.1
 
@@ -139,7 +134,8 @@ class Supervisor:
         self.worker_id = options.worker_id
         self.slots = [Slot(n) for n in range(1, options.processes + 1)]
         self._spawned = 0
-        self._lock = threading.Lock()
+        #: Guards the slots, which the endpoints' thread reads.
+        self.lock = threading.Lock()
         self._wake = threading.Event()
         self._signals: list[int] = []
         self._signals_acted = 0
@@ -147,102 +143,18 @@ class Supervisor:
         self._deadline: float | None = None
         self._clean = True
         self._dir = Path(tempfile.mkdtemp(prefix="pgq-supervisor-"))
-        self.servers: list[EndpointServer] = []
-        self.metrics: Any = None  # a metrics.merge.GroupMetrics with --metrics-port
         try:
-            self.servers = self._bind()
+            self.endpoints = GroupEndpoints(self)
         except ValueError:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
 
-    # -- endpoints -----------------------------------------------------------------------------
-
-    def _bind(self) -> list[EndpointServer]:
-        options = self.options
-        ports: dict[str, int] = {}
-        routes: dict[str, Route] = {}
-        if options.metrics_port is not None:
-            from django.core.exceptions import ImproperlyConfigured
-
-            try:
-                # The children's exposition needs prometheus_client: refuse now, not in each.
-                from ..metrics import exposition  # noqa: F401
-            except ImproperlyConfigured as exc:
-                raise ValueError(f"--metrics-port: {exc}") from exc
-            from ..metrics.merge import GroupMetrics
-
-            self.metrics = GroupMetrics()
-            ports["/metrics"] = options.metrics_port
-            routes["/metrics"] = self._metrics
-        if options.health_port is not None:
-            ports[health.LIVENESS_PATH] = ports[health.READINESS_PATH] = options.health_port
-            routes[health.LIVENESS_PATH] = lambda: self._probe(health.LIVENESS_PATH)
-            routes[health.READINESS_PATH] = lambda: self._probe(health.READINESS_PATH)
-        return bind(options.http_host, ports, routes)
-
-    def _child_port(self, slot: Slot) -> int | None:
-        if slot.port is None and slot.endpoints_file is not None:
-            slot.port = child.read_endpoints(slot.endpoints_file)
-        return slot.port
-
-    def _get(self, port: int, path: str) -> tuple[int, bytes]:
-        url = f"http://127.0.0.1:{port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=CHILD_HTTP_TIMEOUT) as response:
-                return int(response.status), bytes(response.read())
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), bytes(exc.read())
-
-    def _metrics(self) -> Response:
-        from ..metrics.merge import Family
-
-        live = []
-        with self._lock:
-            running = [(s.worker_id, self._child_port(s)) for s in self.slots if s.running]
-        for worker_id, port in running:
-            if port is None:
-                continue
-            try:
-                status, body = self._get(port, "/metrics")
-            except OSError:
-                continue  # exiting or not serving yet: its retired counters still count
-            if status == 200:
-                live.append(self.metrics.scraped(worker_id, body.decode()))
-        with self._lock:
-            states = {"running": 0, "waiting": 0}
-            for slot in self.slots:
-                if slot.running:
-                    states["running"] += 1
-                elif not slot.done:
-                    states["waiting"] += 1
-            restarts = sum(s.restarts for s in self.slots)
-            recycles = sum(s.recycles for s in self.slots)
-        own = {
-            "pgqueue_supervisor_children": Family(
-                "pgqueue_supervisor_children",
-                "gauge",
-                "Worker processes of this supervisor: running, or waiting to be started.",
-                {f'pgqueue_supervisor_children{{state="{k}"}}': v for k, v in states.items()},
-            ),
-            "pgqueue_supervisor_child_restarts_total": Family(
-                "pgqueue_supervisor_child_restarts_total",
-                "counter",
-                "Children started again after they crashed.",
-                {"pgqueue_supervisor_child_restarts_total": restarts},
-            ),
-            "pgqueue_supervisor_child_recycles_total": Family(
-                "pgqueue_supervisor_child_recycles_total",
-                "counter",
-                "Children replaced after they reached a recycling bound.",
-                {"pgqueue_supervisor_child_recycles_total": recycles},
-            ),
-        }
-        return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics.exposition(live, own)
+    # -- health (the endpoints' thread) --------------------------------------------------------
 
     def problems(self, *, readiness: bool) -> list[str]:
         """What the supervisor itself knows is wrong (no child is asked)."""
         problems: list[str] = []
-        with self._lock:
+        with self.lock:
             for slot in self.slots:
                 if slot.streak >= CRASH_LOOP:
                     problems.append(
@@ -257,41 +169,10 @@ class Supervisor:
                 problems.append("draining")
         return problems
 
-    def _probe(self, path: str) -> Response:
-        readiness = path == health.READINESS_PATH
-        problems = self.problems(readiness=readiness)
-        children = []
-        with self._lock:
-            running = [(s, s.worker_id, s.proc.pid) for s in self.slots if s.proc is not None]
-        for slot, worker_id, pid in running:
-            port = self._child_port(slot)
-            entry: dict[str, Any] = {"worker_id": worker_id, "pid": pid}
-            if port is None:
-                if readiness:
-                    problems.append(f"child {worker_id} is starting")
-                entry["status"] = "starting"
-            else:
-                try:
-                    status, body = self._get(port, path)
-                    answer = json.loads(body)
-                except (OSError, ValueError) as exc:
-                    status, answer = 503, {"problems": [f"no answer ({type(exc).__name__})"]}
-                entry["status"] = "ok" if status == 200 else "fail"
-                if status != 200:
-                    problems.extend(f"child {worker_id}: {p}" for p in answer.get("problems", []))
-            children.append(entry)
-        answer = {
-            "status": "fail" if problems else "ok",
-            "worker_id": self.worker_id,
-            "problems": problems,
-            "children": children,
-        }
-        return 503 if problems else 200, "application/json", json.dumps(answer).encode() + b"\n"
-
     # -- control -------------------------------------------------------------------------------
 
     def _on_signal(self, signum: int) -> None:
-        with self._lock:
+        with self.lock:
             self._signals.append(signum)
         self._wake.set()
 
@@ -305,15 +186,7 @@ class Supervisor:
         if threading.current_thread() is threading.main_thread():
             relay = SignalRelay(self._on_signal, (signal.SIGTERM, signal.SIGINT), self._on_crash)
         try:
-            for server in self.servers:
-                server.start()
-                logger.info(
-                    "pgq_worker supervisor %s serves %s on http://%s:%d",
-                    self.worker_id,
-                    ", ".join(sorted(server.routes)),
-                    self.options.http_host,
-                    server.port,
-                )
+            self.endpoints.start()
             logger.info(
                 "pgq_worker supervisor %s (pid %d) starting %d worker processes%s",
                 self.worker_id,
@@ -327,15 +200,14 @@ class Supervisor:
             # them) get their parent-death SIGTERM when this process exits, and drain.
             if relay is not None:
                 relay.close()
-            for server in self.servers:
-                server.stop()
+            self.endpoints.stop()
             shutil.rmtree(self._dir, ignore_errors=True)
 
     def _supervise(self) -> int:
         while True:
             now = time.monotonic()
             self._act_on_signals(now)
-            with self._lock:
+            with self.lock:
                 for slot in self.slots:
                     if slot.running and slot.streak and now - slot.started_at >= STABLE_AFTER:
                         slot.streak = 0  # it runs: the crash streak is over
@@ -370,7 +242,7 @@ class Supervisor:
         return code
 
     def _act_on_signals(self, now: float) -> None:
-        with self._lock:
+        with self.lock:
             pending = self._signals[self._signals_acted :]
             self._signals_acted = len(self._signals)
         for signum in pending:
@@ -419,7 +291,7 @@ class Supervisor:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        with self._lock:
+        with self.lock:
             slot.proc = proc
             slot.worker_id = worker_id
             slot.started_at = time.monotonic()
@@ -433,9 +305,8 @@ class Supervisor:
     def _exited(self, slot: Slot, code: int, now: float) -> None:
         ran = now - slot.started_at
         worker_id, pid = slot.worker_id, slot.proc.pid if slot.proc else 0
-        if self.metrics is not None:
-            self.metrics.retire(worker_id)
-        with self._lock:
+        self.endpoints.retire(worker_id)
+        with self.lock:
             slot.proc = None
             slot.port = None
             slot.history.append(code)
