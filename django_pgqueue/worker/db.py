@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db.backends.signals import connection_created
 
 from ..exceptions import Stopped
 from . import sql
@@ -188,8 +189,9 @@ def reach_database(alias: str, *, timeout: float, stop: threading.Event) -> str 
                 return None
 
 
-def label_connection(worker_id: str) -> Callable[..., Any]:
-    """A ``connection_created`` receiver naming each worker connection in pg_stat_activity.
+def label_connections(worker_id: str, alias: str) -> Callable[[], None]:
+    """Name each connection opened from now on in pg_stat_activity, the calling thread's
+    own included (it is opened again); returns what stops the naming.
 
     ``application_name`` = ``pgq_worker:<worker id>:<thread name>`` lets operators (and the
     fault tests) tell the fetch, completion and handler connections apart.
@@ -200,4 +202,12 @@ def label_connection(worker_id: str) -> Callable[..., Any]:
         with connection.cursor() as cursor:
             cursor.execute(sql.SET_APPLICATION_NAME, [name])
 
-    return receiver
+    connection_created.connect(receiver, weak=False)
+    own = connections[alias]
+    if own.connection is not None and not own.in_atomic_block:
+        own.close()
+
+    def stop() -> None:
+        connection_created.disconnect(receiver)
+
+    return stop

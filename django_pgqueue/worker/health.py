@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .endpoints import Response
     from .runner import Worker
+    from .service import Service
 
 #: Default of ``--health-db-timeout``: seconds without a successful database round trip
 #: after which the worker is neither live nor ready.
@@ -43,8 +44,21 @@ def db_timeout(
     return float(requested)
 
 
+def dead_threads(worker: Worker) -> list[str]:
+    """The worker's threads that should be running and are not."""
+    dead = []
+    if worker.main_thread is not None and not worker.main_thread.is_alive():
+        dead.append("main loop")
+    # The listener and the head watcher stop first when the worker drains, on purpose.
+    services: list[Service | None] = [worker.completer]
+    if not worker.draining:
+        services += [worker.listener, worker.head_watcher]
+    dead += [s.name for s in services if s is not None and s.started and not s.is_alive()]
+    return dead + worker.executor.dead_threads()
+
+
 def liveness_problems(worker: Worker, db_timeout: float) -> list[str]:
-    problems = [f"the {name} thread is not running" for name in worker.dead_threads()]
+    problems = [f"the {name} thread is not running" for name in dead_threads(worker)]
     if worker.crashed is not None:
         problems.append(f"internal error in the {worker.crashed} thread")
     silence = worker.database_silence()

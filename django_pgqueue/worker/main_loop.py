@@ -22,31 +22,29 @@ logger = logging.getLogger("django_pgqueue.worker")
 
 
 class MainLoop:
+    """Drives the fetcher; shares its parts (executor, completer, wake-ups) and its stop."""
+
     def __init__(
         self,
         *,
         fetcher: Fetcher,
-        executor: Executor,
-        completer: Completer,
-        wakeups: Wakeups,
         chores: list[Chore],
         poll_interval: float,
         burst: bool,
         max_messages: int | None,
-        stop: threading.Event,
         force: threading.Event,
     ) -> None:
         self.fetcher = fetcher
-        self.executor = executor
-        self.completer = completer
-        self.wakeups = wakeups
+        self.executor: Executor = fetcher.executor
+        self.completer: Completer = fetcher.completer
+        self.wakeups: Wakeups = fetcher.wakeups
+        self.stop: threading.Event = fetcher.stop
         self.chores = chores
         # Due slots of periodic schedules are enqueued first thing in each turn.
         self.schedules: Chore | None = None
         self.poll_interval = poll_interval
         self.burst = burst
         self.max_messages = max_messages
-        self.stop = stop
         self.force = force
 
     def run(self, schedules: Chore | None = None) -> int:

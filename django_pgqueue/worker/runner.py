@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connections
-from django.db.backends.signals import connection_created
 
 from ..conf import get_settings
 from ..core import _execution
@@ -50,7 +49,7 @@ from ..metrics.instruments import Instruments
 from . import endpoints, health
 from .chores import PeriodicSchedules, StaleReadyWarning, StatusLine
 from .completer import Completer
-from .db import Stopped, label_connection, reach_database, retrying
+from .db import Stopped, label_connections, reach_database, retrying
 from .discovery import autodiscover
 from .executor import Executor
 from .fetcher import Fetcher
@@ -103,7 +102,8 @@ class Worker:
         #: Why the start could not reach the database, if it could not (the run exits 1).
         self.unreachable: str | None = None
         self._exit_code = 0
-        self._main_thread: threading.Thread | None = None
+        #: The thread running the main loop (the caller of run()).
+        self.main_thread: threading.Thread | None = None
         self._loop_ended = False
         self._compose()
         self.health_db_timeout = health.db_timeout(
@@ -161,6 +161,15 @@ class Worker:
         self.head_watcher = HeadWatcher(
             alias=self.alias, bounds=self.fetcher.bounds, stop=self.stopping
         )
+        self.maintainer: Maintainer | None = None
+        if conf.RETENTION_INTERVAL is not None and not options.burst:
+            # Retention (core/_retention.py): one worker per interval does it, in this thread.
+            self.maintainer = Maintainer(
+                alias=self.alias,
+                worker_id=self.worker_id,
+                interval=conf.RETENTION_INTERVAL,
+                stop=self.stopping,
+            )
         self.heartbeat = Heartbeat(
             interval=self._beat_interval(),
             alias=self.alias,
@@ -196,14 +205,10 @@ class Worker:
         )
         self.main_loop = MainLoop(
             fetcher=self.fetcher,
-            executor=self.executor,
-            completer=self.completer,
-            wakeups=self.wakeups,
             chores=chores,
             poll_interval=self.poll_interval,
             burst=options.burst,
             max_messages=options.max_messages,
-            stop=self.stopping,
             force=self.forced,
         )
 
@@ -275,15 +280,10 @@ class Worker:
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> int:
-        self._main_thread = threading.current_thread()
+        self.main_thread = threading.current_thread()
         # Probes say "starting" until the worker is ready.
         endpoints.serve(self.servers, f"pgq_worker {self.worker_id}", self.options.http_host)
-        receiver = label_connection(self.worker_id)
-        connection_created.connect(receiver, weak=False)
-        main = connections[self.alias]
-        if main.connection is not None and not main.in_atomic_block:
-            # Reconnect so this connection carries the worker's label too.
-            main.close()
+        stop_labelling = label_connections(self.worker_id, self.alias)
         # The main thread of its own process (pgq_worker), or a thread of a host (tests, embedding).
         own_process = threading.current_thread() is threading.main_thread()
         signals = None
@@ -314,7 +314,7 @@ class Worker:
         finally:
             if signals is not None:
                 signals.close()
-            connection_created.disconnect(receiver)
+            stop_labelling()
             _execution.end_claim_session(connections[self.alias])
             if not own_process:
                 # That thread's connection would outlive it otherwise.
@@ -330,17 +330,11 @@ class Worker:
         self.heartbeat.retime(self._beat_interval())
         self.completer.start()
         self.executor.start()
-        self.head_watcher.start()
-        interval = self.conf.RETENTION_INTERVAL
-        if interval is not None and not self.options.burst:
-            # Retention (core/_retention.py): one worker per interval does it, in this thread.
-            Maintainer(
-                alias=self.alias, worker_id=self.worker_id, interval=interval, stop=self.stopping
-            ).start()
-        if self.listener is not None:
-            self.listener.start()
-            if not self.listener.ready.wait(10):
-                logger.warning("LISTEN connection not up yet; polling until it is.")
+        for service in (self.head_watcher, self.maintainer, self.listener):
+            if service is not None:
+                service.start()
+        if self.listener is not None and not self.listener.ready.wait(10):
+            logger.warning("LISTEN connection not up yet; polling until it is.")
         retrying(
             "registering the worker",
             lambda: self.heartbeat.write_row(first=True),
@@ -368,20 +362,6 @@ class Worker:
     def database_silence(self) -> float:
         """Seconds since the last successful database round trip."""
         return max(0.0, time.monotonic() - self.db_ok_at)
-
-    def dead_threads(self) -> list[str]:
-        """The internal threads that should be running and are not."""
-        dead = []
-        if self._main_thread is not None and not self._main_thread.is_alive():
-            dead.append("main loop")
-        if self.completer.started and not self.completer.is_alive():
-            dead.append("completer")
-        # The listener and the head watcher stop first when the worker drains, on purpose.
-        for service in (self.listener, self.head_watcher):
-            if service is not None and service.started and not self.draining:
-                if not service.is_alive():
-                    dead.append(service.name)
-        return dead + self.executor.dead_threads()
 
 
 def _log_ready(worker: Worker, handlers: list[str]) -> None:
