@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -374,40 +374,44 @@ class _Run:
         total = 0
         low: int | None = None
         high: int | None = None
+        try:
+            for done, *ids in self._batches(
+                _retention_sql.fill(
+                    _retention_sql.DELETE_EXPIRED, table=table, condition=pgsql.SQL(condition)
+                ),
+                _retention_sql.fill(
+                    _retention_sql.COUNT_EXPIRED, table=table, condition=pgsql.SQL(condition)
+                ),
+                params,
+            ):
+                total += done
+                if done and ids:  # a delete's batch: its lowest and highest id
+                    low = ids[0] if low is None else min(low, ids[0])
+                    high = ids[1] if high is None else max(high, ids[1])
+        finally:
+            # The batches committed before a failure are gone: the listeners hear of them.
+            _expired(source, low, high, self.alias)
+        return total
+
+    def _batches(self, delete: str, count: str, params: list[Any]) -> Iterator[tuple[Any, ...]]:
+        """Run ``delete`` one batch per transaction within the run's budget (``count`` once
+        in a dry run), yielding each statement's row: the rows it deleted (or counted), then
+        what else it returns."""
         with self.connection.cursor() as cursor:
             if self.dry_run:
-                cursor.execute(
-                    _retention_sql.fill(
-                        _retention_sql.COUNT_EXPIRED, table=table, condition=pgsql.SQL(condition)
-                    ),
-                    [*params, max(self.budget, 0)],
-                )
-                total = int(cursor.fetchone()[0])
-                self.budget -= total
-                return total
-            try:
-                while self.budget > 0:
-                    want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
-                    cursor.execute(
-                        _retention_sql.fill(
-                            _retention_sql.DELETE_EXPIRED,
-                            table=table,
-                            condition=pgsql.SQL(condition),
-                        ),
-                        [*params, want],
-                    )
-                    done, first, last = cursor.fetchone()
-                    if done:
-                        low = first if low is None else min(low, first)
-                        high = last if high is None else max(high, last)
-                    total += done
-                    self.budget -= done
-                    if done < want:
-                        break
-            finally:
-                # The batches committed before a failure are gone: the listeners hear of them.
-                _expired(source, low, high, self.alias)
-        return total
+                cursor.execute(count, [*params, max(self.budget, 0)])
+                counted = int(cursor.fetchone()[0])
+                self.budget -= counted
+                yield (counted,)
+                return
+            while self.budget > 0:
+                want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
+                cursor.execute(delete, [*params, want])
+                done, *rest = cursor.fetchone()
+                self.budget -= done
+                yield (int(done), *rest)
+                if done < want:
+                    break
 
     def expire_batches(self) -> None:
         """Batches completed longer ago than ``ARCHIVE_RETENTION`` (their members' results
@@ -443,7 +447,7 @@ class _Run:
             if self.budget <= 0:
                 return  # the archive and dead rows spent the run's budget: the rest next run
             try:
-                total = self._delete_batches(delete, count)
+                total = sum(done for done, *_ in self._batches(delete, count, []))
             except DatabaseError as exc:
                 self.problem(f"{source}: {target} not deleted: {error_text(exc)}")
                 continue
@@ -452,25 +456,6 @@ class _Run:
                     "RETENTION_DELETE_LIMIT reached: the rest next run" if self.budget <= 0 else ""
                 )
                 self.step(source, "delete", target, total, note=note)
-
-    def _delete_batches(self, delete: str, count: str) -> int:
-        """``delete`` one batch per transaction (``count`` in a dry run) within the budget."""
-        total = 0
-        with self.connection.cursor() as cursor:
-            if self.dry_run:
-                cursor.execute(count, [max(self.budget, 0)])
-                total = int(cursor.fetchone()[0])
-                self.budget -= total
-                return total
-            while self.budget > 0:
-                want = min(self.conf.RETENTION_DELETE_BATCH, self.budget)
-                cursor.execute(delete, [want])
-                done = int(cursor.fetchone()[0])
-                total += done
-                self.budget -= done
-                if done < want:
-                    break
-        return total
 
     def expire_dead(self) -> None:
         try:

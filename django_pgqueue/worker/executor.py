@@ -301,7 +301,7 @@ class Executor:
         if job.state == CANCELLED:
             self.on_finished()
             return False
-        if job.alone and not self._record_start_alone(job):
+        if job.alone and not _record_start_alone(job, self.alias):
             with self.lock:
                 if job.state == RUNNING:
                     self._leave(job, RELEASED)
@@ -312,38 +312,6 @@ class Executor:
             # The main loop enforces sync deadlines: let it plan a wake-up for this one.
             self.on_deadline()
         return True
-
-    def _record_start_alone(self, job: Job) -> bool:
-        """Record in the database that ``job``'s handler starts alone; False if it must not
-        run: its lease is lost, or the record failed (the lease then expires and the message
-        runs again, its attempt given back)."""
-        try:
-            if transitions.start_alone(job.message, using=self.alias):
-                return True
-            logger.warning(
-                "Message %s (%s on %s) not run: its lease was lost before it started.",
-                job.message.id,
-                printable(job.message.task),
-                job.message.queue,
-                extra=message_fields(job.message),
-            )
-        except Exception as exc:
-            connections[self.alias].close_if_unusable_or_obsolete()
-            logger.warning(
-                "Message %s (%s on %s) not run: recording its start failed (%s: %s); it runs "
-                "again once its lease expires.",
-                job.message.id,
-                printable(job.message.task),
-                job.message.queue,
-                type(exc).__name__,
-                exc,
-                extra=message_fields(job.message),
-            )
-        finally:
-            if job.handler.is_async:
-                # A thread of the event loop's default executor: no connection left behind.
-                connections[self.alias].close()
-        return False
 
     def finish_job(self, job: Job, report: Callable[[], None]) -> bool:
         """Report the job's outcome unless it was abandoned meanwhile (then return False).
@@ -408,6 +376,39 @@ class Executor:
             max_message=self.max_error_message,
             max_traceback=self.max_traceback,
         )
+
+
+def _record_start_alone(job: Job, alias: str) -> bool:
+    """Record in the database that ``job``'s handler starts alone; False if it must not
+    run: its lease is lost, or the record failed (the lease then expires and the message
+    runs again, its attempt given back)."""
+    try:
+        if transitions.start_alone(job.message, using=alias):
+            return True
+        logger.warning(
+            "Message %s (%s on %s) not run: its lease was lost before it started.",
+            job.message.id,
+            printable(job.message.task),
+            job.message.queue,
+            extra=message_fields(job.message),
+        )
+    except Exception as exc:
+        connections[alias].close_if_unusable_or_obsolete()
+        logger.warning(
+            "Message %s (%s on %s) not run: recording its start failed (%s: %s); it runs "
+            "again once its lease expires.",
+            job.message.id,
+            printable(job.message.task),
+            job.message.queue,
+            type(exc).__name__,
+            exc,
+            extra=message_fields(job.message),
+        )
+    finally:
+        if job.handler.is_async:
+            # A thread of the event loop's default executor: no connection left behind.
+            connections[alias].close()
+    return False
 
 
 def _log_crash(thread: str, exc: BaseException) -> None:
