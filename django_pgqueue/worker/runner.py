@@ -8,8 +8,9 @@ Each moving part is a service of its own (``service.py``), with its state and it
   listener probe, stale-ready warning); its own Django connection, a claim session
   (``_execution.dedicate_to_claims``);
 - ``completer`` (``completer.py``): archives finished messages and records failures in
-  batches, and runs the heartbeat (``heartbeat.py``: lease extensions, cancel flags, the
-  heartbeat row); its own Django connection;
+  batches (``outcomes.py``), writes handlers' progress reports (``progress.py``), and runs
+  the heartbeat (``heartbeat.py``: lease extensions, cancel flags, the heartbeat row); its
+  own Django connection;
 - ``listener`` (``listener.py``): LISTEN on its own Django connection (unless
   ``--no-listen``), also a claim session: what a notification means is in
   ``notifications.py`` (an idle worker claims there);
