@@ -98,13 +98,10 @@ class OutcomeWriter:
             self.instruments.archived([(m.queue, m.task) for m in done if m.id in written])
         if len(archived) + len(refused) != len(ids):
             finished = {*archived, *(m.id for m in refused)}
-            stale = [i for i in ids if i not in finished]
-            logger.warning(
-                "%d completed messages were not archived because their lease was lost "
-                "(expired and re-claimed, or moved by an operator): %s",
-                len(stale),
-                stale[:20],
-                extra=batch_fields(stale),
+            _lost_leases(
+                [i for i in ids if i not in finished],
+                "completed messages were not archived",
+                " (expired and re-claimed, or moved by an operator)",
             )
 
     def _write_completions(
@@ -219,12 +216,7 @@ class OutcomeWriter:
                     extra=message_fields(message),
                 )
         if outcome.stale:
-            logger.warning(
-                "%d failed attempts were not recorded because their lease was lost: %s",
-                len(outcome.stale),
-                outcome.stale[:20],
-                extra=batch_fields(outcome.stale),
-            )
+            _lost_leases(outcome.stale, "failed attempts were not recorded")
 
     def record_snoozes(self, snoozed: list[Snooze]) -> None:
         """Put snoozed messages back to wait, their attempt given back."""
@@ -261,12 +253,7 @@ class OutcomeWriter:
         if refused:
             self.record_failures(refused)
         if outcome.stale:
-            logger.warning(
-                "%d snoozes were not recorded because their lease was lost: %s",
-                len(outcome.stale),
-                outcome.stale[:20],
-                extra=batch_fields(outcome.stale),
-            )
+            _lost_leases(outcome.stale, "snoozes were not recorded")
 
     @staticmethod
     def _not_snoozed(snoozed: Snooze, why: str) -> transitions.FailedAttempt:
@@ -293,3 +280,15 @@ class OutcomeWriter:
         """``": <excerpt>"`` of an error message for a log line, or nothing (type only)."""
         excerpt = log_excerpt(error.get("message"), self.log_error_chars)
         return f": {excerpt}" if excerpt else ""
+
+
+def _lost_leases(ids: list[int], what: str, how: str = "") -> None:
+    """Log ``what`` happened to messages whose lease was lost: left to their new owner."""
+    logger.warning(
+        "%d %s because their lease was lost%s: %s",
+        len(ids),
+        what,
+        how,
+        ids[:20],
+        extra=batch_fields(ids),
+    )

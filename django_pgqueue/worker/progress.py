@@ -11,9 +11,9 @@ Progress is a hint: a write the database refuses costs that report, never an out
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
@@ -27,13 +27,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_pgqueue.worker")
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Report:
-    message: Message
-    done: int
-    total: int | None
-    note: str
+#: A report as written: message id, lease token, done, total, note.
+Row = tuple[int, uuid.UUID | None, int, int | None, str]
 
 
 class ProgressReports:
@@ -43,7 +38,7 @@ class ProgressReports:
         self.alias = alias
         self.interval = interval
         self.abort = abort  # set -> stop retrying a write during an outage (forced exit)
-        self._latest: dict[int, Report] = {}
+        self._latest: dict[int, Row] = {}
         self._due = 0.0  # monotonic: when the waiting reports may be written
         self._rows: set[int] = set()  # messages whose row was written (deleted with them)
 
@@ -53,14 +48,14 @@ class ProgressReports:
         """Keep ``message``'s latest report; True when it is the only one waiting (the
         completer then learns of a timer)."""
         first = not self._latest
-        self._latest[message.id] = Report(message, done, total, note)
+        self._latest[message.id] = (message.id, message.lease_token, done, total, note)
         return first
 
     def due_at(self) -> float | None:
         """When the waiting reports are to be written (monotonic), or None: none waits."""
         return self._due if self._latest else None
 
-    def take_due(self, now: float) -> list[Report]:
+    def take_due(self, now: float) -> list[Row]:
         """The waiting reports if their time has come (the timer restarts), else none."""
         if not self._latest or now < self._due:
             return []
@@ -73,14 +68,10 @@ class ProgressReports:
 
     # -- the writes (the completer's thread, without its lock) ------------------------------
 
-    def write(self, reports: list[Report], *, finished: Collection[int]) -> None:
+    def write(self, reports: list[Row], *, finished: Collection[int]) -> None:
         """Write ``reports`` in one statement, but those of ``finished`` messages (their
         outcome is being written) and of messages without a lease."""
-        rows = [
-            (r.message.id, r.message.lease_token, r.done, r.total, r.note)
-            for r in reports
-            if r.message.lease_token is not None and r.message.id not in finished
-        ]
+        rows = [r for r in reports if r[1] is not None and r[0] not in finished]
         if not rows:
             return
         self._rows.update(row[0] for row in rows)
