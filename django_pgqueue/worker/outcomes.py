@@ -40,6 +40,8 @@ logger = logging.getLogger("django_pgqueue.worker")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Snooze:
+    """A handler's ``Snooze(seconds)``, waiting to be written."""
+
     message: Message
     seconds: float
     max_snoozes: int
