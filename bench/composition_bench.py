@@ -29,11 +29,19 @@ import argparse
 import multiprocessing as mp
 import os
 import statistics
-import threading
 import time
 from itertools import pairwise
 
-from .scratch_django import checkpoint, configure, execute, migrated_database, run_pool
+from .measure import percentile
+from .scratch_django import (
+    checkpoint,
+    claim_batch,
+    configure,
+    execute,
+    migrated_database,
+    run_pool,
+    running_worker,
+)
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_COMPOSE_DB", "pgq_compose_bench")
@@ -79,30 +87,10 @@ def _claim_and_ack(raw: bool) -> int:
     setup_django()
     from django.db import connections
 
-    from django_pgqueue.core import transitions
-    from django_pgqueue.models import Message
-
     connections.close_all()
     done = 0
     while True:
-        if raw:
-            got = len(
-                execute(
-                    "DELETE FROM pgqueue_message WHERE id IN ("
-                    " SELECT id FROM pgqueue_message WHERE queue = %s AND available_at <= now()"
-                    " AND attempts < max_attempts"
-                    " ORDER BY priority DESC, available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)"
-                    " RETURNING id",
-                    [QUEUE, CLAIM_BATCH],
-                )
-            )
-        else:
-            leased = Message.objects.lease(
-                QUEUE, worker_id=f"bench-{os.getpid()}", batch_size=CLAIM_BATCH
-            )
-            got = len(leased)
-            if leased:
-                transitions.complete(leased)
+        got = claim_batch(QUEUE, CLAIM_BATCH, raw=raw)
         done += got
         if not got and empty():
             break
@@ -113,31 +101,18 @@ def _claim_and_ack(raw: bool) -> int:
 def _work(concurrency: int, listen: bool) -> int:
     """One worker as ``pgq_worker`` runs it, in this process, stopped once nothing is left."""
     setup_django()
-    from django.db import connections
-
-    from django_pgqueue.worker.runner import Worker, WorkerOptions
-
-    connections.close_all()
-    worker = Worker(
-        WorkerOptions(
-            queues=[QUEUE],
-            concurrency=concurrency,
-            batch_size=CLAIM_BATCH,
-            listen=listen,
-            poll_interval=1.0,
-            install_signal_handlers=False,
-        )
-    )
-    running = threading.Thread(target=worker.run)
-    running.start()
-    deadline = time.monotonic() + 30
-    while empty() and time.monotonic() < deadline:  # the chain is enqueued once it listens
-        time.sleep(0.05)
-    while not empty():
-        time.sleep(0.01)
-    worker.request_stop()
-    running.join()
-    connections.close_all()
+    with running_worker(
+        queues=[QUEUE],
+        concurrency=concurrency,
+        batch_size=CLAIM_BATCH,
+        listen=listen,
+        poll_interval=1.0,
+    ) as worker:
+        deadline = time.monotonic() + 30
+        while empty() and time.monotonic() < deadline:  # the chain is enqueued once it listens
+            time.sleep(0.05)
+        while not empty():
+            time.sleep(0.01)
     return worker.taken
 
 
@@ -215,11 +190,6 @@ def chain_gaps(steps: int) -> tuple[list[float], list[float]]:
     return host, database
 
 
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench compose", description=__doc__.split("\n")[0]
@@ -287,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         ("archived -> next claimed (database)", database),
     ):
         print(
-            f"| {name} | {pct(gaps, 50):.2f} | {pct(gaps, 90):.2f} | {pct(gaps, 99):.2f} "
+            f"| {name} | {percentile(gaps, 50):.2f} | {percentile(gaps, 90):.2f} | {percentile(gaps, 99):.2f} "
             f"| {max(gaps):.2f} |"
         )
     print()

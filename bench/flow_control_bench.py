@@ -41,7 +41,16 @@ import statistics
 import time
 from typing import Any
 
-from .scratch_django import checkpoint, configure, execute, migrated_database, run_pool
+from .measure import percentile
+from .scratch_django import (
+    checkpoint,
+    claim_batch,
+    configure,
+    execute,
+    migrated_database,
+    run_pool,
+    running_worker,
+)
 
 SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_FLOW_DB", "pgq_flow_bench")
@@ -115,32 +124,12 @@ def _drain(queue: str, batch: int, work_ms: float, stop_at: float, mode: str) ->
     setup_django()
     from django.db import connections
 
-    from django_pgqueue.core import transitions
     from django_pgqueue.models import Message
 
     connections.close_all()
     done = 0
-    worker = f"bench-{os.getpid()}"
     while time.monotonic() < stop_at:
-        if mode == "raw":
-            rows = execute(
-                # The claim index's predicate (attempts < max_attempts) is in the WHERE
-                # clause so the index serves it, as a raw queue's own index would.
-                "DELETE FROM pgqueue_message WHERE id IN ("
-                " SELECT id FROM pgqueue_message WHERE queue = %s AND available_at <= now()"
-                " AND attempts < max_attempts"
-                " ORDER BY priority DESC, available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)"
-                " RETURNING id",
-                [queue, batch],
-            )
-            got = len(rows)
-        else:
-            leased = Message.objects.lease(queue, worker_id=worker, batch_size=batch)
-            got = len(leased)
-            if leased:
-                if work_ms:
-                    time.sleep(work_ms * got / 1000)
-                transitions.complete(leased)
+        got = claim_batch(queue, batch, raw=mode == "raw", work_ms=work_ms)
         done += got
         if not got:
             if mode == "drain" or mode == "raw":
@@ -156,30 +145,13 @@ def _work(queue: str, batch: int, concurrency: int) -> int:
     end), without LISTEN (nothing is enqueued meanwhile), in this process, stopped once the
     queue is empty; returns what it leased."""
     setup_django()
-    import threading
-
-    from django.db import connections
-
     from django_pgqueue.models import Message
-    from django_pgqueue.worker.runner import Worker, WorkerOptions
 
-    connections.close_all()
-    worker = Worker(
-        WorkerOptions(
-            queues=[queue],
-            concurrency=concurrency,
-            batch_size=batch,
-            listen=False,
-            install_signal_handlers=False,
-        )
-    )
-    running = threading.Thread(target=worker.run)
-    running.start()
-    while Message.objects.filter(queue=queue).exists():
-        time.sleep(0.01)
-    worker.request_stop()
-    running.join()
-    connections.close_all()
+    with running_worker(
+        queues=[queue], concurrency=concurrency, batch_size=batch, listen=False
+    ) as worker:
+        while Message.objects.filter(queue=queue).exists():
+            time.sleep(0.01)
     return worker.taken
 
 
@@ -263,13 +235,6 @@ def light_waits(queue: str, heavy: bool, seconds: float, procs: int, batch: int,
         "SELECT count(*) FROM pgqueue_message WHERE tenant = 'light' AND queue = %s", [queue]
     )[0][0]
     return waits, left
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def ratios(on: list[float], off: list[float]) -> list[float]:
@@ -363,11 +328,11 @@ def report_latency(seconds: float, reps: int, procs: int, batch: int) -> None:
             left += unserved
         rows[label] = waits
         print(
-            f"| {label} | {len(waits)} | {pct(waits, 50):.1f} | {pct(waits, 99):.1f} | "
+            f"| {label} | {len(waits)} | {percentile(waits, 50):.1f} | {percentile(waits, 99):.1f} | "
             f"{max(waits, default=float('nan')):.1f} | {left} |"
         )
-    alone = pct(rows["light alone (fair queue)"], 99)
-    fair = pct(rows["light + 100x heavy, fairness on"], 99)
+    alone = percentile(rows["light alone (fair queue)"], 99)
+    fair = percentile(rows["light + 100x heavy, fairness on"], 99)
     print(f"\nlight p99 with heavy / alone (fairness on): {fair / alone:.2f}")
 
 

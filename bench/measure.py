@@ -87,6 +87,21 @@ class Timed:
             time.sleep(EXIT_SETTLE_SECONDS)
             self.end = self.probe.snapshot()
 
+    def transactions(self) -> int:
+        """Commits in the timed phase, the harness's own left out (after ``finish``)."""
+        assert self.start is not None and self.end is not None
+        return self.end.xact_commit - self.start.xact_commit - self.extra_tx
+
+    def wal_bytes(self) -> int:
+        """WAL written in the timed phase."""
+        assert self.start is not None
+        return self.wal_end - self.start.wal_lsn
+
+    def per_message(self, n: int) -> tuple[float, float]:
+        """Transactions and WAL bytes per message, ``n`` messages handled in the timed phase."""
+        self.finish()
+        return max(self.transactions(), 0) / n, self.wal_bytes() / n
+
 
 def flush_stats(conns: list[Any]) -> int:
     """Make each connection's backend publish its counters now, not up to 10 s later
@@ -123,40 +138,10 @@ def timed(probe: StatsProbe, conns: list[Any] | None = None) -> Iterator[Timed]:
     box.extra_tx += flush_stats(conns)
 
 
-def result_from(
-    box: Timed,
-    *,
-    key: str,
-    scenario: str,
-    system: str,
-    variant: str,
-    rep: int,
-    n: int,
-    ref: str | None = None,
-    **extra: Any,
-) -> Result:
-    box.finish()
-    assert box.start is not None and box.end is not None
-    tx = box.end.xact_commit - box.start.xact_commit - box.extra_tx
-    wal = box.wal_end - box.start.wal_lsn
-    return Result(
-        key=key,
-        scenario=scenario,
-        system=system,
-        variant=variant,
-        rep=rep,
-        ref=ref,
-        n=n,
-        seconds=box.seconds,
-        rate=n / box.seconds if box.seconds > 0 else None,
-        tx_per_msg=max(tx, 0) / n if n else None,
-        wal_per_msg=wal / n if n else None,
-        extra=dict(extra),
-    )
-
-
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    """Nearest-rank percentile (q in [0, 100]); NaN when there are no values."""
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     index = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
@@ -249,6 +234,11 @@ class CaseRun:
     cost: Timed | None = None
     cost_n: int = 0
 
+    @classmethod
+    def timed(cls, box: Timed, n: int) -> CaseRun:
+        """A case measured in one timed block, ``n`` messages in it."""
+        return cls(n=n, seconds=box.seconds, cost=box, cost_n=n)
+
 
 def interleaved(
     probe: StatsProbe,
@@ -294,10 +284,7 @@ def result_from_run(
 ) -> Result:
     tx = wal = None
     if run.cost is not None and run.cost_n:
-        box = run.cost
-        assert box.start is not None and box.end is not None
-        tx = max(box.end.xact_commit - box.start.xact_commit - box.extra_tx, 0) / run.cost_n
-        wal = (box.wal_end - box.start.wal_lsn) / run.cost_n
+        tx, wal = run.cost.per_message(run.cost_n)
     return Result(
         key=key,
         scenario=scenario,

@@ -739,10 +739,6 @@ def _busy_share(run: dict[str, Any], a: float, b: float) -> float:
     return (last["machine_busy"] - first["machine_busy"]) / (last["t"] - first["t"]) / cores
 
 
-def _p(values: list[float], q: float) -> float:
-    return percentile(values, q) if values else float("nan")
-
-
 def _index_bytes(sample: dict[str, Any], table: str) -> int:
     return int(sample["tables"].get(table, {}).get("index_bytes", 0))
 
@@ -769,8 +765,8 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
             out[f"index_mib_q{q}"] = _index_bytes(upto[-1], live) / 2**20
         out["dead_max"] = max(sum(t["dead"] for t in s["tables"].values()) for s in samples)
     out["backlog_max"] = max((b for _, b in run["backlog"]), default=0)
-    out["p50_ms"] = _p([ms for _, ms in latency], 50)
-    out["p99_ms"] = _p([ms for _, ms in latency], 99)
+    out["p50_ms"] = percentile([ms for _, ms in latency], 50)
+    out["p99_ms"] = percentile([ms for _, ms in latency], 99)
     if run["snapshot_at"] is None:
         out["buffers_per_msg_first"] = _per_message(run, *first)
         out["buffers_per_msg_last"] = _per_message(run, *last)
@@ -784,8 +780,8 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     out["during_over_before"] = out["rate_during"] / out["rate_before"]
     out["backlog_max_during"] = max(_between(run["backlog"], begin, end), default=0)
     out["backlog_max_over_10s_load"] = out["backlog_max_during"] / (10 * run["offered"])
-    p99_before = _p(_between(latency, *before), 99)
-    p99_during = _p(_between(latency, begin, end), 99)
+    p99_before = percentile(_between(latency, *before), 99)
+    p99_during = percentile(_between(latency, begin, end), 99)
     out["p99_before_ms"] = p99_before
     out["p99_during_ms"] = p99_during
     out["p99_ratio"] = p99_during / p99_before

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .mvcc import _between, _p, _rate
+from .measure import percentile
+from .mvcc import _between, _rate
 
 WAITS_SHOWN = 3
 
@@ -62,8 +63,8 @@ def spell_rows(run: dict[str, Any], spell: float) -> list[str]:
                     f"| {start / 60:g}-{end / 60:g}",
                     "yes" if inside else "",
                     f"{_rate(run['processed'], start, end):,.0f}",
-                    f"{_p(ms, 50):,.1f}",
-                    f"{_p(ms, 99):,.0f}",
+                    f"{percentile(ms, 50):,.1f}",
+                    f"{percentile(ms, 99):,.0f}",
                     f"{max(_between(run['backlog'], start, end), default=0):,}",
                     _share(_delta(samples, "machine_busy"), cores),
                     _share(_delta(samples, "machine_iowait"), cores),

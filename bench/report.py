@@ -385,13 +385,6 @@ def full_report(results: list[Row]) -> str:
         f"Repetitions: {len(reps)}. Rates are messages/s; `\u00d7 ref` is the ratio to the raw "
         "reference named in the text, computed within each repetition, median (min\u2013max).",
         "### Targets\n\n" + targets,
-        "### Rates\n\n" + rates_table(results),
+        detail_tables(results),
     ]
-    for title, table in (
-        ("Latency (idle worker, trickle)", latency_table(results)),
-        ("Steady state", steady_table(results)),
-        ("Worker memory", memory_table(results)),
-    ):
-        if table:
-            parts.append(f"### {title}\n\n{table}")
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(parts)

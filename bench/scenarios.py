@@ -12,9 +12,9 @@ from . import core_cases, raw
 from .config import QUEUE, TASK, payload
 from .context import Context
 from .measure import (
+    CaseRun,
     Result,
     interleaved,
-    result_from,
     result_from_run,
     timed,
 )
@@ -35,6 +35,33 @@ def _reset_all(ctx: Context, conn: Any) -> None:
     core_cases.reset()
 
 
+def _record_runs(
+    ctx: Context,
+    rep: int,
+    scenario: str,
+    runs: dict[str, CaseRun],
+    labels: dict[str, tuple[str, str, str | None]],
+    backlogs: dict[str, int] | None = None,
+) -> None:
+    """A result for each case of an interleaved measurement; ``labels[key]`` is its
+    (system, variant, reference key), ``backlogs[key]`` the backlog it drained."""
+    for key, run in runs.items():
+        system, variant, ref = labels[key]
+        extra = {"backlog": backlogs[key]} if backlogs else {}
+        ctx.recorder.add(
+            result_from_run(
+                run,
+                key=key,
+                scenario=scenario,
+                system=system,
+                variant=variant,
+                rep=rep,
+                ref=ref,
+                **extra,
+            )
+        )
+
+
 # --- enqueue -----------------------------------------------------------------------------
 
 ROUNDS = 10  # slices per case in interleaved measurements
@@ -42,7 +69,6 @@ ROUNDS = 10  # slices per case in interleaved measurements
 
 def enqueue(ctx: Context, rep: int) -> None:
     s = ctx.sizes
-    add = ctx.recorder.add
     single = max(1, s.enqueue_n // ROUNDS)
     bulk = max(1, s.bulk_n // 5)
     with raw.connect(ctx.dsn) as conn:
@@ -87,19 +113,7 @@ def enqueue(ctx: Context, rep: int) -> None:
                 "raw.insert1_notify",
             ),
         }
-        for key, run in runs.items():
-            system, variant, ref = labels[key]
-            add(
-                result_from_run(
-                    run,
-                    key=key,
-                    scenario="enqueue",
-                    system=system,
-                    variant=variant,
-                    rep=rep,
-                    ref=ref,
-                )
-            )
+        _record_runs(ctx, rep, "enqueue", runs, labels)
         _reset_all(ctx, conn)
         runs = interleaved(
             ctx.probe,
@@ -110,27 +124,11 @@ def enqueue(ctx: Context, rep: int) -> None:
                 ("pgq.enqueue_many", lambda r: core_cases.enqueue_many(bulk, r * bulk)),
             ],
         )
-        add(
-            result_from_run(
-                runs["raw.copy"],
-                key="raw.copy",
-                scenario="enqueue",
-                system=RAW,
-                variant=f"COPY, {bulk:,} rows per transaction",
-                rep=rep,
-            )
-        )
-        add(
-            result_from_run(
-                runs["pgq.enqueue_many"],
-                key="pgq.enqueue_many",
-                scenario="enqueue",
-                system=PGQ,
-                variant=f"enqueue_many(), {bulk:,} per call (COPY)",
-                rep=rep,
-                ref="raw.copy",
-            )
-        )
+        labels = {
+            "raw.copy": (RAW, f"COPY, {bulk:,} rows per transaction", None),
+            "pgq.enqueue_many": (PGQ, f"enqueue_many(), {bulk:,} per call (COPY)", "raw.copy"),
+        }
+        _record_runs(ctx, rep, "enqueue", runs, labels)
         _reset_all(ctx, conn)
 
 
@@ -155,7 +153,6 @@ def drain(ctx: Context, rep: int) -> None:
     """Every consumer gets its own backlog (its own queue), loaded up front; then they drain
     it in interleaved slices."""
     s = ctx.sizes
-    add = ctx.recorder.add
     slow = max(1, s.drain_slow_n // ROUNDS)
     mid = max(1, s.drain_mid_n // ROUNDS)
     fast = max(1, s.drain_n // ROUNDS)
@@ -208,20 +205,9 @@ def drain(ctx: Context, rep: int) -> None:
             ),
             "pgq.lease_complete.b100.sync": (PGQ, "the same with SYNCHRONOUS_ACKS = True", ref),
         }
-        for key, run in runs.items():
-            system, variant, r_ref = labels[key]
-            add(
-                result_from_run(
-                    run,
-                    key=key,
-                    scenario="drain",
-                    system=system,
-                    variant=variant,
-                    rep=rep,
-                    ref=r_ref,
-                    backlog={"raw.delete.b1": slow, "raw.delete.b10": mid}.get(key, fast) * ROUNDS,
-                )
-            )
+        backlogs = {key: fast * ROUNDS for key in labels}
+        backlogs.update({"raw.delete.b1": slow * ROUNDS, "raw.delete.b10": mid * ROUNDS})
+        _record_runs(ctx, rep, "drain", runs, labels, backlogs)
         _reset_all(ctx, conn)
 
 
@@ -261,10 +247,9 @@ def claim(ctx: Context, rep: int) -> None:
             with timed(ctx.probe, _conns(conn)) as box:
                 done += core_cases.lease_complete_drain(100)
             box.finish()
-            assert box.start and box.end
             seconds += box.seconds
-            tx += box.end.xact_commit - box.start.xact_commit - box.extra_tx
-            wal += box.wal_end - box.start.wal_lsn
+            tx += box.transactions()
+            wal += box.wal_bytes()
         add(
             Result(
                 key="pgq.claim.small",
@@ -288,14 +273,13 @@ def claim(ctx: Context, rep: int) -> None:
         with timed(ctx.probe, _conns(conn)) as box:
             done = core_cases.lease_complete_drain(100, limit=s.claim_measured)
         add(
-            result_from(
-                box,
+            result_from_run(
+                CaseRun.timed(box, done),
                 key="pgq.claim.big",
                 scenario="claim",
                 system=PGQ,
                 variant=f"lease + complete, batch 100, {s.claim_big:,} ready",
                 rep=rep,
-                n=done,
                 load_seconds=round(load_s, 1),
             )
         )
@@ -399,7 +383,6 @@ def producers(ctx: Context, rep: int) -> None:
             n, seconds = totals[key]
             box = costs[key]
             cost_n = s.producers * n_each
-            assert box.start and box.end
             ctx.recorder.add(
                 Result(
                     key=key,
@@ -411,24 +394,8 @@ def producers(ctx: Context, rep: int) -> None:
                     n=int(n),
                     seconds=seconds,
                     rate=n / seconds,
-                    tx_per_msg=(box.end.xact_commit - box.start.xact_commit - box.extra_tx)
-                    / cost_n,
-                    wal_per_msg=(box.wal_end - box.start.wal_lsn) / cost_n,
+                    tx_per_msg=box.transactions() / cost_n,
+                    wal_per_msg=box.wal_bytes() / cost_n,
                 )
             )
         _reset_all(ctx, conn)
-
-
-# --- latency reference ----------------------------------------------------------------------
-
-
-def trickle(n: int, rate: float, send: Any) -> None:
-    """Call ``send(body)`` n times at ``rate`` per second, bodies stamped with time.time()."""
-    t0 = time.perf_counter()
-    for k in range(n):
-        delay = t0 + k / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        body = payload(k)
-        body["t"] = time.time()
-        send(body)

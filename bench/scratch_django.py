@@ -5,11 +5,17 @@ migrated at the start, dropped at the end."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .pg import django_database, dsn_for, scratch_database
+
+if TYPE_CHECKING:
+    from django_pgqueue.worker.runner import Worker
 
 
 def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
@@ -75,3 +81,51 @@ def checkpoint() -> None:
         execute("CHECKPOINT")
     except DatabaseError:
         pass
+
+
+# The claim index's predicate (attempts < max_attempts) is in the WHERE clause so the index
+# serves it, as a raw queue's own index would.
+RAW_CLAIM = (
+    "DELETE FROM pgqueue_message WHERE id IN ("
+    " SELECT id FROM pgqueue_message WHERE queue = %s AND available_at <= now()"
+    " AND attempts < max_attempts"
+    " ORDER BY priority DESC, available_at, id LIMIT %s FOR UPDATE SKIP LOCKED)"
+    " RETURNING id"
+)
+
+
+def claim_batch(queue: str, batch: int, *, raw: bool, work_ms: float = 0) -> int:
+    """One claim of up to ``batch`` messages, how many it got: the raw-SQL reference
+    (``DELETE ... FOR UPDATE SKIP LOCKED``), or ``Message.objects.lease`` + ``complete``
+    after ``work_ms`` of work per message."""
+    if raw:
+        return len(execute(RAW_CLAIM, [queue, batch]))
+    from django_pgqueue.core import transitions
+    from django_pgqueue.models import Message
+
+    leased = Message.objects.lease(queue, worker_id=f"bench-{os.getpid()}", batch_size=batch)
+    if leased:
+        if work_ms:
+            time.sleep(work_ms * len(leased) / 1000)
+        transitions.complete(leased)
+    return len(leased)
+
+
+@contextmanager
+def running_worker(**options: Any) -> Iterator[Worker]:
+    """A worker as ``pgq_worker`` runs it (``WorkerOptions(**options)``, no signal handlers),
+    in a thread of this process for the block; asked to stop and joined at its end."""
+    from django.db import connections
+
+    from django_pgqueue.worker.runner import Worker, WorkerOptions
+
+    connections.close_all()
+    worker = Worker(WorkerOptions(install_signal_handlers=False, **options))
+    running = threading.Thread(target=worker.run)
+    running.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        running.join()
+        connections.close_all()

@@ -21,12 +21,13 @@ from .measure import (
     Result,
     latency_summary,
     percentile,
-    result_from,
+    result_from_run,
     timed,
     wait_until,
 )
+from .peers.protocol import trickle_sync
 from .pg import Snapshot, rss_kib
-from .scenarios import PGQ, Producers, _conns, trickle
+from .scenarios import PGQ, Producers, _conns
 
 # How often the watcher checks that a slice is drained. The drain's end is read from the
 # database clock (last_ack_at), so this only bounds how soon the next slice starts; each
@@ -193,7 +194,7 @@ def drain(ctx: Context, rep: int) -> None:
             archived = _archived(watch)
         assert box is not None
         box.seconds = t1 - t0
-        cost = result_from(box, key="_", scenario="drain", system=PGQ, variant="", rep=rep, n=chunk)
+        tx_per_msg, wal_per_msg = box.per_message(chunk)
         raw_rate = raw_run.n / raw_run.seconds
         n = chunk * rounds
         ctx.recorder.add(
@@ -208,8 +209,8 @@ def drain(ctx: Context, rep: int) -> None:
                 n=n,
                 seconds=seconds,
                 rate=n / seconds,
-                tx_per_msg=cost.tx_per_msg,
-                wal_per_msg=cost.wal_per_msg,
+                tx_per_msg=tx_per_msg,
+                wal_per_msg=wal_per_msg,
                 extra={
                     "paired_ref_rate": raw_rate,
                     "peak_rss_mib": round(peak / 1024, 1),
@@ -252,7 +253,7 @@ def latency(ctx: Context, rep: int) -> None:
                     enqueue(LATENCY_TASK, body, queue=QUEUE)
 
             # Each system gets latency_rate messages per second.
-            trickle(2 * s.latency_n, 2 * s.latency_rate, send)
+            trickle_sync(2 * s.latency_n, 2 * s.latency_rate, send)
             ok = wait_until(lambda: len(ctx.udp.samples) >= 2 * s.latency_n, 30)
         finally:
             worker.stop()
@@ -331,15 +332,14 @@ def steady(ctx: Context, rep: int) -> None:
     lags = [lag for _, _, lag in samples] or [0.0]
     summary = latency_summary(ctx.udp.tagged.get("pgq", []))
     ctx.recorder.add(
-        result_from(
-            box,
+        result_from_run(
+            CaseRun.timed(box, n),
             key="pgq.steady",
             scenario="steady",
             system=PGQ,
             variant=f"{producers} producers \u00d7 enqueue() at {s.steady_rate:,.0f}/s in total for "
             f"{s.steady_seconds:g} s; pgq_worker --concurrency 4 --batch-size 100",
             rep=rep,
-            n=n,
             offered_rate=n / produce_seconds,
             lag_p50_ms=statistics.median(lags),
             lag_p99_ms=percentile(lags, 99),

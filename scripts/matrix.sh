@@ -13,8 +13,9 @@ cd "$REPO_DIR"
 
 # name  python  django  extras  tests   (dj52-py313 has no django-tasks backport: the queue,
 # worker and admin need nothing else on 5.2, and the tasks tests are not collected). "all"
-# runs the slow tests (worker processes, big tables) too; "fast" leaves them to the entries
-# that differ most from the default (the oldest Django with each Python) and to the suite.
+# runs the slow tests (worker processes) too; "fast" leaves them to the entries that differ
+# most from the default (the oldest Django with each Python) and to the suite. No entry runs
+# the scale tests (big tables: what PostgreSQL plans and reads, the same on every version).
 MATRIX=(
     "dj52-py312 3.12 django~=5.2.19 test,tasks all"
     "dj52-py313 3.13 django~=5.2.19 test all"
@@ -44,7 +45,7 @@ find_python() {  # find_python 3.13 -> a python3.13 executable
 
 run_entry() {  # run_entry name python django extras tests
     local name="$1" version="$2" django="$3" extras="$4" which="$5"
-    local markers="not spark and not browser"
+    local markers="not spark and not browser and not scale"
     [ "$which" = all ] || markers="$markers and not slow"
     local venv="$REPO_DIR/.venv-matrix/$name" python
     python="$(find_python "$version")" || {

@@ -20,17 +20,25 @@ from django_pgqueue.models import (
 )
 
 
-class MessageFactory(factory.django.DjangoModelFactory):
+class _MessageRowFactory(factory.django.DjangoModelFactory):
+    """What a live, archived and dead row of a message share."""
+
     class Meta:
-        model = Message
+        abstract = True
 
     queue = "default"
     task = "tests.noop"
     payload = factory.Sequence(lambda n: {"n": n})
-    priority = 0
     max_attempts = 3
-    attempts = 0
     errors = factory.LazyFunction(list)
+
+
+class MessageFactory(_MessageRowFactory):
+    class Meta:
+        model = Message
+
+    priority = 0
+    attempts = 0
 
     class Params:
         # A message leased by a worker whose lease is still running.
@@ -51,37 +59,27 @@ class MessageFactory(factory.django.DjangoModelFactory):
         )
 
 
-class ArchivedMessageFactory(factory.django.DjangoModelFactory):
+class ArchivedMessageFactory(_MessageRowFactory):
     class Meta:
         model = ArchivedMessage
 
     message_id = factory.Sequence(lambda n: 1_000_000 + n)
-    queue = "default"
-    task = "tests.noop"
-    payload = factory.Sequence(lambda n: {"n": n})
     attempts = 1
-    max_attempts = 3
-    errors = factory.LazyFunction(list)
     started_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(seconds=2))
     worker_id = "worker-1"
     result = None
 
 
-class DeadMessageFactory(factory.django.DjangoModelFactory):
+class DeadMessageFactory(_MessageRowFactory):
     class Meta:
         model = DeadMessage
 
     message_id = factory.Sequence(lambda n: 2_000_000 + n)
-    queue = "default"
-    task = "tests.noop"
-    payload = factory.Sequence(lambda n: {"n": n})
     attempts = 3
-    max_attempts = 3
     reason = DeadReason.ERROR
     details = factory.LazyFunction(
         lambda: {"type": "ValueError", "message": "boom", "traceback": "Traceback ..."}
     )
-    errors = factory.LazyFunction(list)
     worker_id = "worker-1"
 
 

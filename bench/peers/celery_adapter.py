@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.config import payload
 from bench.peers.celery_app import DONE_KEY, QUEUE, app, counter, latency, noop
-from bench.peers.protocol import serve_sync, stamped
+from bench.peers.protocol import serve_sync, trickle_sync
 
 state: dict[str, Any] = {}
 
@@ -109,12 +109,11 @@ def stop_latency() -> dict[str, bool]:
 
 
 def do_trickle(n: str, rate: str) -> dict[str, bool]:
-    t0 = time.perf_counter()
-    for k in range(int(n)):
-        delay = t0 + k / float(rate) - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        latency.apply_async(args=[stamped(k)], queue="pgq_bench_latency")
+    trickle_sync(
+        int(n),
+        float(rate),
+        lambda body: latency.apply_async(args=[body], queue="pgq_bench_latency"),
+    )
     return {"ok": True}
 
 

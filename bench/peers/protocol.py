@@ -34,7 +34,18 @@ def stamped(i: int) -> dict[str, Any]:
     return body
 
 
+def trickle_sync(n: int, rate: float, send: Callable[[dict[str, Any]], Any]) -> None:
+    """Call ``send(body)`` n times at ``rate`` per second, bodies stamped with time.time()."""
+    t0 = time.perf_counter()
+    for k in range(n):
+        delay = t0 + k / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(stamped(k))
+
+
 async def trickle(n: int, rate: float, send: Callable[[dict[str, Any]], Any]) -> None:
+    """``trickle_sync`` on the event loop (``send`` may return an awaitable)."""
     t0 = time.perf_counter()
     for k in range(n):
         delay = t0 + k / rate - time.perf_counter()

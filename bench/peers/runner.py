@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import raw
 from ..context import BENCH_DIR, VENVS_DIR, Context
-from ..measure import Result, latency_summary, result_from, timed
+from ..measure import Result, latency_summary, timed
 from ..pg import dsn_url
 
 STATS_GAP = 1.1  # Postgres publishes a busy backend's counters at most once a second
@@ -192,32 +192,51 @@ def enqueue(ctx: Context, rep: int) -> None:
                 finally:
                     adapter.close()
                 raw.reset(conn)
-            cost = (
-                _cost(ctx, peer, lambda a, n=n, c=command: a.call(c, n, 0), n)
-                if peer.postgres
-                else (None, None)
-            )
-            total = n * rounds
+            cost = _cost(ctx, peer, lambda a, n=n, c=command: a.call(c, n, 0), n)
             ctx.recorder.add(
-                Result(
-                    key=f"peer.{peer.name}.{command}",
-                    scenario="enqueue",
-                    system=peer.system,
-                    variant=variant,
-                    rep=rep,
-                    ref=ref,
-                    n=total,
-                    seconds=peer_s,
-                    rate=total / peer_s,
-                    tx_per_msg=cost[0],
-                    wal_per_msg=cost[1],
-                    extra={"paired_ref_rate": total / raw_s},
+                _paired_result(
+                    peer, rep, command, "enqueue", variant, ref, n * rounds, peer_s, raw_s, cost
                 )
             )
 
 
-def _cost(ctx: Context, peer: Peer, work: Any, n: int, load: int = 0) -> tuple[float, float]:
-    """Transactions and WAL per message of ``work`` in a fresh adapter that then exits."""
+def _paired_result(
+    peer: Peer,
+    rep: int,
+    suffix: str,
+    scenario: str,
+    variant: str,
+    ref: str,
+    n: int,
+    peer_s: float,
+    raw_s: float,
+    cost: tuple[float | None, float | None],
+) -> Result:
+    """A peer's slices, beside the raw reference slices measured in alternation with them
+    (``raw_s``), with the server cost ``cost`` (transactions, WAL per message)."""
+    return Result(
+        key=f"peer.{peer.name}.{suffix}",
+        scenario=scenario,
+        system=peer.system,
+        variant=variant,
+        rep=rep,
+        ref=ref,
+        n=n,
+        seconds=peer_s,
+        rate=n / peer_s,
+        tx_per_msg=cost[0],
+        wal_per_msg=cost[1],
+        extra={"paired_ref_rate": n / raw_s},
+    )
+
+
+def _cost(
+    ctx: Context, peer: Peer, work: Any, n: int, load: int = 0
+) -> tuple[float | None, float | None]:
+    """Transactions and WAL per message of ``work`` in a fresh adapter that then exits; none
+    for a peer whose broker is not PostgreSQL."""
+    if not peer.postgres:
+        return None, None
     adapter = Adapter(ctx, peer, f"{peer.name}-cost")
     try:
         adapter.call("reset")
@@ -230,8 +249,7 @@ def _cost(ctx: Context, peer: Peer, work: Any, n: int, load: int = 0) -> tuple[f
         adapter.call("reset")
     finally:
         adapter.close()
-    result = result_from(box, key="_", scenario="_", system="_", variant="_", rep=0, n=n)
-    return result.tx_per_msg or 0.0, result.wal_per_msg or 0.0
+    return box.per_message(n)
 
 
 # --- drain -----------------------------------------------------------------------------------
@@ -264,28 +282,24 @@ def drain(ctx: Context, rep: int) -> None:
                 finally:
                     adapter.close()
                 raw.reset(conn)
-            cost = (
-                _cost(ctx, peer, lambda a, c=chunk, x=arg: a.call("drain", c, x), chunk, load=chunk)
-                if peer.postgres
-                else (None, None)
+            cost = _cost(
+                ctx, peer, lambda a, c=chunk, x=arg: a.call("drain", c, x), chunk, load=chunk
             )
             n = chunk * rounds
-            ctx.recorder.add(
-                Result(
-                    key=f"peer.{peer.name}.{suffix}",
-                    scenario="drain",
-                    system=peer.system,
-                    variant=variant,
-                    rep=rep,
-                    ref="raw.lease_archive.b100",
-                    n=n,
-                    seconds=peer_s,
-                    rate=n / peer_s,
-                    tx_per_msg=cost[0],
-                    wal_per_msg=cost[1],
-                    extra={"paired_ref_rate": n / raw_s, "ok": done == n},
-                )
+            result = _paired_result(
+                peer,
+                rep,
+                suffix,
+                "drain",
+                variant,
+                "raw.lease_archive.b100",
+                n,
+                peer_s,
+                raw_s,
+                cost,
             )
+            result.extra["ok"] = done == n
+            ctx.recorder.add(result)
 
 
 # --- latency ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from django.conf import settings
 from psycopg.conninfo import conninfo_to_dict
 
 from bench.config import payload
-from bench.peers.protocol import serve_sync, stamped
+from bench.peers.protocol import serve_sync, trickle_sync
 
 params = conninfo_to_dict(sys.argv[1])
 settings.configure(
@@ -105,12 +105,7 @@ def stop_latency() -> dict[str, bool]:
 
 
 def do_trickle(n: str, rate: str) -> dict[str, bool]:
-    t0 = time.perf_counter()
-    for k in range(int(n)):
-        delay = t0 + k / float(rate) - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        tasksdb_tasks.latency.enqueue(stamped(k))
+    trickle_sync(int(n), float(rate), tasksdb_tasks.latency.enqueue)
     return {"ok": True}
 
 

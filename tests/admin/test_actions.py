@@ -43,6 +43,14 @@ def _live(obj: Any) -> Any:
     return list(Message.objects.filter(pk=obj.pk).values_list("available_at", "lease_token"))
 
 
+def _live_or_dead(message_id: int) -> tuple[bool, bool]:
+    """Whether the message is live, whether it is dead: a discard or a retry moves it."""
+    return (
+        Message.objects.filter(pk=message_id).exists(),
+        DeadMessage.objects.filter(message_id=message_id).exists(),
+    )
+
+
 CASES = [
     Case(
         "message",
@@ -65,10 +73,7 @@ CASES = [
         "discard",
         "discard_message",
         lambda: MessageFactory(),
-        lambda obj: (
-            Message.objects.filter(pk=obj.pk).exists(),
-            DeadMessage.objects.filter(message_id=obj.pk).exists(),
-        ),
+        lambda obj: _live_or_dead(obj.pk),
         "Discarded 1 live message.",
     ),
     Case(
@@ -76,10 +81,7 @@ CASES = [
         "retry_dead",
         "retry_deadmessage",
         lambda: DeadMessageFactory(),
-        lambda obj: (
-            DeadMessage.objects.filter(pk=obj.pk).exists(),
-            Message.objects.filter(pk=obj.message_id).exists(),
-        ),
+        lambda obj: _live_or_dead(obj.message_id),
         "Retried 1 dead message.",
     ),
     Case(

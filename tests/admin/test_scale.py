@@ -20,7 +20,7 @@ from django.urls import reverse
 from django_pgqueue.admin.overview import COUNT_CAP, CappedCount, read_overview
 from tests.admin.conftest import VIEW_PERMISSIONS, make_staff
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.scale, pytest.mark.django_db(transaction=True)]
 
 LIVE_ROWS = 1_000_000
 ARCHIVED_ROWS = 200_000

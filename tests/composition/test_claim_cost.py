@@ -16,6 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_a_claim_reads_only_claimable_entries_with_a_million_messages_waiting() -> None:
     blocker = django_pgqueue.enqueue("t", {}, queue="blocker")
     ready = [django_pgqueue.enqueue("t", {"n": n}).id for n in range(10)]

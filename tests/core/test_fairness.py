@@ -364,6 +364,7 @@ def _total_buffers(plan_json: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 @override_settings(
     PGQUEUE={
         "QUEUES": {"fair": {"FAIRNESS": True, "KEY_CONCURRENCY_LIMIT": 5, "KEY_RATE_LIMIT": 100}}

@@ -191,6 +191,7 @@ def test_concurrent_leases_never_share_a_message():
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_claim_is_an_index_lookup_on_a_large_backlog(admin_conn):
     admin_conn.execute(
         """

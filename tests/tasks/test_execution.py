@@ -61,6 +61,14 @@ def run(queue: str = "default", abandoned: bool = False) -> tuple[Message, Any]:
     return message, handler.func(context, message.payload)
 
 
+def _fail_the_held_attempt(error: Exception, worker_id: str = "w-test") -> None:
+    """Record ``error`` as the failure of the first attempt of the one message, leased with
+    ``hold`` by ``run``, for an immediate retry."""
+    (leased,) = Message.objects.all()
+    entry = transitions.error_entry(error, attempt=1, worker_id=worker_id)
+    transitions.fail([transitions.FailedAttempt(lease=leased, error=entry, retry_in=0)])
+
+
 def test_success_sends_started_and_finished(signals) -> None:
     result = t.add.enqueue(2, 3)
     _, value = run()
@@ -94,16 +102,7 @@ def test_context_attempt_counts_from_one(signals) -> None:
         run()
     # Attempt 1 failed and was not the last: no task_finished.
     assert [name for name, _, _ in signals] == ["started"]
-    (leased,) = Message.objects.all()
-    transitions.fail(
-        [
-            transitions.FailedAttempt(
-                lease=leased,
-                error=transitions.error_entry(RuntimeError("x"), attempt=1, worker_id="w-test"),
-                retry_in=0,
-            )
-        ]
-    )
+    _fail_the_held_attempt(RuntimeError("x"))
     _, value = run()
     assert value["attempt"] == 2 and value["attempts"] == 2
     assert value["errors"] == ["builtins.RuntimeError"]
@@ -134,16 +133,7 @@ def test_async_retry_reads_its_history(signals) -> None:
     t.async_flaky.enqueue()
     with pytest.raises(KeyError):
         run()
-    (leased,) = Message.objects.all()
-    transitions.fail(
-        [
-            transitions.FailedAttempt(
-                lease=leased,
-                error=transitions.error_entry(KeyError("x"), attempt=1, worker_id="w-1"),
-                retry_in=0,
-            )
-        ]
-    )
+    _fail_the_held_attempt(KeyError("x"), worker_id="w-1")
     message, value = run()
     assert value == 2
     finished = signals[-1][2]

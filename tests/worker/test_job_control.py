@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import json
 import re
@@ -119,9 +120,7 @@ def test_snooze_takes_a_delay_from_zero_to_a_year() -> None:
 def test_progress_is_visible_while_the_handler_runs_and_gone_after(
     start_worker: StartWorker,
 ) -> None:
-    msg = django_pgqueue.enqueue("tests.progress", None)
-    runner = start_worker(burst=True)
-    progress = wait_for(lambda: _reported(msg.id, done=3))
+    msg, runner, progress = _held_after_reporting(start_worker, "tests.progress", done=3)
     assert (progress.done, progress.total, progress.note) == (3, 10, "copying rows")
     assert progress.fraction == 0.3 and progress.text() == "3/10 (30%) copying rows"
     assert progress.updated_at <= timezone.now() + dt.timedelta(seconds=5)
@@ -134,8 +133,7 @@ def test_progress_is_visible_while_the_handler_runs_and_gone_after(
     [shown] = json.loads(out.getvalue())["progress"]
     assert shown["message_id"] == msg.id and shown["done"] == 3 and shown["total"] == 10
 
-    handlers.progress_release.set()
-    assert runner.join() == 0
+    _release(runner)
     assert ArchivedMessage.objects.get(message_id=msg.id).result == "done"
     assert django_pgqueue.get_progress(msg.id) is None
     assert not MessageProgress.objects.exists()
@@ -145,12 +143,9 @@ def test_progress_is_visible_while_the_handler_runs_and_gone_after(
 def test_an_async_handler_reports_progress_without_blocking_its_loop(
     start_worker: StartWorker,
 ) -> None:
-    msg = django_pgqueue.enqueue("tests.async-progress", None)
-    runner = start_worker(burst=True)
-    progress = wait_for(lambda: _reported(msg.id, done=7))
+    _, runner, progress = _held_after_reporting(start_worker, "tests.async-progress", done=7)
     assert (progress.total, progress.note, progress.fraction) == (None, "async", None)
-    handlers.progress_release.set()
-    assert runner.join() == 0
+    _release(runner)
     assert not MessageProgress.objects.exists()
 
 
@@ -199,7 +194,8 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
     from django_pgqueue.worker.context import MessageContext
 
     reports: list[tuple[int, int | None, str]] = []
-    context = MessageContext(
+    make_context = functools.partial(
+        MessageContext,
         message_id=1,
         task="t",
         queue="q",
@@ -207,8 +203,8 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
         max_attempts=1,
         worker_id="w",
         lease_token=uuid.uuid4(),
-        _report_progress=lambda *report: reports.append(report),
     )
+    context = make_context(_report_progress=lambda *report: reports.append(report))
     context.report_progress(2, 5, note="ok")
     assert reports == [(2, 5, "ok")]
     with pytest.raises(TypeError, match="done must be an int"):
@@ -222,21 +218,29 @@ def test_report_progress_refuses_bad_values_precisely() -> None:
     with pytest.raises(ValueError, match="NUL"):
         context.report_progress(1, note="a\x00b")
     with pytest.raises(RuntimeError, match="inside a worker"):
-        MessageContext(
-            message_id=1,
-            task="t",
-            queue="q",
-            attempt=1,
-            max_attempts=1,
-            worker_id="w",
-            lease_token=uuid.uuid4(),
-        ).report_progress(1)
+        make_context().report_progress(1)
     assert reports == [(2, 5, "ok")]
 
 
 def _reported(message_id: int, *, done: int) -> django_pgqueue.Progress | None:
     progress = django_pgqueue.get_progress(message_id)
     return progress if progress is not None and progress.done == done else None
+
+
+def _held_after_reporting(
+    start_worker: StartWorker, task: str, *, done: int
+) -> tuple[django_pgqueue.EnqueuedMessage, WorkerThread, django_pgqueue.Progress]:
+    """A message of ``task`` (a progress handler) in a burst worker, and the progress it has
+    reported once it reaches ``done``; the handler then waits for ``_release``."""
+    msg = django_pgqueue.enqueue(task, None)
+    runner = start_worker(burst=True)
+    return msg, runner, wait_for(lambda: _reported(msg.id, done=done))
+
+
+def _release(runner: WorkerThread) -> None:
+    """Let the held progress handler finish, and the burst worker exit cleanly."""
+    handlers.progress_release.set()
+    assert runner.join() == 0
 
 
 # -- the how-to's examples --------------------------------------------------------------------
