@@ -44,7 +44,7 @@ def enqueue(ctx: Context, rep: int) -> None:
     s = ctx.sizes
     add = ctx.recorder.add
     single = max(1, s.enqueue_n // ROUNDS)
-    bulk = max(1, s.bulk_n // 5)
+    bulk_n = s.bulk_n
     with raw.connect(ctx.dsn) as conn:
         _reset_all(ctx, conn)
         core_cases.warm_up()
@@ -53,6 +53,10 @@ def enqueue(ctx: Context, rep: int) -> None:
             (
                 "raw.insert1_notify",
                 lambda r: raw.insert_notify_one_by_one(conn, single, r * single),
+            ),
+            (
+                "raw.enqueue_statement",
+                lambda r: raw.enqueue_statement_one_by_one(conn, single, r * single),
             ),
             ("pgq.enqueue", lambda r: core_cases.enqueue_single(single, r * single)),
             (
@@ -70,6 +74,11 @@ def enqueue(ctx: Context, rep: int) -> None:
         labels = {
             "raw.insert1": (RAW, "single-row INSERT + commit", None),
             "raw.insert1_notify": (RAW, "single-row INSERT + NOTIFY + commit", None),
+            "raw.enqueue_statement": (
+                RAW,
+                "enqueue()'s own INSERT + NOTIFY, prepared, into django-pgqueue's table + commit",
+                None,
+            ),
             "pgq.enqueue": (
                 PGQ,
                 "enqueue(), autocommit, NOTIFY on (default)",
@@ -101,37 +110,75 @@ def enqueue(ctx: Context, rep: int) -> None:
                 )
             )
         _reset_all(ctx, conn)
-        runs = interleaved(
-            ctx.probe,
-            _conns(conn),
-            5,
-            [
-                ("raw.copy", lambda r: raw.copy_rows(conn, bulk, r * bulk)),
-                ("pgq.enqueue_many", lambda r: core_cases.enqueue_many(bulk, r * bulk)),
-            ],
-        )
-        add(
-            result_from_run(
-                runs["raw.copy"],
-                key="raw.copy",
-                scenario="enqueue",
-                system=RAW,
-                variant=f"COPY, {bulk:,} rows per transaction",
-                rep=rep,
+        # The same rows per transaction on every side: BULK_CHUNK per COPY and per call.
+        per_round = max(BULK_CHUNK, bulk_n // 5)
+        rounds = [
+            ("raw.copy", lambda r: _copy_in_chunks(conn, per_round, r * per_round)),
+            (
+                "pgq.enqueue_many",
+                lambda r: core_cases.enqueue_many(per_round, r * per_round, BULK_CHUNK),
+            ),
+            (
+                "pgq.enqueue_many.dedup",
+                lambda r: core_cases.enqueue_many(per_round, r * per_round, BULK_CHUNK, dedup=True),
+            ),
+            (
+                "pgq.enqueue_many.fair",
+                lambda r: core_cases.enqueue_many(
+                    per_round, r * per_round, BULK_CHUNK, FAIR_QUEUE, tenant="bulk"
+                ),
+            ),
+            (
+                "pgq.enqueue_many.fair_dedup",
+                lambda r: core_cases.enqueue_many(
+                    per_round, r * per_round, BULK_CHUNK, FAIR_QUEUE, dedup=True, tenant="bulk"
+                ),
+            ),
+        ]
+        runs = interleaved(ctx.probe, _conns(conn), 5, rounds)
+        bulk_labels = {
+            "raw.copy": (RAW, f"COPY, {BULK_CHUNK:,} rows per transaction", None),
+            "pgq.enqueue_many": (PGQ, f"enqueue_many(), {BULK_CHUNK:,} per call", "raw.copy"),
+            "pgq.enqueue_many.dedup": (
+                PGQ,
+                f"enqueue_many(), {BULK_CHUNK:,} per call, a dedup key each",
+                "raw.copy",
+            ),
+            "pgq.enqueue_many.fair": (
+                PGQ,
+                f"enqueue_many(), {BULK_CHUNK:,} per call, fair queue",
+                "raw.copy",
+            ),
+            "pgq.enqueue_many.fair_dedup": (
+                PGQ,
+                f"enqueue_many(), {BULK_CHUNK:,} per call, fair queue, a dedup key each",
+                "raw.copy",
+            ),
+        }
+        for key, run in runs.items():
+            system, variant, ref = bulk_labels[key]
+            add(
+                result_from_run(
+                    run,
+                    key=key,
+                    scenario="enqueue",
+                    system=system,
+                    variant=variant,
+                    rep=rep,
+                    ref=ref,
+                )
             )
-        )
-        add(
-            result_from_run(
-                runs["pgq.enqueue_many"],
-                key="pgq.enqueue_many",
-                scenario="enqueue",
-                system=PGQ,
-                variant=f"enqueue_many(), {bulk:,} per call (COPY)",
-                rep=rep,
-                ref="raw.copy",
-            )
-        )
         _reset_all(ctx, conn)
+
+
+BULK_CHUNK = 1_000  # rows per COPY transaction and per enqueue_many() call
+FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
+
+
+def _copy_in_chunks(conn: Any, n: int, start: int) -> int:
+    for offset in range(start, start + n, BULK_CHUNK):
+        raw.copy_rows(conn, min(BULK_CHUNK, start + n - offset), offset)
+    return n
 
 
 def tasks_available() -> bool:
@@ -168,6 +215,9 @@ def drain(ctx: Context, rep: int) -> None:
             raw.copy_rows(conn, fast * ROUNDS, queue=q)
         core_cases.enqueue_many(fast * ROUNDS, queue="pgq")
         core_cases.enqueue_many(fast * ROUNDS, queue="pgq_sync")
+        with core_cases.standard_json() as swapped:
+            if swapped:
+                core_cases.enqueue_many(fast * ROUNDS, queue="pgq_json")
         conn.execute("VACUUM ANALYZE raw_q")
         conn.execute("VACUUM ANALYZE pgqueue_message")
         core_cases.warm_up()
@@ -189,6 +239,8 @@ def drain(ctx: Context, rep: int) -> None:
                 lambda r: core_cases.lease_complete_drain(100, fast, "pgq_sync", True),
             ),
         ]
+        if swapped:
+            cases.append(("pgq.lease_complete.b100.json", _standard_json_drain(fast)))
         runs = interleaved(ctx.probe, [conn, async_conn, _django()], ROUNDS, cases)
         ref = "raw.lease_archive.b100"
         labels = {
@@ -207,6 +259,12 @@ def drain(ctx: Context, rep: int) -> None:
                 ref,
             ),
             "pgq.lease_complete.b100.sync": (PGQ, "the same with SYNCHRONOUS_ACKS = True", ref),
+            "pgq.lease_complete.b100.json": (
+                PGQ,
+                "lease() + complete(), batch 100, payloads decoded by the standard library's "
+                "json instead of orjson",
+                ref,
+            ),
         }
         for key, run in runs.items():
             system, variant, r_ref = labels[key]
@@ -223,6 +281,14 @@ def drain(ctx: Context, rep: int) -> None:
                 )
             )
         _reset_all(ctx, conn)
+
+
+def _standard_json_drain(fast: int) -> Any:
+    def drain_slice(r: int) -> int:
+        with core_cases.standard_json():
+            return core_cases.lease_complete_drain(100, fast, "pgq_json")
+
+    return drain_slice
 
 
 def _django() -> Any:

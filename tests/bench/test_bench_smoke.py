@@ -59,6 +59,10 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
         "pgq.enqueue",
         "pgq.enqueue_on_commit",
         "pgq.enqueue_many",
+        "pgq.enqueue_many.dedup",
+        "pgq.enqueue_many.fair",
+        "pgq.enqueue_many.fair_dedup",
+        "raw.enqueue_statement",
         "raw.delete.b1",
         "raw.delete.b100",
         "raw.lease_archive.b100",
@@ -84,6 +88,10 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     assert 0.9 <= by_key["raw.insert1"]["tx_per_msg"] <= 1.5
     # enqueue() sends its NOTIFY: its reference does the same work.
     assert by_key["pgq.enqueue"]["ref"] == "raw.insert1_notify"
+    assert by_key["pgq.enqueue_many.fair_dedup"]["ref"] == "raw.copy"
+    # The enqueue_many() cases and their COPY reference write the same rows per transaction.
+    bulk = [k for k in by_key if k.startswith("pgq.enqueue_many") or k == "raw.copy"]
+    assert len({by_key[k]["n"] for k in bulk}) == 1
     assert 0.9 <= by_key["raw.insert1_notify"]["tx_per_msg"] <= 1.5
     assert by_key["pgq.latency"]["extra"]["samples"] == by_key["pgq.latency"]["n"]
 
@@ -104,6 +112,7 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     page = publish(tmp_path, tmp_path / "docs")
     assert "bash bench/run.sh --mode smoke --reps 1 --no-peers" in page
     assert "| `enqueue_many()` / raw COPY |" in page
+    assert "| \u21b3 into a fair queue, a dedup key each |" in page
     assert f"commit `{facts['commit']}`" in page
     assert "{" + "worker_best}" not in page  # every figure of the summary was filled in
     assert facts["commit"]  # the checkout measured, for the published page
