@@ -427,20 +427,50 @@ def _write_many(
     *,
     using: str | None = None,
 ) -> int:
-    """Write validated rows that share everything but payload and dedup key."""
+    """Write validated rows that share everything but payload and dedup key, by ``COPY``.
+
+    With dedup keys the rows whose key is held are left out first (``_new_keys``). A
+    concurrent enqueue that takes one of the keys after that look makes the ``COPY`` fail
+    on the unique index: the transaction (a savepoint inside the caller's) is rolled back
+    and the rows go in by one ``INSERT ... ON CONFLICT DO NOTHING`` instead, which skips it.
+    """
     alias = using or get_settings().DATABASE_ALIAS
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        if dedup_keys is not None:
-            payloads_json, dedup_keys = _new_keys(cursor, template.queue, payloads_json, dedup_keys)
-        if not payloads_json:
-            return 0
-        available_at, places = _when_and_where(cursor, template, len(payloads_json))
+    try:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            if dedup_keys is not None:
+                payloads_json, dedup_keys = _new_keys(
+                    cursor, template.queue, payloads_json, dedup_keys
+                )
+            if not payloads_json:
+                return 0
+            available_at, places = _when_and_where(cursor, template, len(payloads_json))
+            _copy(cursor.cursor, template, available_at, payloads_json, dedup_keys, places)
+            if places is None:  # else its wake-up went with the places (FAIR_ORDER_OF_BULK)
+                notify_queues([template.queue], later=template.later, using=alias)
+        return len(payloads_json)
+    except psycopg.errors.UniqueViolation:
         if dedup_keys is None:
-            _copy(cursor.cursor, template, available_at, payloads_json, None, places)
-            written = len(payloads_json)
-        else:
-            written = _copy_keyed(cursor, template, available_at, payloads_json, dedup_keys, places)
-        notify_queues([template.queue], later=template.later, using=alias)
+            raise  # cannot happen: only dedup keys are unique
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        available_at, places = _when_and_where(cursor, template, len(payloads_json))
+        cursor.execute(
+            _sql.ENQUEUE_MANY_SKIPPING_HELD_KEYS,
+            {
+                "queue": template.queue,
+                "task": template.task,
+                "priority": template.priority,
+                "tenant": template.tenant,
+                "max_attempts": template.max_attempts,
+                "available_at": available_at,
+                "headers": template.headers_json,
+                "payloads": payloads_json,
+                "keys": dedup_keys,
+                "places": places,
+            },
+        )
+        written = int(cursor.rowcount)
+        if written and places is None:
+            notify_queues([template.queue], later=template.later, using=alias)
     return written
 
 
@@ -469,10 +499,11 @@ def _when_and_where(
 ) -> tuple[str, list[float] | None]:
     """When the rows become available, as COPY text, and in a fair queue each row's place in
     the fair order (else ``None``): the first row's place, the others a step behind each
-    other, -1 for all when they are scheduled."""
+    other, -1 for all when they are scheduled. A fair queue's wake-up is sent here."""
     flow = flow_config(template.queue)
     if flow is not None and flow.keyed:
         step = flow.fair_step(template.tenant)
+        conf = get_settings()
         cursor.execute(
             _sql.FAIR_ORDER_OF_BULK,
             {
@@ -482,9 +513,11 @@ def _when_and_where(
                 "step": step,
                 "run_at": template.run_at,
                 "delay": template.delay or 0.0,
+                "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+                "wake": wake_payload(template.queue, later=template.later),
             },
         )
-        available_at, first = cursor.fetchone()
+        available_at, first, _ = cursor.fetchone()
         places = [-1.0] * count if first < 0 else [first + n * step for n in range(count)]
         return available_at.isoformat(), places
     if template.run_at is not None:
@@ -495,41 +528,6 @@ def _when_and_where(
         return "now", None
     cursor.execute(_sql.AVAILABLE_AFTER, [template.delay])
     return cursor.fetchone()[0].isoformat(), None
-
-
-def _copy_keyed(
-    cursor: Any,
-    template: PreparedMessage,
-    available_at: str,
-    payloads_json: list[str],
-    dedup_keys: list[str | None],
-    places: list[float] | None,
-) -> int:
-    """COPY rows with dedup keys (none held when ``_new_keys`` looked); when a concurrent
-    enqueue took one since, the COPY fails on the unique index and the rows go in by one
-    ``INSERT ... ON CONFLICT DO NOTHING`` instead, which skips the keys taken."""
-    try:
-        with transaction.atomic(using=cursor.db.alias):
-            _copy(cursor.cursor, template, available_at, payloads_json, dedup_keys, places)
-        return len(payloads_json)
-    except psycopg.errors.UniqueViolation:
-        pass
-    cursor.execute(
-        _sql.ENQUEUE_MANY_SKIPPING_HELD_KEYS,
-        {
-            "queue": template.queue,
-            "task": template.task,
-            "priority": template.priority,
-            "tenant": template.tenant,
-            "max_attempts": template.max_attempts,
-            "available_at": available_at,
-            "headers": template.headers_json,
-            "payloads": payloads_json,
-            "keys": dedup_keys,
-            "places": places,
-        },
-    )
-    return int(cursor.rowcount)
 
 
 def _copy(

@@ -177,10 +177,12 @@ ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 AVAILABLE_AFTER = "SELECT now() + make_interval(secs => %s::float8)"
 
 # When a bulk enqueue into a fair queue becomes available, and the first message's place in
-# the fair order (-1 when scheduled); the others follow it a step apart.
+# the fair order (-1 when scheduled); the others follow it a step apart. Its wake-up is
+# folded in, as in the single-row statements (``channel`` NULL: none).
 FAIR_ORDER_OF_BULK = f"""
 SELECT v.available_at,
-       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
 FROM (SELECT %(queue)s::text AS queue, %(priority)s::smallint AS priority,
              %(tenant)s::text AS tenant, %(step)s::float8 AS step,
              COALESCE(%(run_at)s::timestamptz,

@@ -3,6 +3,7 @@ concurrent enqueue while the call runs, and bad rows named by their position."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -71,10 +72,11 @@ def test_every_key_held_writes_nothing_and_sends_no_wake_up(listener) -> None:
     assert drain(listener) == []
 
 
+@pytest.mark.parametrize("in_transaction", [False, True])
 @pytest.mark.parametrize("queue", ["default", "fair"])
 @override_settings(PGQUEUE=FAIR)
 def test_a_key_taken_by_a_concurrent_enqueue_is_skipped(
-    queue: str, monkeypatch: pytest.MonkeyPatch
+    queue: str, in_transaction: bool, monkeypatch: pytest.MonkeyPatch, listener
 ) -> None:
     # Another session takes key "b" and commits after enqueue_many() looked which keys are
     # held and before its COPY: the COPY meets the unique index; the rows go in without it.
@@ -91,16 +93,21 @@ def test_a_key_taken_by_a_concurrent_enqueue_is_skipped(
         return found
 
     monkeypatch.setattr(_enqueue, "_new_keys", look_then_race)
-    with transaction.atomic():  # the caller's transaction survives the failed COPY
+    with transaction.atomic() if in_transaction else contextlib.nullcontext():
+        # In the caller's transaction, a savepoint; that transaction carries on.
         written = django_pgqueue.enqueue_many(
             "t", [{"n": 0}, {"n": 1}, {"n": 2}], queue=queue, dedup_keys=["a", "b", None]
         )
+        if in_transaction:
+            django_pgqueue.enqueue("t", {"n": "after"}, queue="other")
     assert written == 2
+    assert ("django_pgqueue", queue) in drain(listener)
     found = Message.objects.filter(queue=queue).order_by("id")
     assert [(m.task, m.dedup_key) for m in found] == [("raced", "b"), ("t", "a"), ("t", None)]
     assert found[1].payload == {"n": 0} and found[2].payload == {"n": 2}
     if queue == "fair":
         assert found[1].fair_order is not None and found[1].fair_order < found[2].fair_order
+    assert Message.objects.filter(queue="other").count() == (1 if in_transaction else 0)
 
 
 def test_a_bad_payload_or_key_is_named_by_its_position_and_nothing_is_written() -> None:
