@@ -215,9 +215,6 @@ def drain(ctx: Context, rep: int) -> None:
             raw.copy_rows(conn, fast * ROUNDS, queue=q)
         core_cases.enqueue_many(fast * ROUNDS, queue="pgq")
         core_cases.enqueue_many(fast * ROUNDS, queue="pgq_sync")
-        with core_cases.standard_json() as swapped:
-            if swapped:
-                core_cases.enqueue_many(fast * ROUNDS, queue="pgq_json")
         conn.execute("VACUUM ANALYZE raw_q")
         conn.execute("VACUUM ANALYZE pgqueue_message")
         core_cases.warm_up()
@@ -239,8 +236,6 @@ def drain(ctx: Context, rep: int) -> None:
                 lambda r: core_cases.lease_complete_drain(100, fast, "pgq_sync", True),
             ),
         ]
-        if swapped:
-            cases.append(("pgq.lease_complete.b100.json", _standard_json_drain(fast)))
         runs = interleaved(ctx.probe, [conn, async_conn, _django()], ROUNDS, cases)
         ref = "raw.lease_archive.b100"
         labels = {
@@ -259,12 +254,6 @@ def drain(ctx: Context, rep: int) -> None:
                 ref,
             ),
             "pgq.lease_complete.b100.sync": (PGQ, "the same with SYNCHRONOUS_ACKS = True", ref),
-            "pgq.lease_complete.b100.json": (
-                PGQ,
-                "lease() + complete(), batch 100, payloads decoded by the standard library's "
-                "json instead of orjson",
-                ref,
-            ),
         }
         for key, run in runs.items():
             system, variant, r_ref = labels[key]
@@ -281,14 +270,61 @@ def drain(ctx: Context, rep: int) -> None:
                 )
             )
         _reset_all(ctx, conn)
+        _json_drains(ctx, rep, fast)
 
 
-def _standard_json_drain(fast: int) -> Any:
-    def drain_slice(r: int) -> int:
+def _json_drains(ctx: Context, rep: int, fast: int) -> None:
+    """The same drain decoding payloads with orjson and with the standard library's json
+    (``core/_json.py``), on two backlogs of their own; only when orjson is installed."""
+    with core_cases.standard_json() as swapped:
+        pass
+    if not swapped:
+        return
+    core_cases.enqueue_many(fast * ROUNDS, queue="pgq_orjson")
+    core_cases.enqueue_many(fast * ROUNDS, queue="pgq_json")
+    _vacuum_analyze_live()
+
+    def with_standard_json(r: int) -> int:
         with core_cases.standard_json():
             return core_cases.lease_complete_drain(100, fast, "pgq_json")
 
-    return drain_slice
+    runs = interleaved(
+        ctx.probe,
+        [_django()],
+        ROUNDS,
+        [
+            (
+                "pgq.lease_complete.b100.orjson",
+                lambda r: core_cases.lease_complete_drain(100, fast, "pgq_orjson"),
+            ),
+            ("pgq.lease_complete.b100.json", with_standard_json),
+        ],
+    )
+    labels = {
+        "pgq.lease_complete.b100.orjson": (
+            "lease() + complete(), batch 100, payloads decoded by orjson (the `fast` extra)",
+            None,
+        ),
+        "pgq.lease_complete.b100.json": (
+            "the same, decoded by the standard library's json",
+            "pgq.lease_complete.b100.orjson",
+        ),
+    }
+    for key, run in runs.items():
+        variant, ref = labels[key]
+        ctx.recorder.add(
+            result_from_run(
+                run, key=key, scenario="drain", system=PGQ, variant=variant, rep=rep, ref=ref
+            )
+        )
+    core_cases.reset()
+
+
+def _vacuum_analyze_live() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE pgqueue_message")
 
 
 def _django() -> Any:
