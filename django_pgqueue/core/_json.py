@@ -23,10 +23,7 @@ try:
 except ImportError:  # the ``fast`` extra is not installed
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["BACKEND", "dumps", "loads"]
-
-#: Which library encodes and decodes: ``"orjson"`` or ``"json"``.
-BACKEND = "json" if orjson is None else "orjson"
+__all__ = ["dumps", "loads"]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 # Deeper than this, orjson refuses anyway (it stops at 254 levels).
