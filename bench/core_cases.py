@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .config import QUEUE, TASK, payload
@@ -70,13 +72,29 @@ def enqueue_on_commit_in_atomic(n: int, start: int = 0) -> int:
     return n
 
 
-def enqueue_many(n: int, start: int = 0, chunk: int | None = None, queue: str = QUEUE) -> int:
+def enqueue_many(
+    n: int,
+    start: int = 0,
+    chunk: int | None = None,
+    queue: str = QUEUE,
+    *,
+    dedup: bool = False,
+    tenant: str | None = None,
+) -> int:
+    """``n`` messages in calls of ``chunk``; ``dedup``: each with a key of its own."""
     from django_pgqueue import enqueue_many as many
 
     chunk = chunk or n
     for offset in range(start, start + n, chunk):
         stop = min(offset + chunk, start + n)
-        many(TASK, (payload(i) for i in range(offset, stop)), queue=queue)
+        keys = [f"key-{i}" for i in range(offset, stop)] if dedup else None
+        many(
+            TASK,
+            (payload(i) for i in range(offset, stop)),
+            queue=queue,
+            dedup_keys=keys,
+            tenant=tenant,
+        )
     return n
 
 
@@ -117,6 +135,23 @@ def _lease_complete_drain(batch: int, limit: int | None, queue: str, bounds: Cla
         complete(leased)
         done += len(leased)
     return done
+
+
+@contextlib.contextmanager
+def standard_json() -> Iterator[bool]:
+    """The standard library's JSON in place of orjson (``core/_json.py``), when this version
+    has the codec and orjson is installed; yields whether it could."""
+    try:
+        from django_pgqueue.core import _json
+    except ImportError:
+        yield False
+        return
+    fast = _json.orjson
+    _json.orjson = None
+    try:
+        yield fast is not None
+    finally:
+        _json.orjson = fast
 
 
 def _noop(body: Any) -> None:

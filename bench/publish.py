@@ -96,7 +96,7 @@ databases on the server write too, so the minimum over the repetitions is shown.
 
 | scenario | how |
 |---|---|
-| enqueue | Single-row paths ({enqueue_n} messages each, in 10 alternating slices): `enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`; against a raw psycopg `INSERT` + `pg_notify` + commit per row (the same work as `enqueue()`; `enqueue()` without NOTIFY against a plain `INSERT` + commit). Bulk: `enqueue_many()` against raw `COPY`, {bulk_n} rows in 5 slices, the same rows per call. Peers: their single and batch APIs, each slice alternating with the raw reference. |
+| enqueue | Single-row paths ({enqueue_n} messages each, in 10 alternating slices): `enqueue()` in autocommit, with and without NOTIFY; `enqueue_on_commit()` inside `atomic()` as a view would; the `django.tasks` backend's `task.enqueue()`; against a raw psycopg `INSERT` + `pg_notify` + commit per row into a minimal one-index table (the same work as `enqueue()`; `enqueue()` without NOTIFY against a plain `INSERT` + commit), and against `enqueue()`'s own statement sent raw, prepared, into django-pgqueue's table (its table's constraints and indexes, without its Python). Bulk: `enqueue_many()` in calls of 1,000 rows (plain queue, a dedup key each, fair queue, both) against raw `COPY` of the same rows 1,000 per transaction, {bulk_n} rows each in 5 slices. Peers: their single and batch APIs, each slice alternating with the raw reference. |
 | drain | Each consumer's backlog is loaded first ({drain_n} messages; {drain_mid_n} for raw batch 10, {drain_slow_n} for batch 1), then drained in 10 alternating slices per consumer: raw `DELETE ... SKIP LOCKED RETURNING` at batch 1/10/100; raw lease-then-archive (lease: CTE `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE ... RETURNING`; archive: `WITH moved AS (DELETE ... RETURNING) INSERT INTO archive`), with synchronous and asynchronous commit; `Message.objects.lease()` + `core.transitions.complete()` in batches of 100. |
 | `pgq_worker` | A real `manage.py pgq_worker` process (persistent connections), idle and listening; a slice of {slice_n} messages lands in one transaction with its NOTIFY and is timed on the database clock, from just before that COMMIT (`clock_timestamp()`) to the last acknowledgement (`max(finished_at)` in the archive); 5 slices per setting. Slices alternate with raw lease-then-archive slices. Several `--concurrency` / `--batch-size` settings, and one with `SYNCHRONOUS_ACKS = True`. |
 | peers' workers | {drain_n} messages for PgQueuer at batch 100, {peer_slow_n} for the others (they run a few hundred jobs/s here), in 5 slices. Each peer's own worker (PgQueuer `QueueManager` in drain mode; Procrastinate `run_worker_async(wait=False)`; django-tasks-db's `db_worker` loop in batch mode, in-process; Celery prefork worker, consumer switched on once the backlog is in Redis), timed inside the adapter, alternating with raw lease-then-archive slices. |
@@ -184,6 +184,9 @@ its own database:
   backends were doing); `--report <folder>` recomputes a finished run's tables and plots.
 - The admin dashboard at 1,000,000 rows: `tests/admin/test_scale.py`, in
   [Why it stays fast](how-to/operate-with-the-admin.md#why-it-stays-fast).
+- The enqueue paths alone, `python -m bench --mode quick --only enqueue,drain --no-peers`:
+  single and bulk enqueue against their raw references, and what orjson (the `fast` extra)
+  changes in a drain; the latest run in `bench/notes/enqueue.md`.
 
 ## Design measurements
 
@@ -197,6 +200,7 @@ Questions a design choice rested on, each measured once on the 2-core machine:
 | The walk from a fair order's head behind 2,000,000 ready | Before vacuum, a walk from the head grew from 415 to 8,568 buffers over 200,000 claims, while the walk from the claimer's bounds stayed at 214\u2013293 per claim of 100. |
 | Latency stalls against checkpoints and autovacuum | Stalls (messages started over 300 ms after their enqueue) overlapped a checkpoint, an autovacuum or an autoanalyze no more often than those windows' share of the run: they come from a nearly saturated machine, not from either. |
 | `nice -n 19` against a session of its own at nice 19 | Against two busy backends on two cores, a CPU-bound loop got 34% of the CPU under plain `nice -n 19` (37% under `SCHED_IDLE`) and 1.6% started in a session whose autogroup is at nice 19. |
+| What the live table costs an enqueue | Server CPU per row on PostgreSQL 15 (the backend's own run time, medians of 5\u20137): a single-row `INSERT` in its own statement costs 34 \xb5s into `pgqueue_message` against 10 \xb5s into the raw reference's one-index table. Without its four `CHECK`s 23\u201325 \xb5s (one `CHECK` of all four conditions costs as much as four: PostgreSQL prepares their expressions again for each statement, by size), with the queue-name `CHECK` alone 29 \xb5s; with the primary key alone (and the `CHECK`s) 21 \xb5s, with one index and no `CHECK` 16 \xb5s. In `COPY` the same costs are per row: 5.4 \xb5s raw, 7.2 plain, 9.2 with dedup keys (the unique index), 11.0 in a fair queue (its two order indexes); the probe for held dedup keys 0.8. Against the ~0.7 ms of a single enqueue's commit the `CHECK`s are ~1%: they stay, the only guard on rows written by other means than `enqueue()`. |
 """
 
 

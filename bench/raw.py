@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .config import QUEUE, payload
+from .config import QUEUE, TASK, payload
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS raw_q (
@@ -92,6 +92,32 @@ def insert_notify_one_by_one(conn: psycopg.Connection[Any], n: int, start: int =
     """Single-row INSERT and its NOTIFY in one statement, one commit each (autocommit)."""
     for i in range(start, start + n):
         conn.execute(INSERT_NOTIFY, [QUEUE, Jsonb(payload(i)), QUEUE])
+    return n
+
+
+def enqueue_statement_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> int:
+    """django-pgqueue's own single-row INSERT + NOTIFY (``_sql.ENQUEUE``, prepared), sent
+    raw into its table, one commit each: ``enqueue()`` without its Python."""
+    from django_pgqueue.core import _sql
+
+    params: dict[str, Any] = {
+        "queue": QUEUE,
+        "task": TASK,
+        "headers": None,
+        "priority": 0,
+        "tenant": None,
+        "dedup_key": None,
+        "max_attempts": 3,
+        "composed": False,
+        "run_at": None,
+        "delay": 0.0,
+        "channel": "django_pgqueue",
+        "wake": QUEUE,
+    }
+    with conn.cursor() as cur:
+        for i in range(start, start + n):
+            params["payload"] = json.dumps(payload(i))
+            cur.execute(_sql.ENQUEUE, params, prepare=True)
     return n
 
 

@@ -255,8 +255,38 @@ TARGETS = [
         0.9,
     ),
     Target(
+        "\u21b3 the same / `enqueue()`'s own statement sent raw into its table",
+        _ratio(_rate("pgq.enqueue"), _rate("raw.enqueue_statement")),
+        ">=",
+        0.9,
+    ),
+    Target(
+        "`enqueue_on_commit()` / raw INSERT+NOTIFY+commit",
+        _ratio(_rate("pgq.enqueue_on_commit"), _rate("raw.insert1_notify")),
+        ">=",
+        0.9,
+    ),
+    Target(
         "`enqueue_many()` / raw COPY",
         _ratio(_rate("pgq.enqueue_many"), _rate("raw.copy")),
+        ">=",
+        0.7,
+    ),
+    Target(
+        "\u21b3 with a dedup key each",
+        _ratio(_rate("pgq.enqueue_many.dedup"), _rate("raw.copy")),
+        ">=",
+        0.7,
+    ),
+    Target(
+        "\u21b3 into a fair queue",
+        _ratio(_rate("pgq.enqueue_many.fair"), _rate("raw.copy")),
+        ">=",
+        0.7,
+    ),
+    Target(
+        "\u21b3 into a fair queue, a dedup key each",
+        _ratio(_rate("pgq.enqueue_many.fair_dedup"), _rate("raw.copy")),
         ">=",
         0.7,
     ),

@@ -70,7 +70,7 @@ ROUNDS = 10  # slices per case in interleaved measurements
 def enqueue(ctx: Context, rep: int) -> None:
     s = ctx.sizes
     single = max(1, s.enqueue_n // ROUNDS)
-    bulk = max(1, s.bulk_n // 5)
+    bulk_n = s.bulk_n
     with raw.connect(ctx.dsn) as conn:
         _reset_all(ctx, conn)
         core_cases.warm_up()
@@ -79,6 +79,10 @@ def enqueue(ctx: Context, rep: int) -> None:
             (
                 "raw.insert1_notify",
                 lambda r: raw.insert_notify_one_by_one(conn, single, r * single),
+            ),
+            (
+                "raw.enqueue_statement",
+                lambda r: raw.enqueue_statement_one_by_one(conn, single, r * single),
             ),
             ("pgq.enqueue", lambda r: core_cases.enqueue_single(single, r * single)),
             (
@@ -96,6 +100,11 @@ def enqueue(ctx: Context, rep: int) -> None:
         labels = {
             "raw.insert1": (RAW, "single-row INSERT + commit", None),
             "raw.insert1_notify": (RAW, "single-row INSERT + NOTIFY + commit", None),
+            "raw.enqueue_statement": (
+                RAW,
+                "enqueue()'s own INSERT + NOTIFY, prepared, into django-pgqueue's table + commit",
+                None,
+            ),
             "pgq.enqueue": (
                 PGQ,
                 "enqueue(), autocommit, NOTIFY on (default)",
@@ -115,21 +124,63 @@ def enqueue(ctx: Context, rep: int) -> None:
         }
         _record_runs(ctx, rep, "enqueue", runs, labels)
         _reset_all(ctx, conn)
-        runs = interleaved(
-            ctx.probe,
-            _conns(conn),
-            5,
-            [
-                ("raw.copy", lambda r: raw.copy_rows(conn, bulk, r * bulk)),
-                ("pgq.enqueue_many", lambda r: core_cases.enqueue_many(bulk, r * bulk)),
-            ],
-        )
-        labels = {
-            "raw.copy": (RAW, f"COPY, {bulk:,} rows per transaction", None),
-            "pgq.enqueue_many": (PGQ, f"enqueue_many(), {bulk:,} per call (COPY)", "raw.copy"),
+        # The same rows per transaction on every side: BULK_CHUNK per COPY and per call.
+        per_round = max(BULK_CHUNK, bulk_n // 5)
+        rounds = [
+            ("raw.copy", lambda r: _copy_in_chunks(conn, per_round, r * per_round)),
+            (
+                "pgq.enqueue_many",
+                lambda r: core_cases.enqueue_many(per_round, r * per_round, BULK_CHUNK),
+            ),
+            (
+                "pgq.enqueue_many.dedup",
+                lambda r: core_cases.enqueue_many(per_round, r * per_round, BULK_CHUNK, dedup=True),
+            ),
+            (
+                "pgq.enqueue_many.fair",
+                lambda r: core_cases.enqueue_many(
+                    per_round, r * per_round, BULK_CHUNK, FAIR_QUEUE, tenant="bulk"
+                ),
+            ),
+            (
+                "pgq.enqueue_many.fair_dedup",
+                lambda r: core_cases.enqueue_many(
+                    per_round, r * per_round, BULK_CHUNK, FAIR_QUEUE, dedup=True, tenant="bulk"
+                ),
+            ),
+        ]
+        runs = interleaved(ctx.probe, _conns(conn), 5, rounds)
+        bulk_labels = {
+            "raw.copy": (RAW, f"COPY, {BULK_CHUNK:,} rows per transaction", None),
+            "pgq.enqueue_many": (PGQ, f"enqueue_many(), {BULK_CHUNK:,} per call", "raw.copy"),
+            "pgq.enqueue_many.dedup": (
+                PGQ,
+                f"enqueue_many(), {BULK_CHUNK:,} per call, a dedup key each",
+                "raw.copy",
+            ),
+            "pgq.enqueue_many.fair": (
+                PGQ,
+                f"enqueue_many(), {BULK_CHUNK:,} per call, fair queue",
+                "raw.copy",
+            ),
+            "pgq.enqueue_many.fair_dedup": (
+                PGQ,
+                f"enqueue_many(), {BULK_CHUNK:,} per call, fair queue, a dedup key each",
+                "raw.copy",
+            ),
         }
-        _record_runs(ctx, rep, "enqueue", runs, labels)
+        _record_runs(ctx, rep, "enqueue", runs, bulk_labels)
         _reset_all(ctx, conn)
+
+
+BULK_CHUNK = 1_000  # rows per COPY transaction and per enqueue_many() call
+FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
+
+
+def _copy_in_chunks(conn: Any, n: int, start: int) -> int:
+    for offset in range(start, start + n, BULK_CHUNK):
+        raw.copy_rows(conn, min(BULK_CHUNK, start + n - offset), offset)
+    return n
 
 
 def tasks_available() -> bool:
@@ -209,6 +260,61 @@ def drain(ctx: Context, rep: int) -> None:
         backlogs.update({"raw.delete.b1": slow * ROUNDS, "raw.delete.b10": mid * ROUNDS})
         _record_runs(ctx, rep, "drain", runs, labels, backlogs)
         _reset_all(ctx, conn)
+        _json_drains(ctx, rep, fast)
+
+
+def _json_drains(ctx: Context, rep: int, fast: int) -> None:
+    """The same drain decoding payloads with orjson and with the standard library's json
+    (``core/_json.py``), on two backlogs of their own; only when orjson is installed."""
+    with core_cases.standard_json() as swapped:
+        pass
+    if not swapped:
+        return
+    core_cases.enqueue_many(fast * ROUNDS, queue="pgq_orjson")
+    core_cases.enqueue_many(fast * ROUNDS, queue="pgq_json")
+    _vacuum_analyze_live()
+
+    def with_standard_json(r: int) -> int:
+        with core_cases.standard_json():
+            return core_cases.lease_complete_drain(100, fast, "pgq_json")
+
+    runs = interleaved(
+        ctx.probe,
+        [_django()],
+        ROUNDS,
+        [
+            (
+                "pgq.lease_complete.b100.orjson",
+                lambda r: core_cases.lease_complete_drain(100, fast, "pgq_orjson"),
+            ),
+            ("pgq.lease_complete.b100.json", with_standard_json),
+        ],
+    )
+    labels = {
+        "pgq.lease_complete.b100.orjson": (
+            "lease() + complete(), batch 100, payloads decoded by orjson (the `fast` extra)",
+            None,
+        ),
+        "pgq.lease_complete.b100.json": (
+            "the same, decoded by the standard library's json",
+            "pgq.lease_complete.b100.orjson",
+        ),
+    }
+    for key, run in runs.items():
+        variant, ref = labels[key]
+        ctx.recorder.add(
+            result_from_run(
+                run, key=key, scenario="drain", system=PGQ, variant=variant, rep=rep, ref=ref
+            )
+        )
+    core_cases.reset()
+
+
+def _vacuum_analyze_live() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE pgqueue_message")
 
 
 def _django() -> Any:

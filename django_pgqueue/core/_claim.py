@@ -8,7 +8,6 @@ calls :func:`lease` with its own bounds and leaves the payloads to its handler t
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from django.db.models.base import ModelState
 
 from ..conf import get_settings
 from ..exceptions import LeaseError
-from . import _claim_sql, _send
+from . import _claim_sql, _json, _send
 from ._claim_bound import ClaimBounds, Level
 from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session
 from ._flow_control import flow_config
@@ -237,10 +236,10 @@ def _messages(rows: Sequence[Sequence[Any]], alias: str, decode: bool) -> list[M
         *columns, redelivered, _position, _walk_position = values
         payload = columns[_PAYLOAD_AT]
         if decode and isinstance(payload, str):
-            columns[_PAYLOAD_AT] = json.loads(payload)
+            columns[_PAYLOAD_AT] = _json.loads(payload)
         headers = columns[_HEADERS_AT]
         if isinstance(headers, str):  # a claim session reads jsonb as text
-            columns[_HEADERS_AT] = json.loads(headers)
+            columns[_HEADERS_AT] = _json.loads(headers)
         for position in _TIMESTAMPS_AT:
             columns[position] = load_time(columns[position])
         # Model.__init__ is costly per row; a leased batch is plain column data, so fill the

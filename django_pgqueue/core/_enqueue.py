@@ -7,12 +7,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
+import psycopg
 from django.db import connections, transaction
 
 from .. import tracing
 from ..conf import get_settings
 from ..exceptions import DependencyError, InvalidMessage
-from . import _enqueue_control, _send, _sql
+from . import _enqueue_control, _json, _send, _sql
 from ._dependencies import dependency_ids, write_held, write_waiting
 from ._execution import CLAIM_PLAN
 from ._flow_control import flow_config
@@ -377,12 +378,13 @@ def enqueue_many(
     using: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> int:
-    """Bulk-enqueue one message per payload in ONE statement; returns how many were written.
+    """Bulk-enqueue one message per payload in one transaction; returns how many were written.
 
-    Without dedup keys the rows go in by ``COPY``; with them by one multi-row
-    ``INSERT ... ON CONFLICT DO NOTHING`` (duplicates of live messages are skipped and not
-    counted). Every payload is validated before anything is written; one wake-up is sent.
-    ``headers``: one dict for every message.
+    The rows go in by ``COPY``. With dedup keys, a row whose key a live message of the queue
+    holds, or an earlier row of the call, is skipped and not counted (as ``enqueue`` returns
+    the holder). Every payload and key is validated before anything is written: a bad one
+    raises :class:`~django_pgqueue.exceptions.InvalidMessage` naming its position. One
+    wake-up is sent. ``headers``: one dict for every message.
     """
     # The arguments shared by every row are validated once; only payloads (and keys) vary.
     template = prepare_message(
@@ -397,12 +399,24 @@ def enqueue_many(
         headers=headers,
     )
     max_bytes = get_settings().MAX_PAYLOAD_BYTES
-    encoded = [encode_payload(payload, max_bytes) for payload in payloads]
+    encoded: list[str] = []
+    try:
+        for payload in payloads:
+            encoded.append(encode_payload(payload, max_bytes))
+    except InvalidMessage as exc:
+        raise type(exc)(f"payload {len(encoded)}: {exc}") from exc
     keys: list[str | None] | None = None
     if dedup_keys is not None:
-        keys = [validate_optional_key(key, "dedup_key", DEDUP_KEY_MAX_LENGTH) for key in dedup_keys]
+        keys = []
+        try:
+            for key in dedup_keys:
+                keys.append(validate_optional_key(key, "dedup_key", DEDUP_KEY_MAX_LENGTH))
+        except InvalidMessage as exc:
+            raise type(exc)(f"dedup key {len(keys)}: {exc}") from exc
         if len(keys) != len(encoded):
             raise ValueError("enqueue_many(): one dedup key per payload")
+        if all(key is None for key in keys):
+            keys = None
     return _write_many(template, encoded, keys, using=using)
 
 
@@ -413,105 +427,167 @@ def _write_many(
     *,
     using: str | None = None,
 ) -> int:
-    """Write validated rows that share everything but payload and dedup key."""
-    if not payloads_json:
-        return 0
+    """Write validated rows that share everything but payload and dedup key, by ``COPY``.
+
+    With dedup keys the rows whose key is held are left out first (``_new_keys``). A
+    concurrent enqueue that takes one of the keys after that look makes the ``COPY`` fail
+    on the unique index: the transaction (a savepoint inside the caller's) is rolled back
+    and the rows go in by one ``INSERT ... ON CONFLICT DO NOTHING`` instead, which skips it.
+    """
     alias = using or get_settings().DATABASE_ALIAS
-    flow = flow_config(template.queue)
+    try:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            if dedup_keys is not None:
+                payloads_json, dedup_keys = _new_keys(
+                    cursor, template.queue, payloads_json, dedup_keys
+                )
+            if not payloads_json:
+                return 0
+            available_at, places = _when_and_where(cursor, template, len(payloads_json))
+            _copy(cursor.cursor, template, available_at, payloads_json, dedup_keys, places)
+            if places is None:  # else its wake-up went with the places (FAIR_ORDER_OF_BULK)
+                notify_queues([template.queue], later=template.later, using=alias)
+        return len(payloads_json)
+    except psycopg.errors.UniqueViolation:
+        if dedup_keys is None:
+            raise  # cannot happen: only dedup keys are unique
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        count = len(payloads_json)
-        places: list[float] | None = None
-        available_at: datetime | None = None
-        if flow is not None and flow.keyed:
-            # A fair queue: the first message's place in the fair order, the others a step
-            # behind each other (-1 for all when they are scheduled).
-            step = flow.fair_step(template.tenant)
-            cursor.execute(
-                _sql.FAIR_ORDER_OF_BULK,
-                {
-                    "queue": template.queue,
-                    "priority": template.priority,
-                    "tenant": template.tenant,
-                    "step": step,
-                    "run_at": template.run_at,
-                    "delay": template.delay or 0.0,
-                },
-            )
-            available_at, first = cursor.fetchone()
-            places = [-1.0] * count if first < 0 else [first + n * step for n in range(count)]
-        if dedup_keys is not None and any(k is not None for k in dedup_keys):
-            cursor.execute(
-                _sql.ENQUEUE_MANY_UNNEST,
-                [
-                    [template.queue] * count,
-                    [template.task] * count,
-                    payloads_json,
-                    [template.priority] * count,
-                    [template.tenant] * count,
-                    dedup_keys,
-                    [template.max_attempts] * count,
-                    [template.run_at] * count,
-                    [template.delay] * count,
-                    places or [None] * count,
-                    [template.headers_json] * count,
-                ],
-            )
-            written = cursor.rowcount
-        else:
-            written = _copy(cursor.cursor, template, payloads_json, available_at, places)
-        notify_queues([template.queue], later=template.later, using=alias)
+        available_at, places = _when_and_where(cursor, template, len(payloads_json))
+        cursor.execute(
+            _sql.ENQUEUE_MANY_SKIPPING_HELD_KEYS,
+            {
+                "queue": template.queue,
+                "task": template.task,
+                "priority": template.priority,
+                "tenant": template.tenant,
+                "max_attempts": template.max_attempts,
+                "available_at": available_at,
+                "headers": template.headers_json,
+                "payloads": payloads_json,
+                "keys": dedup_keys,
+                "places": places,
+            },
+        )
+        written = int(cursor.rowcount)
+        if written and places is None:
+            notify_queues([template.queue], later=template.later, using=alias)
     return written
+
+
+def _new_keys(
+    cursor: Any, queue: str, payloads_json: list[str], dedup_keys: list[str | None]
+) -> tuple[list[str], list[str | None]]:
+    """The rows whose key no live message of ``queue`` holds and no earlier row repeats
+    (rows without a key are all kept)."""
+    wanted = _json.dumps([key for key in dedup_keys if key is not None])
+    cursor.execute(_sql.HELD_DEDUP_KEYS, [wanted, queue])
+    seen = {key for (key,) in cursor.fetchall()}
+    payloads: list[str] = []
+    keys: list[str | None] = []
+    for payload, key in zip(payloads_json, dedup_keys, strict=True):
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        payloads.append(payload)
+        keys.append(key)
+    return payloads, keys
+
+
+def _when_and_where(
+    cursor: Any, template: PreparedMessage, count: int
+) -> tuple[str, list[float] | None]:
+    """When the rows become available, as COPY text, and in a fair queue each row's place in
+    the fair order (else ``None``): the first row's place, the others a step behind each
+    other, -1 for all when they are scheduled. A fair queue's wake-up is sent here."""
+    flow = flow_config(template.queue)
+    if flow is not None and flow.keyed:
+        step = flow.fair_step(template.tenant)
+        conf = get_settings()
+        cursor.execute(
+            _sql.FAIR_ORDER_OF_BULK,
+            {
+                "queue": template.queue,
+                "priority": template.priority,
+                "tenant": template.tenant,
+                "step": step,
+                "run_at": template.run_at,
+                "delay": template.delay or 0.0,
+                "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+                "wake": wake_payload(template.queue, later=template.later),
+            },
+        )
+        available_at, first, _ = cursor.fetchone()
+        places = [-1.0] * count if first < 0 else [first + n * step for n in range(count)]
+        return available_at.isoformat(), places
+    if template.run_at is not None:
+        return template.run_at.isoformat(), None
+    if not template.delay:
+        # PostgreSQL reads ``now`` as the transaction's start, the column's default: no
+        # round trip to ask for it.
+        return "now", None
+    cursor.execute(_sql.AVAILABLE_AFTER, [template.delay])
+    return cursor.fetchone()[0].isoformat(), None
 
 
 def _copy(
     raw_cursor: Any,
     template: PreparedMessage,
+    available_at: str,
     payloads_json: list[str],
-    available_at: datetime | None,
+    dedup_keys: list[str | None] | None,
     places: list[float] | None,
-) -> int:
-    """COPY rows straight into the live table; a delay is resolved against database time
-    (unless the caller did: ``available_at``). ``places``: each row's place in a fair queue.
+) -> None:
+    """COPY rows straight into the live table, a few thousand rows per write.
 
-    The rows differ only in their payload, so the COPY text is assembled here, a few
-    thousand rows per write, rather than row by row through ``write_row``: the shared columns
-    are formatted once, and a payload (``encode_payload``'s JSON, which escapes every control
-    character, so no tab or newline can occur in it) needs only its backslashes doubled.
+    The rows differ only in their payload (and key and place), so the COPY text is
+    assembled here rather than row by row through ``write_row``: the shared columns come
+    first, formatted once, and a payload (``encode_payload``'s JSON, which escapes every
+    control character, so no tab or newline can occur in it) needs only its backslashes
+    doubled.
     """
-    if available_at is None:
-        raw_cursor.execute(
-            "SELECT COALESCE(%s::timestamptz, now() + make_interval(secs => %s))",
-            [template.run_at, template.delay or 0.0],
-        )
-        available_at = raw_cursor.fetchone()[0]
-    assert available_at is not None
-    head = f"{_copy_text(template.queue)}\t{_copy_text(template.task)}\t"
-    tail = "\t".join(
+    head = "\t".join(
         (
-            "",
+            _copy_text(template.queue),
+            _copy_text(template.task),
             str(template.priority),
             "\\N" if template.tenant is None else _copy_text(template.tenant),
             str(template.max_attempts),
-            available_at.isoformat(),
+            available_at,
             "\\N" if template.headers_json is None else _copy_text(template.headers_json),
+            "",
         )
     )
-    if places is not None:  # one place per row: written row by row
-        with raw_cursor.copy(_sql.ENQUEUE_MANY_COPY_FAIR) as copy:
-            for payload, place in zip(payloads_json, places, strict=True):
-                copy.write(f"{head}{payload.replace('\\', '\\\\')}{tail}\t{place!r}\n")
-        return len(payloads_json)
-    separator = f"{tail}\n{head}"
-    with raw_cursor.copy(_sql.ENQUEUE_MANY_COPY) as copy:
+    statement = _COPY_STATEMENTS[dedup_keys is not None, places is not None]
+    with raw_cursor.copy(statement) as copy:
         for start in range(0, len(payloads_json), _COPY_ROWS_PER_WRITE):
+            stop = start + _COPY_ROWS_PER_WRITE
             # Newlines cannot occur in the payloads: join on them, escape the chunk's
             # backslashes in one pass, then put the shared columns in their place.
-            chunk = "\n".join(payloads_json[start : start + _COPY_ROWS_PER_WRITE])
-            body = chunk.replace("\\", "\\\\").replace("\n", separator)
-            copy.write(f"{head}{body}{tail}\n")
-    return len(payloads_json)
+            body = "\n".join(payloads_json[start:stop]).replace("\\", "\\\\")
+            if dedup_keys is None and places is None:
+                copy.write(f"{head}{body.replace('\n', '\n' + head)}\n")
+                continue
+            rows = body.split("\n")
+            if dedup_keys is not None:
+                rows = [
+                    f"{row}\t{_copy_text(key) if key is not None else '\\N'}"
+                    for row, key in zip(rows, dedup_keys[start:stop], strict=True)
+                ]
+            if places is not None:
+                rows = [
+                    f"{row}\t{place!r}" for row, place in zip(rows, places[start:stop], strict=True)
+                ]
+            copy.write(f"{head}{('\n' + head).join(rows)}\n")
 
 
+# COPY by (dedup keys, fair queue).
+_COPY_STATEMENTS = {
+    (False, False): _sql.ENQUEUE_MANY_COPY,
+    (True, False): _sql.ENQUEUE_MANY_COPY_KEYED,
+    (False, True): _sql.ENQUEUE_MANY_COPY_FAIR,
+    (True, True): _sql.ENQUEUE_MANY_COPY_FAIR_KEYED,
+}
 _COPY_ROWS_PER_WRITE = 2000
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 

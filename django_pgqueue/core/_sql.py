@@ -138,36 +138,51 @@ SELECT id, enqueued_at, available_at FROM pgqueue_message
 WHERE queue = %(queue)s AND dedup_key = %(dedup_key)s
 """
 
-ENQUEUE_MANY_UNNEST = """
+# enqueue_many(): COPY, by (dedup keys, fair queue). The columns every row shares come
+# first (``_enqueue._copy`` writes them once); ``available_at`` is a time or ``now``, which
+# PostgreSQL reads as the transaction's start.
+_COPY_SHARED = "queue, task, priority, tenant, max_attempts, available_at, headers, payload"
+ENQUEUE_MANY_COPY = f"COPY pgqueue_message ({_COPY_SHARED}) FROM STDIN"
+ENQUEUE_MANY_COPY_KEYED = f"COPY pgqueue_message ({_COPY_SHARED}, dedup_key) FROM STDIN"
+ENQUEUE_MANY_COPY_FAIR = f"COPY pgqueue_message ({_COPY_SHARED}, fair_order) FROM STDIN"
+ENQUEUE_MANY_COPY_FAIR_KEYED = (
+    f"COPY pgqueue_message ({_COPY_SHARED}, dedup_key, fair_order) FROM STDIN"
+)
+
+# Which of the keys (a JSON array of strings, cheaper to send than a text[]) live messages of
+# the queue hold: enqueue_many() leaves those rows out. One probe of the dedup index per key (LIMIT keeps each probe a nested index lookup): a
+# bulk load that autovacuum has not analyzed yet otherwise makes the planner scan every key
+# of the queue, or hash them all.
+HELD_DEDUP_KEYS = """
+SELECT k.key FROM jsonb_array_elements_text(%s::jsonb) AS k(key),
+LATERAL (SELECT FROM pgqueue_message m WHERE m.queue = %s AND m.dedup_key = k.key LIMIT 1) held
+"""
+
+# enqueue_many() with dedup keys when a concurrent enqueue took one of them after
+# HELD_DEDUP_KEYS looked: the rows that share everything but ``payloads``, ``keys`` and
+# ``places`` (NULL outside fair queues), skipping each key a live message holds.
+ENQUEUE_MANY_SKIPPING_HELD_KEYS = """
 INSERT INTO pgqueue_message
-    (queue, task, payload, priority, tenant, dedup_key, max_attempts, available_at, fair_order,
-     headers)
-SELECT queue, task, payload::jsonb, priority, tenant, dedup_key, max_attempts,
-       COALESCE(run_at, now() + make_interval(secs => COALESCE(delay, 0))), fair_order,
-       headers::jsonb
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::smallint[], %s::text[], %s::text[],
-            %s::int[], %s::timestamptz[], %s::float8[], %s::float8[], %s::text[])
-     AS t(queue, task, payload, priority, tenant, dedup_key, max_attempts, run_at, delay,
-          fair_order, headers)
+    (queue, task, priority, tenant, max_attempts, available_at, headers, payload, dedup_key,
+     fair_order)
+SELECT %(queue)s, %(task)s, %(priority)s, %(tenant)s, %(max_attempts)s,
+       %(available_at)s::timestamptz, %(headers)s::jsonb, t.payload::jsonb, t.dedup_key,
+       t.fair_order
+FROM ROWS FROM (unnest(%(payloads)s::text[]), unnest(%(keys)s::text[]),
+                unnest(%(places)s::float8[])) AS t(payload, dedup_key, fair_order)
 ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 """
 
-ENQUEUE_MANY_COPY = """
-COPY pgqueue_message
-    (queue, task, payload, priority, tenant, max_attempts, available_at, headers)
-FROM STDIN
-"""
-ENQUEUE_MANY_COPY_FAIR = """
-COPY pgqueue_message
-    (queue, task, payload, priority, tenant, max_attempts, available_at, headers, fair_order)
-FROM STDIN
-"""
+# enqueue_many() with a delay: when its rows become available, by database time.
+AVAILABLE_AFTER = "SELECT now() + make_interval(secs => %s::float8)"
 
 # When a bulk enqueue into a fair queue becomes available, and the first message's place in
-# the fair order (-1 when scheduled); the others follow it a step apart.
+# the fair order (-1 when scheduled); the others follow it a step apart. Its wake-up is
+# folded in, as in the single-row statements (``channel`` NULL: none).
 FAIR_ORDER_OF_BULK = f"""
 SELECT v.available_at,
-       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END
+       CASE WHEN v.available_at <= statement_timestamp() THEN {_ENTRY_OF_V} ELSE -1 END,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(wake)s) END
 FROM (SELECT %(queue)s::text AS queue, %(priority)s::smallint AS priority,
              %(tenant)s::text AS tenant, %(step)s::float8 AS step,
              COALESCE(%(run_at)s::timestamptz,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..exceptions import SNOOZE_MAX_SECONDS, InvalidMessage, PayloadError, QueueNameError
+from . import _json
 
 __all__ = [
     "MAX_ATTEMPTS_LIMIT",
@@ -228,13 +228,10 @@ _RUN_AFTER_RANGE = (
 )
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as JSON text, or :class:`PayloadError`: no ``str()`` fallback, no NaN."""
     try:
-        text = _ENCODER.encode(payload)
+        text = _json.dumps(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"Payload is not JSON-serializable: {exc}") from exc
     if text.isascii():  # the common case: one byte a character, no surrogate possible

@@ -23,7 +23,6 @@ return).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from ..conf import get_settings
-from ..core import transitions
+from ..core import _json, transitions
 from ..core._log_fields import message_fields
 from ..core._registry import Handler
 from ..core._validation import printable
@@ -93,7 +92,7 @@ class Job:
     def payload(self) -> Any:
         """The message's payload, decoded on first use."""
         if self.encoded and isinstance(text := self.message.payload, str):
-            self.message.payload = json.loads(text)
+            self.message.payload = _json.loads(text)
             self.encoded = False
         return self.message.payload
 

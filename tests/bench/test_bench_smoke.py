@@ -3,6 +3,7 @@ by the suite otherwise). Real PostgreSQL, real worker and producer processes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -59,6 +60,10 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
         "pgq.enqueue",
         "pgq.enqueue_on_commit",
         "pgq.enqueue_many",
+        "pgq.enqueue_many.dedup",
+        "pgq.enqueue_many.fair",
+        "pgq.enqueue_many.fair_dedup",
+        "raw.enqueue_statement",
         "raw.delete.b1",
         "raw.delete.b100",
         "raw.lease_archive.b100",
@@ -73,6 +78,8 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
         "pgq.steady",
         "pgq.worker.rss_long",
     }
+    if importlib.util.find_spec("orjson") is not None:  # the decode drains, one with each
+        expected |= {"pgq.lease_complete.b100.orjson", "pgq.lease_complete.b100.json"}
     assert expected <= set(by_key), expected - set(by_key)
     assert any(k.startswith("pgq.worker.c") for k in by_key)
 
@@ -84,6 +91,10 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     assert 0.9 <= by_key["raw.insert1"]["tx_per_msg"] <= 1.5
     # enqueue() sends its NOTIFY: its reference does the same work.
     assert by_key["pgq.enqueue"]["ref"] == "raw.insert1_notify"
+    assert by_key["pgq.enqueue_many.fair_dedup"]["ref"] == "raw.copy"
+    # The enqueue_many() cases and their COPY reference write the same rows per transaction.
+    bulk = [k for k in by_key if k.startswith("pgq.enqueue_many") or k == "raw.copy"]
+    assert len({by_key[k]["n"] for k in bulk}) == 1
     assert 0.9 <= by_key["raw.insert1_notify"]["tx_per_msg"] <= 1.5
     assert by_key["pgq.latency"]["extra"]["samples"] == by_key["pgq.latency"]["n"]
 
@@ -104,6 +115,7 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     page = publish(tmp_path, tmp_path / "docs")
     assert "bash bench/run.sh --mode smoke --reps 1 --no-peers" in page
     assert "| `enqueue_many()` / raw COPY |" in page
+    assert "| \u21b3 into a fair queue, a dedup key each |" in page
     assert f"commit `{facts['commit']}`" in page
     assert "{" + "worker_best}" not in page  # every figure of the summary was filled in
     assert facts["commit"]  # the checkout measured, for the published page
