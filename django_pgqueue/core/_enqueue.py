@@ -13,7 +13,7 @@ from django.db import connections, transaction
 from .. import tracing
 from ..conf import get_settings
 from ..exceptions import DependencyError, InvalidMessage
-from . import _enqueue_control, _json, _send, _sql
+from . import _bulk, _enqueue_control, _json, _send, _sql
 from ._dependencies import dependency_ids, write_held, write_waiting
 from ._execution import CLAIM_PLAN
 from ._flow_control import flow_config
@@ -427,7 +427,7 @@ def _write_many(
     *,
     using: str | None = None,
 ) -> int:
-    """Write validated rows that share everything but payload and dedup key, by ``COPY``.
+    """Write validated rows that share everything but payload and dedup key (``_bulk.py``).
 
     With dedup keys the rows whose key is held are left out first (``_new_keys``). A
     concurrent enqueue that takes one of the keys after that look makes the ``COPY`` fail
@@ -443,33 +443,18 @@ def _write_many(
                 )
             if not payloads_json:
                 return 0
-            available_at, places = _when_and_where(cursor, template, len(payloads_json))
-            _copy(cursor.cursor, template, available_at, payloads_json, dedup_keys, places)
-            if places is None:  # else its wake-up went with the places (FAIR_ORDER_OF_BULK)
+            rows = _bulk_rows(cursor, template, payloads_json, dedup_keys)
+            _bulk.copy_rows(cursor.cursor, rows)
+            if rows.fair_order is None:  # else its wake-up went with the places
                 notify_queues([template.queue], later=template.later, using=alias)
         return len(payloads_json)
     except psycopg.errors.UniqueViolation:
         if dedup_keys is None:
             raise  # cannot happen: only dedup keys are unique
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        available_at, places = _when_and_where(cursor, template, len(payloads_json))
-        cursor.execute(
-            _sql.ENQUEUE_MANY_SKIPPING_HELD_KEYS,
-            {
-                "queue": template.queue,
-                "task": template.task,
-                "priority": template.priority,
-                "tenant": template.tenant,
-                "max_attempts": template.max_attempts,
-                "available_at": available_at,
-                "headers": template.headers_json,
-                "payloads": payloads_json,
-                "keys": dedup_keys,
-                "places": places,
-            },
-        )
-        written = int(cursor.rowcount)
-        if written and places is None:
+        rows = _bulk_rows(cursor, template, payloads_json, dedup_keys)
+        written = _bulk.insert_rows(cursor.cursor, rows)
+        if written and rows.fair_order is None:
             notify_queues([template.queue], later=template.later, using=alias)
     return written
 
@@ -494,12 +479,18 @@ def _new_keys(
     return payloads, keys
 
 
-def _when_and_where(
-    cursor: Any, template: PreparedMessage, count: int
-) -> tuple[str, list[float] | None]:
-    """When the rows become available, as COPY text, and in a fair queue each row's place in
-    the fair order (else ``None``): the first row's place, the others a step behind each
-    other, -1 for all when they are scheduled. A fair queue's wake-up is sent here."""
+def _bulk_rows(
+    cursor: Any,
+    template: PreparedMessage,
+    payloads_json: list[str],
+    dedup_keys: list[str | None] | None,
+) -> _bulk.BulkRows:
+    """The rows of ``template`` with these payloads and keys, and when they become
+    available; in a fair queue each row's place in the fair order (``FAIR_ORDER_OF_BULK``,
+    which sends the wake-up too): the first row's place, the others a step behind each
+    other, -1 for all when they are scheduled."""
+    available_at: str
+    places: float | list[float] | None = None
     flow = flow_config(template.queue)
     if flow is not None and flow.keyed:
         step = flow.fair_step(template.tenant)
@@ -517,83 +508,27 @@ def _when_and_where(
                 "wake": wake_payload(template.queue, later=template.later),
             },
         )
-        available_at, first, _ = cursor.fetchone()
-        places = [-1.0] * count if first < 0 else [first + n * step for n in range(count)]
-        return available_at.isoformat(), places
-    if template.run_at is not None:
-        return template.run_at.isoformat(), None
-    if not template.delay:
+        when, first, _ = cursor.fetchone()
+        available_at = when.isoformat()
+        places = -1.0 if first < 0 else [first + n * step for n in range(len(payloads_json))]
+    elif template.run_at is not None:
+        available_at = template.run_at.isoformat()
+    elif not template.delay:
         # PostgreSQL reads ``now`` as the transaction's start, the column's default: no
         # round trip to ask for it.
-        return "now", None
-    cursor.execute(_sql.AVAILABLE_AFTER, [template.delay])
-    return cursor.fetchone()[0].isoformat(), None
-
-
-def _copy(
-    raw_cursor: Any,
-    template: PreparedMessage,
-    available_at: str,
-    payloads_json: list[str],
-    dedup_keys: list[str | None] | None,
-    places: list[float] | None,
-) -> None:
-    """COPY rows straight into the live table, a few thousand rows per write.
-
-    The rows differ only in their payload (and key and place), so the COPY text is
-    assembled here rather than row by row through ``write_row``: the shared columns come
-    first, formatted once, and a payload (``encode_payload``'s JSON, which escapes every
-    control character, so no tab or newline can occur in it) needs only its backslashes
-    doubled.
-    """
-    head = "\t".join(
-        (
-            _copy_text(template.queue),
-            _copy_text(template.task),
-            str(template.priority),
-            "\\N" if template.tenant is None else _copy_text(template.tenant),
-            str(template.max_attempts),
-            available_at,
-            "\\N" if template.headers_json is None else _copy_text(template.headers_json),
-            "",
-        )
+        available_at = "now"
+    else:
+        cursor.execute(_sql.AVAILABLE_AFTER, [template.delay])
+        available_at = cursor.fetchone()[0].isoformat()
+    return _bulk.BulkRows(
+        queue=template.queue,
+        task=template.task,
+        max_attempts=template.max_attempts,
+        available_at=available_at,
+        headers_json=template.headers_json,
+        payloads=payloads_json,
+        priority=template.priority,
+        tenant=template.tenant,
+        dedup_keys=dedup_keys,
+        fair_order=places,
     )
-    statement = _COPY_STATEMENTS[dedup_keys is not None, places is not None]
-    with raw_cursor.copy(statement) as copy:
-        for start in range(0, len(payloads_json), _COPY_ROWS_PER_WRITE):
-            stop = start + _COPY_ROWS_PER_WRITE
-            # Newlines cannot occur in the payloads: join on them, escape the chunk's
-            # backslashes in one pass, then put the shared columns in their place.
-            body = "\n".join(payloads_json[start:stop]).replace("\\", "\\\\")
-            if dedup_keys is None and places is None:
-                copy.write(f"{head}{body.replace('\n', '\n' + head)}\n")
-                continue
-            rows = body.split("\n")
-            if dedup_keys is not None:
-                rows = [
-                    f"{row}\t{_copy_text(key) if key is not None else '\\N'}"
-                    for row, key in zip(rows, dedup_keys[start:stop], strict=True)
-                ]
-            if places is not None:
-                rows = [
-                    f"{row}\t{place!r}" for row, place in zip(rows, places[start:stop], strict=True)
-                ]
-            copy.write(f"{head}{('\n' + head).join(rows)}\n")
-
-
-# COPY by (dedup keys, fair queue).
-_COPY_STATEMENTS = {
-    (False, False): _sql.ENQUEUE_MANY_COPY,
-    (True, False): _sql.ENQUEUE_MANY_COPY_KEYED,
-    (False, True): _sql.ENQUEUE_MANY_COPY_FAIR,
-    (True, True): _sql.ENQUEUE_MANY_COPY_FAIR_KEYED,
-}
-_COPY_ROWS_PER_WRITE = 2000
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _copy_text(value: str) -> str:
-    """``value`` as a field of COPY's text format."""
-    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
-        return value.translate(_COPY_ESCAPES)
-    return value

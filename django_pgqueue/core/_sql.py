@@ -138,16 +138,13 @@ SELECT id, enqueued_at, available_at FROM pgqueue_message
 WHERE queue = %(queue)s AND dedup_key = %(dedup_key)s
 """
 
-# enqueue_many(): COPY, by (dedup keys, fair queue). The columns every row shares come
-# first (``_enqueue._copy`` writes them once); ``available_at`` is a time or ``now``, which
-# PostgreSQL reads as the transaction's start.
-_COPY_SHARED = "queue, task, priority, tenant, max_attempts, available_at, headers, payload"
-ENQUEUE_MANY_COPY = f"COPY pgqueue_message ({_COPY_SHARED}) FROM STDIN"
-ENQUEUE_MANY_COPY_KEYED = f"COPY pgqueue_message ({_COPY_SHARED}, dedup_key) FROM STDIN"
-ENQUEUE_MANY_COPY_FAIR = f"COPY pgqueue_message ({_COPY_SHARED}, fair_order) FROM STDIN"
-ENQUEUE_MANY_COPY_FAIR_KEYED = (
-    f"COPY pgqueue_message ({_COPY_SHARED}, dedup_key, fair_order) FROM STDIN"
-)
+# Bulk rows (``_bulk.py``: enqueue_many() and the pipeline's partitions): COPY. The columns
+# every row shares come first, the payload, then those that may differ from row to row;
+# ``available_at`` is a time or ``now``, which PostgreSQL reads as the transaction's start.
+BULK_COPY = """
+COPY pgqueue_message (queue, task, max_attempts, available_at, headers, payload, priority, tenant,
+                      dedup_key, fair_order) FROM STDIN
+"""
 
 # Which of the keys (a JSON array of strings, cheaper to send than a text[]) live messages of
 # the queue hold: enqueue_many() leaves those rows out. One probe of the dedup index per key (LIMIT keeps each probe a nested index lookup): a
@@ -158,18 +155,17 @@ SELECT k.key FROM jsonb_array_elements_text(%s::jsonb) AS k(key),
 LATERAL (SELECT FROM pgqueue_message m WHERE m.queue = %s AND m.dedup_key = k.key LIMIT 1) held
 """
 
-# enqueue_many() with dedup keys when a concurrent enqueue took one of them after
-# HELD_DEDUP_KEYS looked: the rows that share everything but ``payloads``, ``keys`` and
-# ``places`` (NULL outside fair queues), skipping each key a live message holds.
-ENQUEUE_MANY_SKIPPING_HELD_KEYS = """
+# Bulk rows when their COPY met a dedup key a live message holds: the same rows, skipping
+# each such key. A column NULL in every row is passed as NULL: ROWS FROM pads it.
+BULK_INSERT_SKIPPING_HELD_KEYS = """
 INSERT INTO pgqueue_message
-    (queue, task, priority, tenant, max_attempts, available_at, headers, payload, dedup_key,
+    (queue, task, max_attempts, available_at, headers, payload, priority, tenant, dedup_key,
      fair_order)
-SELECT %(queue)s, %(task)s, %(priority)s, %(tenant)s, %(max_attempts)s,
-       %(available_at)s::timestamptz, %(headers)s::jsonb, t.payload::jsonb, t.dedup_key,
-       t.fair_order
-FROM ROWS FROM (unnest(%(payloads)s::text[]), unnest(%(keys)s::text[]),
-                unnest(%(places)s::float8[])) AS t(payload, dedup_key, fair_order)
+SELECT %(queue)s, %(task)s, %(max_attempts)s, %(available_at)s::timestamptz, %(headers)s::jsonb,
+       t.payload::jsonb, t.priority, t.tenant, t.dedup_key, t.fair_order
+FROM ROWS FROM (unnest(%(payloads)s::text[]), unnest(%(priorities)s::smallint[]),
+                unnest(%(tenants)s::text[]), unnest(%(keys)s::text[]),
+                unnest(%(places)s::float8[])) AS t(payload, priority, tenant, dedup_key, fair_order)
 ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 """
 

@@ -1,6 +1,6 @@
 """Executor side of bulk enqueue: validate Arrow batches, COPY each partition into the queue.
 
-Runs inside Spark's Python workers (``mapInArrow``), so it imports neither Django nor
+Runs inside Spark's Python workers (``mapInArrow``), so it needs neither Django's settings nor
 pyspark; the driver hands it a :class:`BulkJob`.
 
 Validation is vectorized: pyarrow compute functions decide, per batch, which rows are
@@ -9,22 +9,27 @@ under ``MAX_PAYLOAD_BYTES``, no NUL, no NaN/Infinity, keys and tenant of a valid
 plain integer priority in range). Every other row (user JSON text, a corrupt record, any
 doubt) goes through :func:`rowcheck.check_row`, the row-by-row check, which has the last word.
 
-Writing: one transaction per partition, one ``COPY`` straight into ``pgqueue_message`` and
+Writing: one transaction per partition, on a connection of its own, through the write path
+of ``enqueue_many()`` (``core/_bulk.py``): one ``COPY`` straight into ``pgqueue_message`` and
 one ``NOTIFY``. Keys repeated inside the partition keep their first row, keys already in the
 archive or the dead letters of the queue are dropped first (one hashed ``= ANY`` probe per
 table), and when the ``COPY`` meets a live key (a retried task, another partition, another
 producer) it is rolled back and the partition goes in again as one ``INSERT ... SELECT FROM
 unnest(...) ON CONFLICT DO NOTHING`` (arrays as parameters: no temporary table, so no TEMP
-privilege needed): the rare path pays for dedup, the common one does not.
+privilege needed): the rare path pays for dedup, the common one does not. Unlike
+``enqueue_many()``, live keys are not looked up before the ``COPY`` (a partition's keys are
+new but for a retry), and in a fair queue the rows, of many tenants, go in outside the fair
+order, placed by the first claims.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..core._bulk import BulkRows, copy_rows, insert_rows
+from ..core._sql import NOTIFY_QUEUES
 from ..core._validation import DEDUP_KEY_MAX_LENGTH, MAX_PRIORITY, MIN_PRIORITY, TENANT_MAX_LENGTH
 from .rowcheck import check_row
 
@@ -47,7 +52,6 @@ class BulkJob:
     wrapped: bool  # payload is {"v": value}: the message payload is the value
     check_history: bool
     notify_channel: str | None
-    message_table: str
     history_tables: tuple[str, ...]
     # One-pass all-or-nothing (a barrier stage): where partitions vote, and this call's id.
     vote_table: str = ""
@@ -202,25 +206,17 @@ def _drop_finished(job: BulkJob, conn: Any, table: Any) -> Any:
     return table.filter(pc.invert(pc.is_in(table.column("dedup_key"), pa.array(finished))))
 
 
-def _csv(table: Any) -> bytes:
-    import pyarrow.csv as pacsv
-
-    sink = io.BytesIO()
-    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
-    return sink.getvalue()
-
-
 def write_partition(
     job: BulkJob, conn: Any, table: Any, commit_if: Callable[[], bool] | None = None
 ) -> int:
-    """The partition's rows into the live table: one transaction, one NOTIFY; rows written.
+    """The partition's rows into the live table by ``enqueue_many()``'s write path
+    (``core/_bulk.py``): one transaction, one NOTIFY; rows written.
 
     ``commit_if`` (all-or-nothing in one pass: the partition's vote) is asked once the rows
     are in, before they are committed: the database works on this partition's rows while the
     others still validate theirs. False rolls them back and nothing is written.
     """
     import psycopg
-    import pyarrow as pa
 
     verdict: list[bool] = []
 
@@ -231,40 +227,30 @@ def write_partition(
             verdict.append(commit_if())
         return verdict[0]
 
-    n = table.num_rows
-    rows = pa.table(
-        {
-            "queue": pa.array([job.queue] * n, pa.string()),
-            "task": pa.array([job.task] * n, pa.string()),
-            "payload": table.column("payload"),
-            "priority": table.column("priority"),
-            "tenant": table.column("tenant"),
-            "dedup_key": table.column("dedup_key"),
-            "max_attempts": pa.array([job.max_attempts] * n, pa.int32()),
-            **({"fair_order": pa.array([-1.0] * n, pa.float64())} if job.out_of_fair_order else {}),
-        }
+    rows = BulkRows(
+        queue=job.queue,
+        task=job.task,
+        max_attempts=job.max_attempts,
+        available_at="now",
+        headers_json=None,
+        payloads=table.column("payload").to_pylist(),
+        priority=table.column("priority").to_pylist(),
+        tenant=table.column("tenant").to_pylist(),
+        dedup_keys=table.column("dedup_key").to_pylist(),
+        fair_order=-1.0 if job.out_of_fair_order else None,
     )
-    data = _csv(rows)
-    columns = "queue, task, payload, priority, tenant, dedup_key, max_attempts"
-    if job.out_of_fair_order:
-        columns += ", fair_order"
     try:
-        with conn.transaction():
+        with conn.transaction(), conn.cursor() as cursor:
             if commit_if is not None:
                 # A key another partition holds uncommitted while it waits for this one's
                 # vote would wait forever: give the COPY up at once, go the ON CONFLICT way
                 # below once everyone voted.
-                conn.execute(f"SET LOCAL lock_timeout = '{VOTE_LOCK_TIMEOUT_MS}ms'")
-            with conn.cursor().copy(
-                f"COPY {job.message_table} ({columns}) FROM STDIN (FORMAT csv)"
-            ) as copy:
-                copy.write(data)
-            written = n
-            if written and job.notify_channel:
-                conn.execute("SELECT pg_notify(%s, %s)", [job.notify_channel, job.queue])
+                cursor.execute(f"SET LOCAL lock_timeout = '{VOTE_LOCK_TIMEOUT_MS}ms'")
+            copy_rows(cursor, rows)
+            _notify(job, cursor)
             if not valid():
                 raise psycopg.Rollback()
-        return written if valid() else 0
+        return len(rows.payloads) if valid() else 0
     except (
         psycopg.errors.UniqueViolation,
         psycopg.errors.DeadlockDetected,
@@ -273,23 +259,17 @@ def write_partition(
         pass  # some keys are live already: insert the others, skipping those
     if not valid():
         return 0
-    arrays = [
-        rows.column(name).to_pylist() for name in ("payload", "priority", "tenant", "dedup_key")
-    ]
-    fair = ", -1.0" if job.out_of_fair_order else ""
-    with conn.transaction():
-        cursor = conn.execute(
-            f"INSERT INTO {job.message_table} ({columns}) "
-            f"SELECT %s, %s, payload::jsonb, priority, tenant, dedup_key, %s{fair} "
-            "FROM unnest(%s::text[], %s::smallint[], %s::text[], %s::text[]) "
-            "AS r(payload, priority, tenant, dedup_key) "
-            "ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING",
-            [job.queue, job.task, job.max_attempts, *arrays],
-        )
-        written = max(cursor.rowcount, 0)
-        if written and job.notify_channel:
-            conn.execute("SELECT pg_notify(%s, %s)", [job.notify_channel, job.queue])
+    with conn.transaction(), conn.cursor() as cursor:
+        written = insert_rows(cursor, rows)
+        if written:
+            _notify(job, cursor)
     return written
+
+
+def _notify(job: BulkJob, cursor: Any) -> None:
+    """The queue's wake-up, sent at commit (``core/_notify.py``: its rows are ready now)."""
+    if job.notify_channel:
+        cursor.execute(NOTIFY_QUEUES, [job.notify_channel, [job.queue]])
 
 
 def _input_is_valid(job: BulkJob, part: int, bad: int, voters: int) -> bool:

@@ -42,7 +42,7 @@ from ..core._validation import (
     validate_task_name,
 )
 from ..exceptions import BadInput, InvalidMessage, PipelineError
-from ..models import ARCHIVE_TABLE, DEAD_TABLE, MESSAGE_TABLE
+from ..models import ARCHIVE_TABLE, DEAD_TABLE
 from .bulkrows import BAD_ROWS_SHOWN, BulkJob, run_partition
 from .models import BULK_VOTE_TABLE, BulkEnqueueVote
 from .progress import Progress, SparkJobWatch
@@ -225,7 +225,6 @@ def enqueue_frame(
         wrapped=wrapped,
         check_history=check_history,
         notify_channel=conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
-        message_table=MESSAGE_TABLE,
         history_tables=(ARCHIVE_TABLE, DEAD_TABLE),
         out_of_fair_order=_is_fair(queue),
     )

@@ -397,7 +397,7 @@ def test_live_key_fallback_needs_no_temp_privilege() -> None:
             dsn=psycopg_dsn() + f" user={role}", queue="notemp", task="t", max_attempts=3,
             batch_id="b", default_priority=0, max_bytes=1 << 20, trusted_json=True,
             wrapped=False, check_history=False, notify_channel=None,
-            message_table=Message._meta.db_table, history_tables=(),
+            history_tables=(),
         )  # fmt: skip
         rows = pa.table(
             {
