@@ -136,8 +136,13 @@ def _copy_value(value: str | float | None) -> str:
     """``value`` as a field of COPY's text format."""
     if value is None:
         return "\\N"
-    if not isinstance(value, str):
-        return repr(value)  # an int, or a float that reads back as the same float
+    # The plain value of a subclass (an IntEnum priority, a str Enum key), as a single
+    # enqueue stores it: never its repr or its str().
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return float.__repr__(value)  # reads back as the same float
+    value = str.__str__(value)
     if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
         return value.translate(_COPY_ESCAPES)
     return value

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 import psycopg
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from .. import tracing
 from ..conf import get_settings
@@ -434,9 +434,12 @@ def _write_many(
     on the unique index: the transaction (a savepoint inside the caller's) is rolled back
     and the rows go in by one ``INSERT ... ON CONFLICT DO NOTHING`` instead, which skips it.
     """
+    if not payloads_json:
+        return 0
     alias = using or get_settings().DATABASE_ALIAS
+    connection = connections[alias]
     try:
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
             if dedup_keys is not None:
                 payloads_json, dedup_keys = _new_keys(
                     cursor, template.queue, payloads_json, dedup_keys
@@ -444,16 +447,19 @@ def _write_many(
             if not payloads_json:
                 return 0
             rows = _bulk_rows(cursor, template, payloads_json, dedup_keys)
-            _bulk.copy_rows(cursor.cursor, rows)
+            with connection.wrap_database_errors:  # psycopg's errors as Django's
+                _bulk.copy_rows(cursor.cursor, rows)
             if rows.fair_order is None:  # else its wake-up went with the places
                 notify_queues([template.queue], later=template.later, using=alias)
         return len(payloads_json)
-    except psycopg.errors.UniqueViolation:
-        if dedup_keys is None:
-            raise  # cannot happen: only dedup keys are unique
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+    except IntegrityError as exc:
+        # Only dedup keys are unique: anything else is a bug to be seen.
+        if dedup_keys is None or not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+            raise
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
         rows = _bulk_rows(cursor, template, payloads_json, dedup_keys)
-        written = _bulk.insert_rows(cursor.cursor, rows)
+        with connection.wrap_database_errors:
+            written = _bulk.insert_rows(cursor.cursor, rows)
         if written and rows.fair_order is None:
             notify_queues([template.queue], later=template.later, using=alias)
     return written

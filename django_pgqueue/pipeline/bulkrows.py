@@ -105,8 +105,9 @@ def _certainly_valid(job: BulkJob, batch: Any) -> tuple[Any, Any]:
     payload = batch.column("payload")
     ok = pc.and_(pc.is_null(batch.column("corrupt")), pc.is_valid(payload))
     ok = pc.and_(ok, pc.less_equal(pc.binary_length(payload), int(job.max_bytes * SIZE_HEADROOM)))
-    # jsonb cannot store U+0000; to_json writes NaN/Infinity unquoted, which is not JSON.
-    suspicious = pc.match_substring_regex(payload, r"\\u0000|\x00|NaN|Infinity")
+    # jsonb cannot store U+0000; to_json writes NaN/Infinity unquoted, which is not JSON; a
+    # raw tab or line break (never in to_json's text) would break the COPY text.
+    suspicious = pc.match_substring_regex(payload, r"\\u0000|\x00|NaN|Infinity|[\t\n\r]")
     ok = pc.and_(ok, pc.invert(suspicious))
     ok = pc.and_(ok, length_ok(batch.column("dedup_key"), DEDUP_KEY_MAX_LENGTH))
     ok = pc.and_(ok, length_ok(batch.column("tenant"), TENANT_MAX_LENGTH))

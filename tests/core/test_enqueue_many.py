@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import enum
 from typing import Any
 
 import psycopg
@@ -141,3 +142,26 @@ def test_awkward_keys_are_copied_exactly() -> None:
     keys = ["tab\tkey", "new\nline", "back\\slash", "\\N", "cr\rkey", "é ✓"]
     assert django_pgqueue.enqueue_many("t", [{}] * len(keys), dedup_keys=keys) == len(keys)
     assert [key for _, key, _ in rows()] == keys
+
+
+def test_enum_priority_tenant_and_keys_are_written_as_their_values() -> None:
+    class Urgency(enum.IntEnum):
+        HIGH = 5
+
+    class Key(str, enum.Enum):  # noqa: UP042 -- unlike a StrEnum, its str() is not its value
+        FIRST = "first"
+
+    written = django_pgqueue.enqueue_many(
+        "t", [{}], priority=Urgency.HIGH, tenant=Key.FIRST, dedup_keys=[Key.FIRST]
+    )
+    assert written == 1
+    assert list(Message.objects.values_list("priority", "tenant", "dedup_key")) == [
+        (5, "first", "first")
+    ]
+    # The key held is the value: a second enqueue with it, or with the plain text, is skipped.
+    assert django_pgqueue.enqueue_many("t", [{}], dedup_keys=["first"]) == 0
+
+
+def test_an_empty_call_writes_nothing() -> None:
+    assert django_pgqueue.enqueue_many("t", []) == 0
+    assert not Message.objects.exists()
