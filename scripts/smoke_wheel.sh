@@ -191,7 +191,7 @@ for page in pages:
     assert response.status_code == 200, (page, response.status_code)
     ours |= {t.name for t in response.templates if t.name and "django_pgqueue" in t.name}
 assert "admin/django_pgqueue/queuestate/dashboard.html" in ours, ours
-assert "admin/django_pgqueue/deadmessage/change_form.html" in ours, ours
+assert "admin/django_pgqueue/retry_change_form.html" in ours, ours
 print(f"    {len(pages)} admin pages render; package templates used: {', '.join(sorted(ours))}")
 EOF
 
