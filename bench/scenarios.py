@@ -145,8 +145,8 @@ def enqueue(ctx: Context, rep: int) -> None:
         for suffix, (what, _) in BULK_CASES.items():
             bulk_labels[f"raw.copy_live{suffix}"] = (
                 RAW,
-                f"COPY of enqueue_many()'s rows{what} into a copy of its table, "
-                f"{BULK_CHUNK:,} per transaction",
+                f"COPY into a copy of django-pgqueue's table, {BULK_CHUNK:,} per transaction, "
+                f"of enqueue_many()'s rows{what}",
                 "raw.copy",
             )
             bulk_labels[f"pgq.enqueue_many{suffix}"] = (

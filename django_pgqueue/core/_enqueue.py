@@ -510,9 +510,9 @@ def _bulk_rows(
 ) -> _bulk.BulkRows:
     """The rows of ``template`` with these payloads and keys, and when they become
     available; in a fair queue each row's place in the fair order (``FAIR_ORDER_OF_BULK``,
-    which sends the wake-up too when ``wake``: the caller knows its rows will be written):
-    the first row's place, the others a step behind each other, -1 for all when they are
-    scheduled."""
+    which sends the wake-up too when ``wake``: for a COPY, which writes every row or fails
+    and rolls the wake-up back with it): the first row's place, the others a step behind
+    each other, -1 for all when they are scheduled."""
     available_at: str
     places: float | list[float] | None = None
     flow = flow_config(template.queue)
