@@ -147,9 +147,10 @@ COPY pgqueue_message (queue, task, max_attempts, available_at, headers, payload,
 """
 
 # Which of the keys (a JSON array of strings, cheaper to send than a text[]) live messages of
-# the queue hold: once a COPY met one, enqueue_many() leaves those rows out. One probe of the dedup index per key
-# (LIMIT keeps each probe a nested index lookup): a bulk load that autovacuum has not
-# analyzed yet otherwise makes the planner scan every key of the queue, or hash them all.
+# the queue hold: once a COPY met one, enqueue_many() leaves those rows out. One probe of the
+# dedup index per key (LIMIT keeps each probe a nested index lookup): a bulk load that
+# autovacuum has not analyzed yet otherwise makes the planner scan every key of the queue,
+# or hash them all.
 HELD_DEDUP_KEYS = """
 SELECT k.key FROM jsonb_array_elements_text(%s::jsonb) AS k(key),
 LATERAL (SELECT FROM pgqueue_message m WHERE m.queue = %s AND m.dedup_key = k.key LIMIT 1) held
