@@ -200,7 +200,7 @@ Questions a design choice rested on, each measured once on the 2-core machine:
 | The walk from a fair order's head behind 2,000,000 ready | Before vacuum, a walk from the head grew from 415 to 8,568 buffers over 200,000 claims, while the walk from the claimer's bounds stayed at 214\u2013293 per claim of 100. |
 | Latency stalls against checkpoints and autovacuum | Stalls (messages started over 300 ms after their enqueue) overlapped a checkpoint, an autovacuum or an autoanalyze no more often than those windows' share of the run: they come from a nearly saturated machine, not from either. |
 | `nice -n 19` against a session of its own at nice 19 | Against two busy backends on two cores, a CPU-bound loop got 34% of the CPU under plain `nice -n 19` (37% under `SCHED_IDLE`) and 1.6% started in a session whose autogroup is at nice 19. |
-| What the live table costs an enqueue | Server CPU per row on PostgreSQL 15 (the backend's own run time, medians of 5\u20137): a single-row `INSERT` in its own statement costs 34 \xb5s into `pgqueue_message` against 10 \xb5s into the raw reference's one-index table. Without its four `CHECK`s 23\u201325 \xb5s (one `CHECK` of all four conditions costs as much as four: PostgreSQL prepares their expressions again for each statement, by size), with the queue-name `CHECK` alone 29 \xb5s; with the primary key alone (and the `CHECK`s) 21 \xb5s, with one index and no `CHECK` 16 \xb5s. In `COPY` the same costs are per row: 5.4 \xb5s raw, 7.2 plain, 9.2 with dedup keys (the unique index), 11.0 in a fair queue (its two order indexes); the probe for held dedup keys 0.8. Against the ~0.7 ms of a single enqueue's commit the `CHECK`s are ~1%: they stay, the only guard on rows written by other means than `enqueue()`. |
+| What the live table costs an enqueue | Server CPU per row on PostgreSQL 15 (the backend's own run time, medians of 5\u20137): a single-row `INSERT` in its own statement costs 34 \xb5s into `pgqueue_message` against 10 \xb5s into the raw reference's one-index table. Without its four `CHECK`s 23\u201325 \xb5s (one `CHECK` of all four conditions costs as much as four: PostgreSQL prepares their expressions again for each statement, by size), with the queue-name `CHECK` alone 29 \xb5s; with the primary key alone (and the `CHECK`s) 21 \xb5s, with one index and no `CHECK` 16 \xb5s. In `COPY`, per row: 5.5 \xb5s into the one-index table; into a copy of the live table 8.0 plain, 9.0 with dedup keys (the unique index), 11.0 in a fair queue (its two order indexes), 11.5 both, against 8.5, 10.5, 11.5 and 13.5 for `enqueue_many()` (the fair order's places, the key check); the probe for held dedup keys 0.8, paid only once a `COPY` met one. Against the ~0.7 ms of a single enqueue's commit the `CHECK`s are ~1%: they stay, the only guard on rows written by other means than `enqueue()`. |
 """
 
 
@@ -236,6 +236,23 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
             digits,
         )
 
+    def bulk_values() -> dict[str, str]:
+        # Each bulk target is followed by its same-schema twin (report._bulk_targets).
+        names = list(by_name)
+        values = {}
+        for key, what in (
+            ("enqueue_many", "`enqueue_many()` / raw COPY"),
+            ("enqueue_many_keyed", "`enqueue_many()`, a dedup key each / raw COPY"),
+            ("enqueue_many_fair", "`enqueue_many()`, fair queue / raw COPY"),
+            (
+                "enqueue_many_fair_keyed",
+                "`enqueue_many()`, fair queue, a dedup key each / raw COPY",
+            ),
+        ):
+            values[key] = target(what)
+            values[f"{key}_live"] = target(names[names.index(what) + 1])
+        return values
+
     rss = next((r for r in results if r["key"] == "pgq.worker.rss_long"), None)
     steady = [r for r in results if r["key"] == "pgq.steady"]
     values = {
@@ -244,7 +261,8 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
         "vs_peer": target("`pgq_worker` (best setting) / best peer"),
         "lease_complete": target("lease + complete"),
         "enqueue": target("single `enqueue()`"),
-        "enqueue_many": target("`enqueue_many()`"),
+        "enqueue_own": target("\u21b3 the same / `enqueue()`'s own statement"),
+        **bulk_values(),
         "notify": target("8 producers"),
         "raw_notify": ratio("raw.producers_notify"),
         "lat_p50": target("idle latency enqueue \u2192 handler start, p50", " ms", 1),

@@ -124,63 +124,74 @@ def enqueue(ctx: Context, rep: int) -> None:
         }
         _record_runs(ctx, rep, "enqueue", runs, labels)
         _reset_all(ctx, conn)
+        raw.empty_live_copy(conn)
         # The same rows per transaction on every side: BULK_CHUNK per COPY and per call.
         per_round = max(BULK_CHUNK, bulk_n // 5)
-        rounds = [
-            ("raw.copy", lambda r: _copy_in_chunks(conn, per_round, r * per_round)),
-            (
-                "pgq.enqueue_many",
-                lambda r: core_cases.enqueue_many(per_round, r * per_round, BULK_CHUNK),
-            ),
-            (
-                "pgq.enqueue_many.dedup",
-                lambda r: core_cases.enqueue_many(per_round, r * per_round, BULK_CHUNK, dedup=True),
-            ),
-            (
-                "pgq.enqueue_many.fair",
-                lambda r: core_cases.enqueue_many(
-                    per_round, r * per_round, BULK_CHUNK, FAIR_QUEUE, tenant="bulk"
-                ),
-            ),
-            (
-                "pgq.enqueue_many.fair_dedup",
-                lambda r: core_cases.enqueue_many(
-                    per_round, r * per_round, BULK_CHUNK, FAIR_QUEUE, dedup=True, tenant="bulk"
-                ),
-            ),
+        rounds: list[tuple[str, Any]] = [
+            ("raw.copy", lambda r: _copy_in_chunks(conn, per_round, r * per_round))
         ]
+        for suffix, (_, case) in BULK_CASES.items():
+            rounds.append((f"raw.copy_live{suffix}", _live_copy_round(conn, per_round, case)))
+            rounds.append(
+                (
+                    f"pgq.enqueue_many{suffix}",
+                    lambda r, case=case: core_cases.enqueue_many(
+                        per_round, r * per_round, BULK_CHUNK, **case
+                    ),
+                )
+            )
         runs = interleaved(ctx.probe, _conns(conn), 5, rounds)
-        bulk_labels = {
-            "raw.copy": (RAW, f"COPY, {BULK_CHUNK:,} rows per transaction", None),
-            "pgq.enqueue_many": (PGQ, f"enqueue_many(), {BULK_CHUNK:,} per call", "raw.copy"),
-            "pgq.enqueue_many.dedup": (
-                PGQ,
-                f"enqueue_many(), {BULK_CHUNK:,} per call, a dedup key each",
+        bulk_labels = {"raw.copy": (RAW, f"COPY, {BULK_CHUNK:,} rows per transaction", None)}
+        for suffix, (what, _) in BULK_CASES.items():
+            bulk_labels[f"raw.copy_live{suffix}"] = (
+                RAW,
+                f"COPY into a copy of django-pgqueue's table, {BULK_CHUNK:,} per transaction, "
+                f"of enqueue_many()'s rows{what}",
                 "raw.copy",
-            ),
-            "pgq.enqueue_many.fair": (
+            )
+            bulk_labels[f"pgq.enqueue_many{suffix}"] = (
                 PGQ,
-                f"enqueue_many(), {BULK_CHUNK:,} per call, fair queue",
+                f"enqueue_many(), {BULK_CHUNK:,} per call{what}",
                 "raw.copy",
-            ),
-            "pgq.enqueue_many.fair_dedup": (
-                PGQ,
-                f"enqueue_many(), {BULK_CHUNK:,} per call, fair queue, a dedup key each",
-                "raw.copy",
-            ),
-        }
+            )
         _record_runs(ctx, rep, "enqueue", runs, bulk_labels)
         _reset_all(ctx, conn)
+        raw.empty_live_copy(conn)
 
 
 BULK_CHUNK = 1_000  # rows per COPY transaction and per enqueue_many() call
 FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
+# The bulk cases by key suffix: how they differ from the plain one, enqueue_many()'s arguments.
+BULK_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "": ("", {}),
+    ".dedup": (", a dedup key each", {"dedup": True}),
+    ".fair": (", fair queue", {"queue": FAIR_QUEUE, "tenant": "bulk"}),
+    ".fair_dedup": (
+        ", fair queue, a dedup key each",
+        {"queue": FAIR_QUEUE, "tenant": "bulk", "dedup": True},
+    ),
+}
 
 
 def _copy_in_chunks(conn: Any, n: int, start: int) -> int:
     for offset in range(start, start + n, BULK_CHUNK):
         raw.copy_rows(conn, min(BULK_CHUNK, start + n - offset), offset)
     return n
+
+
+def _live_copy_round(conn: Any, n: int, case: dict[str, Any]) -> Any:
+    """A slice of ``n`` rows COPY'd into the live table's copy, ``BULK_CHUNK`` a transaction:
+    the rows ``enqueue_many(**case)`` writes."""
+    fair = case.get("queue") == FAIR_QUEUE
+
+    def run(r: int) -> int:
+        start = r * n
+        for offset in range(start, start + n, BULK_CHUNK):
+            size = min(BULK_CHUNK, start + n - offset)
+            raw.copy_live_rows(conn, size, offset, fair=fair, **case)
+        return n
+
+    return run
 
 
 def tasks_available() -> bool:

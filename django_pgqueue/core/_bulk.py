@@ -4,9 +4,10 @@ of the pipeline's partitions (``pipeline/bulkrows.py``).
 The rows go in by one ``COPY`` (:func:`copy_rows`). A dedup key a live message holds makes
 the ``COPY`` fail on the unique index; the caller rolls its transaction (or savepoint) back
 and the rows go in by one ``INSERT ... ON CONFLICT DO NOTHING`` (:func:`insert_rows`), which
-skips those rows. The caller owns the transactions around both, and the wake-up: each runs
-them its own way. Both take a psycopg cursor and read no Django setting, so Spark's Python
-workers call them on a connection of their own.
+skips those rows and sends the wake-up it is given only when it wrote a row. The caller owns
+the transactions around both, and the ``COPY``'s wake-up: each runs them its own way. Both
+take a psycopg cursor and read no Django setting, so Spark's Python workers call them on a
+connection of their own.
 """
 
 from __future__ import annotations
@@ -61,25 +62,28 @@ def copy_rows(cursor: Any, rows: BulkRows) -> None:
     with cursor.copy(_sql.BULK_COPY) as copy:
         for start in range(0, len(rows.payloads), _ROWS_PER_WRITE):
             stop = start + _ROWS_PER_WRITE
-            # Newlines cannot occur in the payloads: join on them and escape the chunk's
-            # backslashes in one pass.
-            body = "\n".join(rows.payloads[start:stop]).replace("\\", "\\\\")
             if isinstance(tails, str):  # the same columns around every payload
+                # Newlines cannot occur in the payloads: join on them, escape the chunk's
+                # backslashes in one pass, and put the shared columns where they were.
+                body = "\n".join(rows.payloads[start:stop]).replace("\\", "\\\\")
                 copy.write(f"{head}{body.replace('\n', f'{tails}\n{head}')}{tails}\n")
                 continue
-            payloads = body.split("\n")
             copy.write(
                 "".join(
-                    f"{head}{payload}{tail}\n"
-                    for payload, tail in zip(payloads, tails[start:stop], strict=True)
+                    f"{head}{payload.replace('\\', '\\\\')}{tail}\n"
+                    for payload, tail in zip(
+                        rows.payloads[start:stop], tails[start:stop], strict=True
+                    )
                 )
             )
 
 
-def insert_rows(cursor: Any, rows: BulkRows) -> int:
+def insert_rows(cursor: Any, rows: BulkRows, wake: tuple[str, str] | None = None) -> int:
     """``INSERT`` the rows, skipping each whose key a live message of the queue holds; how
-    many were written."""
+    many were written. ``wake``: a NOTIFY's channel and payload, sent in the same statement
+    when a row was written."""
     count = len(rows.payloads)
+    channel, wake_payload = wake if wake is not None else (None, None)
     cursor.execute(
         _sql.BULK_INSERT_SKIPPING_HELD_KEYS,
         {
@@ -93,14 +97,16 @@ def insert_rows(cursor: Any, rows: BulkRows) -> int:
             "tenants": _per_row(rows.tenant, count),
             "keys": rows.dedup_keys,
             "places": _per_row(rows.fair_order, count),
+            "channel": channel,
+            "wake": wake_payload,
         },
     )
-    return max(int(cursor.rowcount), 0)
+    return int(cursor.fetchone()[0])
 
 
-def _per_row(value: Any, count: int) -> list[Any] | None:
-    """One value per row (``None`` for a column that is NULL in every row: the statement's
-    ``ROWS FROM`` pads it)."""
+def _per_row(value: Any, count: int) -> Any:
+    """A column's values, one per row: its list, or its one value repeated; ``None`` stays
+    ``None`` (the INSERT's ``ROWS FROM`` pads a column NULL in every row)."""
     if value is None or isinstance(value, list):
         return value
     return [value] * count
@@ -118,8 +124,8 @@ def _tails(rows: BulkRows) -> str | list[str]:
     if all(isinstance(field, str) for field in fields):
         return "".join(f"\t{field}" for field in fields)
     count = len(rows.payloads)
-    columns = [field if isinstance(field, list) else [field] * count for field in fields]
-    return ["".join(f"\t{value}" for value in values) for values in zip(*columns, strict=True)]
+    columns = [_per_row(field, count) for field in fields]
+    return ["\t" + "\t".join(values) for values in zip(*columns, strict=True)]
 
 
 def _copy_field(value: Any) -> str | list[str]:

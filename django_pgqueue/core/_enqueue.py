@@ -429,50 +429,65 @@ def _write_many(
 ) -> int:
     """Write validated rows that share everything but payload and dedup key (``_bulk.py``).
 
-    With dedup keys the rows whose key is held are left out first (``_new_keys``). A
-    concurrent enqueue that takes one of the keys after that look makes the ``COPY`` fail
-    on the unique index: the transaction (a savepoint inside the caller's) is rolled back
-    and the rows go in by one ``INSERT ... ON CONFLICT DO NOTHING`` instead, which skips it.
+    A key an earlier row of the call repeats is left out first. The rows go in by ``COPY``
+    without asking which keys are held (the common case: none is). A held key makes the
+    ``COPY`` fail on the unique index; the transaction (a savepoint inside the caller's) is
+    rolled back, the rows whose key is held are left out (``_held_left_out``) and the rest
+    go in by ``COPY``. A key a concurrent enqueue takes after that look fails it again: the
+    rows then go in by one ``INSERT ... ON CONFLICT DO NOTHING``, which skips it and sends
+    the wake-up only when it wrote a row.
     """
     if not payloads_json:
         return 0
+    if dedup_keys is not None:
+        payloads_json, dedup_keys = _rows_without(payloads_json, dedup_keys, set())
     alias = using or get_settings().DATABASE_ALIAS
     connection = connections[alias]
-    try:
-        with transaction.atomic(using=alias), connection.cursor() as cursor:
-            if dedup_keys is not None:
-                payloads_json, dedup_keys = _new_keys(
-                    cursor, template.queue, payloads_json, dedup_keys
-                )
-            if not payloads_json:
-                return 0
-            rows = _bulk_rows(cursor, template, payloads_json, dedup_keys)
-            with connection.wrap_database_errors:  # psycopg's errors as Django's
-                _bulk.copy_rows(cursor.cursor, rows)
-            if rows.fair_order is None:  # else its wake-up went with the places
-                notify_queues([template.queue], later=template.later, using=alias)
-        return len(payloads_json)
-    except IntegrityError as exc:
-        # Only dedup keys are unique: anything else is a bug to be seen.
-        if dedup_keys is None or not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
-            raise
+    for look_up in (False, True):
+        try:
+            with transaction.atomic(using=alias), connection.cursor() as cursor:
+                if look_up and dedup_keys is not None:
+                    payloads_json, dedup_keys = _held_left_out(
+                        cursor, template.queue, payloads_json, dedup_keys
+                    )
+                    if not payloads_json:
+                        return 0
+                rows = _bulk_rows(cursor, template, payloads_json, dedup_keys, wake=True)
+                with connection.wrap_database_errors:  # psycopg's errors as Django's
+                    _bulk.copy_rows(cursor.cursor, rows)
+                if rows.fair_order is None:  # else its wake-up went with the places
+                    notify_queues([template.queue], later=template.later, using=alias)
+            return len(payloads_json)
+        except IntegrityError as exc:
+            # Only dedup keys are unique: anything else is a bug to be seen.
+            if dedup_keys is None or not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise
+    conf = get_settings()
+    wake = (conf.NOTIFY_CHANNEL, wake_payload(template.queue, later=template.later))
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        rows = _bulk_rows(cursor, template, payloads_json, dedup_keys)
+        rows = _bulk_rows(cursor, template, payloads_json, dedup_keys, wake=False)
         with connection.wrap_database_errors:
-            written = _bulk.insert_rows(cursor.cursor, rows)
-        if written and rows.fair_order is None:
-            notify_queues([template.queue], later=template.later, using=alias)
-    return written
+            return _bulk.insert_rows(cursor.cursor, rows, wake if conf.NOTIFY else None)
 
 
-def _new_keys(
+def _held_left_out(
     cursor: Any, queue: str, payloads_json: list[str], dedup_keys: list[str | None]
 ) -> tuple[list[str], list[str | None]]:
-    """The rows whose key no live message of ``queue`` holds and no earlier row repeats
-    (rows without a key are all kept)."""
+    """The rows whose key no live message of ``queue`` holds (their keys are distinct)."""
     wanted = _json.dumps([key for key in dedup_keys if key is not None])
     cursor.execute(_sql.HELD_DEDUP_KEYS, [wanted, queue])
-    seen = {key for (key,) in cursor.fetchall()}
+    return _rows_without(payloads_json, dedup_keys, {key for (key,) in cursor.fetchall()})
+
+
+def _rows_without(
+    payloads_json: list[str], dedup_keys: list[str | None], left_out: set[str]
+) -> tuple[list[str], list[str | None]]:
+    """The rows whose key is not in ``left_out`` nor repeats an earlier row's (rows without
+    a key are all kept)."""
+    keyed = [key for key in dedup_keys if key is not None]
+    if not left_out and len(set(keyed)) == len(keyed):
+        return payloads_json, dedup_keys
+    seen = set(left_out)
     payloads: list[str] = []
     keys: list[str | None] = []
     for payload, key in zip(payloads_json, dedup_keys, strict=True):
@@ -490,11 +505,14 @@ def _bulk_rows(
     template: PreparedMessage,
     payloads_json: list[str],
     dedup_keys: list[str | None] | None,
+    *,
+    wake: bool,
 ) -> _bulk.BulkRows:
     """The rows of ``template`` with these payloads and keys, and when they become
     available; in a fair queue each row's place in the fair order (``FAIR_ORDER_OF_BULK``,
-    which sends the wake-up too): the first row's place, the others a step behind each
-    other, -1 for all when they are scheduled."""
+    which sends the wake-up too when ``wake``: for a COPY, which writes every row or fails
+    and rolls the wake-up back with it): the first row's place, the others a step behind
+    each other, -1 for all when they are scheduled."""
     available_at: str
     places: float | list[float] | None = None
     flow = flow_config(template.queue)
@@ -510,7 +528,7 @@ def _bulk_rows(
                 "step": step,
                 "run_at": template.run_at,
                 "delay": template.delay or 0.0,
-                "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY else None,
+                "channel": conf.NOTIFY_CHANNEL if conf.NOTIFY and wake else None,
                 "wake": wake_payload(template.queue, later=template.later),
             },
         )

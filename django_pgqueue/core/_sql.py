@@ -147,26 +147,36 @@ COPY pgqueue_message (queue, task, max_attempts, available_at, headers, payload,
 """
 
 # Which of the keys (a JSON array of strings, cheaper to send than a text[]) live messages of
-# the queue hold: enqueue_many() leaves those rows out. One probe of the dedup index per key
-# (LIMIT keeps each probe a nested index lookup): a bulk load that autovacuum has not
-# analyzed yet otherwise makes the planner scan every key of the queue, or hash them all.
+# the queue hold: once a COPY met one, enqueue_many() leaves those rows out. One probe of the
+# dedup index per key (LIMIT keeps each probe a nested index lookup): a bulk load that
+# autovacuum has not analyzed yet otherwise makes the planner scan every key of the queue,
+# or hash them all.
 HELD_DEDUP_KEYS = """
 SELECT k.key FROM jsonb_array_elements_text(%s::jsonb) AS k(key),
 LATERAL (SELECT FROM pgqueue_message m WHERE m.queue = %s AND m.dedup_key = k.key LIMIT 1) held
 """
 
 # Bulk rows when their COPY met a dedup key a live message holds: the same rows, skipping
-# each such key. A column NULL in every row is passed as NULL: ROWS FROM pads it.
+# each such key; how many were written, and the wake-up (``channel`` NULL: none) only when
+# there was one. A column NULL in every row is passed as NULL: ROWS FROM pads it.
 BULK_INSERT_SKIPPING_HELD_KEYS = """
-INSERT INTO pgqueue_message
-    (queue, task, max_attempts, available_at, headers, payload, priority, tenant, dedup_key,
-     fair_order)
-SELECT %(queue)s, %(task)s, %(max_attempts)s, %(available_at)s::timestamptz, %(headers)s::jsonb,
-       t.payload::jsonb, t.priority, t.tenant, t.dedup_key, t.fair_order
-FROM ROWS FROM (unnest(%(payloads)s::text[]), unnest(%(priorities)s::smallint[]),
-                unnest(%(tenants)s::text[]), unnest(%(keys)s::text[]),
-                unnest(%(places)s::float8[])) AS t(payload, priority, tenant, dedup_key, fair_order)
-ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+WITH written AS (
+    INSERT INTO pgqueue_message
+        (queue, task, max_attempts, available_at, headers, payload, priority, tenant, dedup_key,
+         fair_order)
+    SELECT %(queue)s, %(task)s, %(max_attempts)s, %(available_at)s::timestamptz,
+           %(headers)s::jsonb, t.payload::jsonb, t.priority, t.tenant, t.dedup_key, t.fair_order
+    FROM ROWS FROM (unnest(%(payloads)s::text[]), unnest(%(priorities)s::smallint[]),
+                    unnest(%(tenants)s::text[]), unnest(%(keys)s::text[]),
+                    unnest(%(places)s::float8[]))
+         AS t(payload, priority, tenant, dedup_key, fair_order)
+    ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING 1
+)
+SELECT count(*),
+       CASE WHEN count(*) > 0 AND %(channel)s::text IS NOT NULL
+            THEN pg_notify(%(channel)s, %(wake)s) END
+FROM written
 """
 
 # enqueue_many() with a delay: when its rows become available, by database time.

@@ -17,9 +17,9 @@ table), and when the ``COPY`` meets a live key (a retried task, another partitio
 producer) it is rolled back and the partition goes in again as one ``INSERT ... SELECT FROM
 unnest(...) ON CONFLICT DO NOTHING`` (arrays as parameters: no temporary table, so no TEMP
 privilege needed): the rare path pays for dedup, the common one does not. Unlike
-``enqueue_many()``, live keys are not looked up before the ``COPY`` (a partition's keys are
-new but for a retry), and in a fair queue the rows, of many tenants, go in outside the fair
-order, placed by the first claims.
+``enqueue_many()``, live keys are not looked up once the ``COPY`` met one (a partition's keys
+are new but for a retry), and in a fair queue the rows, of many tenants, go in outside the
+fair order, placed by the first claims.
 """
 
 from __future__ import annotations
@@ -261,10 +261,9 @@ def write_partition(
     if not valid():
         return 0
     with conn.transaction(), conn.cursor() as cursor:
-        written = insert_rows(cursor, rows)
-        if written:
-            _notify(job, cursor)
-    return written
+        return insert_rows(
+            cursor, rows, (job.notify_channel, job.queue) if job.notify_channel else None
+        )
 
 
 def _notify(job: BulkJob, cursor: Any) -> None:

@@ -1,9 +1,9 @@
 """The executor's async half: one asyncio event loop, in a thread of its own
 (``async-handlers``), runs at most ``concurrency`` async handlers at once.
 
-Jobs go through the executor's gate and bookkeeping (``Executor.start_job``, ``finish_job``) like
-sync ones; only what must not block the loop (waiting at the gate, recording a start alone,
-a lease extension) runs on helper threads.
+Jobs go through the executor's gate and outcomes (``Executor.start_job``,
+``handler_returned``, ``handler_raised``) like sync ones; only what must not block the loop
+(waiting at the gate, recording a start alone, a lease extension) runs on helper threads.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from .. import tracing
-from ..exceptions import Snooze
 from .failures import HandlerTimeout
-from .storable import encode_result
 
 if TYPE_CHECKING:
     from .executor import Executor, Job
@@ -116,20 +114,12 @@ class AsyncHandlers:
                             result = await handler.func(context, job.payload())
                         else:
                             result = await handler.func(job.payload())
-                encoded = encode_result(result, ex.max_result_bytes)
-            except Snooze as snooze:
-                ex.snooze_job(job, snooze.seconds)
-                return
-            except BaseException as exc:  # SystemExit from a handler is a failure too
-                error = exc
+            except BaseException as exc:
                 if isinstance(exc, TimeoutError) and scope.expired():
-                    error = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
-                failure = ex.failure_of(job, error)
-                if ex.finish_job(job, lambda: ex.completer.fail(failure, job.message)):
-                    ex.on_finished()
+                    exc = HandlerTimeout(f"handler exceeded its timeout of {job.timeout}s")
+                ex.handler_raised(job, exc)
                 return
-            if ex.finish_job(job, lambda: ex.completer.complete(job.message, encoded)):
-                ex.on_finished()
+            ex.handler_returned(job, result)
 
     def _extend(self, job: Job) -> Callable[[float], bool]:
         # Django refuses database calls on a thread running an event loop: run the extension

@@ -37,10 +37,12 @@ from ..core import _json, transitions
 from ..core._log_fields import message_fields
 from ..core._registry import Handler
 from ..core._validation import printable
+from ..exceptions import Snooze
 from ..metrics.instruments import Instruments
 from .async_handlers import AsyncHandlers
 from .context import NO_HEADERS, MessageContext
 from .failures import HandlerTimeout, cancelled_before_start, handler_failed
+from .storable import encode_result
 from .sync_handlers import SyncHandlers
 
 if TYPE_CHECKING:
@@ -330,13 +332,33 @@ class Executor:
         self.instruments.handler_ran(job.message.queue, job.message.task, ran)
         return True
 
-    def snooze_job(self, job: Job, seconds: float) -> None:
-        """The handler raised ``Snooze(seconds)``: hand the snooze to the completer."""
-        limit = job.handler.max_snoozes
-        if limit is None:
-            limit = get_settings().for_queue(job.message.queue, "MAX_SNOOZES")
+    # -- outcomes: the same for sync and async handlers -----------------------------------
+
+    def handler_returned(self, job: Job, result: Any) -> None:
+        """Store what the handler returned; a result that cannot be stored fails the attempt."""
+        try:
+            encoded = encode_result(result, self.max_result_bytes)
+        except BaseException as exc:
+            self.handler_raised(job, exc)
+            return
+        self._finish(job, lambda: self.completer.complete(job.message, encoded))
+
+    def handler_raised(self, job: Job, exc: BaseException) -> None:
+        """``Snooze`` postpones the message; anything else (``SystemExit`` too) fails the
+        attempt."""
         message = job.message
-        if self.finish_job(job, lambda: self.completer.snooze(message, seconds, limit)):
+        if isinstance(exc, Snooze):
+            limit = job.handler.max_snoozes
+            if limit is None:
+                limit = get_settings().for_queue(message.queue, "MAX_SNOOZES")
+            seconds = exc.seconds
+            self._finish(job, lambda: self.completer.snooze(message, seconds, limit))
+            return
+        failure = self.failure_of(job, exc)
+        self._finish(job, lambda: self.completer.fail(failure, message))
+
+    def _finish(self, job: Job, report: Callable[[], None]) -> None:
+        if self.finish_job(job, report):
             self.on_finished()
 
     def context_for(self, job: Job, extend: Callable[[float], bool]) -> MessageContext:

@@ -12,15 +12,12 @@ import logging
 import queue as queue_module
 import threading
 import time
-from functools import partial
 from typing import TYPE_CHECKING
 
 from django.db import connections
 
 from .. import tracing
 from ..core._log_fields import message_fields
-from ..exceptions import Snooze
-from .storable import encode_result
 
 if TYPE_CHECKING:
     from .executor import Executor, Job
@@ -84,8 +81,7 @@ class SyncHandlers:
                     job.message.id,
                     extra=message_fields(job.message),
                 )
-                failure = ex.failure_of(job, RuntimeError("internal worker error"))
-                ex.finish_job(job, partial(ex.completer.fail, failure, job.message))
+                ex.handler_raised(job, RuntimeError("internal worker error"))
             if job.alone:
                 ex.end_alone(job)
             if job.abandoned:
@@ -104,16 +100,9 @@ class SyncHandlers:
                     result = handler.func(ctx, job.payload())
                 else:
                     result = handler.func(job.payload())
-            encoded = encode_result(result, ex.max_result_bytes)
-        except Snooze as snooze:
-            ex.snooze_job(job, snooze.seconds)
-            return
-        except BaseException as exc:  # SystemExit from a handler is a failure too
+        except BaseException as exc:
             # A handler's failed query may leave this thread's connection unusable.
             connections[ex.alias].close_if_unusable_or_obsolete()
-            failure = ex.failure_of(job, exc)
-            if ex.finish_job(job, lambda: ex.completer.fail(failure, job.message)):
-                ex.on_finished()
+            ex.handler_raised(job, exc)
             return
-        if ex.finish_job(job, lambda: ex.completer.complete(job.message, encoded)):
-            ex.on_finished()
+        ex.handler_returned(job, result)

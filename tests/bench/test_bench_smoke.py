@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,10 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
         "pgq.enqueue_many.dedup",
         "pgq.enqueue_many.fair",
         "pgq.enqueue_many.fair_dedup",
+        "raw.copy_live",
+        "raw.copy_live.dedup",
+        "raw.copy_live.fair",
+        "raw.copy_live.fair_dedup",
         "raw.enqueue_statement",
         "raw.delete.b1",
         "raw.delete.b100",
@@ -93,7 +98,7 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     assert by_key["pgq.enqueue"]["ref"] == "raw.insert1_notify"
     assert by_key["pgq.enqueue_many.fair_dedup"]["ref"] == "raw.copy"
     # The enqueue_many() cases and their COPY reference write the same rows per transaction.
-    bulk = [k for k in by_key if k.startswith("pgq.enqueue_many") or k == "raw.copy"]
+    bulk = [k for k in by_key if k.startswith(("pgq.enqueue_many", "raw.copy"))]
     assert len({by_key[k]["n"] for k in bulk}) == 1
     assert 0.9 <= by_key["raw.insert1_notify"]["tx_per_msg"] <= 1.5
     assert by_key["pgq.latency"]["extra"]["samples"] == by_key["pgq.latency"]["n"]
@@ -115,9 +120,12 @@ def test_harness_runs_every_scenario_and_reports(tmp_path: Path) -> None:
     page = publish(tmp_path, tmp_path / "docs")
     assert "bash bench/run.sh --mode smoke --reps 1 --no-peers" in page
     assert "| `enqueue_many()` / raw COPY |" in page
-    assert "| \u21b3 into a fair queue, a dedup key each |" in page
+    assert "| `enqueue_many()`, fair queue, a dedup key each / raw COPY |" in page
+    assert "| \u21b3 the same / its rows COPY'd raw into a copy of its table |" in page
     assert f"commit `{facts['commit']}`" in page
-    assert "{" + "worker_best}" not in page  # every figure of the summary was filled in
+    # Every figure of the summary was filled in, the bulk ones beside their twins too.
+    assert not re.search(r"\{[a-z_]+\}", page), re.findall(r"\{[a-z_]+\}", page)
+    assert "a copy of its table (the same columns," in page
     assert facts["commit"]  # the checkout measured, for the published page
 
 

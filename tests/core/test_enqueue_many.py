@@ -65,50 +65,83 @@ def test_a_fair_bulk_without_keys_takes_consecutive_places() -> None:
     assert places == sorted(places) and len(set(places)) == 5000 and places[0] >= 0
 
 
-def test_every_key_held_writes_nothing_and_sends_no_wake_up(listener) -> None:
-    django_pgqueue.enqueue_many("t", [{}, {}], dedup_keys=["a", "b"])
-    drain(listener)
-    assert django_pgqueue.enqueue_many("t", [{}, {}], dedup_keys=["b", "a"]) == 0
-    assert Message.objects.count() == 2
-    assert drain(listener) == []
-
-
 @pytest.mark.parametrize("in_transaction", [False, True])
 @pytest.mark.parametrize("queue", ["default", "fair"])
 @override_settings(PGQUEUE=FAIR)
 def test_a_key_taken_by_a_concurrent_enqueue_is_skipped(
     queue: str, in_transaction: bool, monkeypatch: pytest.MonkeyPatch, listener
 ) -> None:
-    # Another session takes key "b" and commits after enqueue_many() looked which keys are
-    # held and before its COPY: the COPY meets the unique index; the rows go in without it.
-    looked = _enqueue._new_keys
+    # "x" is held: the first COPY fails and the held keys are looked up. Another session
+    # takes key "b" and commits after that look, before the second COPY: it meets the
+    # unique index too; the rows go in by INSERT ... ON CONFLICT, which skips both.
+    django_pgqueue.enqueue("held", {}, queue=queue, dedup_key="x")
+    looked = _enqueue._held_left_out
 
     def look_then_race(*args: Any) -> Any:
         found = looked(*args)
-        with psycopg.connect(**connection_kwargs(), autocommit=True) as other:
-            other.execute(
-                "INSERT INTO pgqueue_message (queue, task, payload, dedup_key) "
-                "VALUES (%s, 'raced', '{}', 'b')",
-                [queue],
-            )
+        _take_key(queue, "b")
         return found
 
-    monkeypatch.setattr(_enqueue, "_new_keys", look_then_race)
+    monkeypatch.setattr(_enqueue, "_held_left_out", look_then_race)
+    drain(listener)
     with transaction.atomic() if in_transaction else contextlib.nullcontext():
         # In the caller's transaction, a savepoint; that transaction carries on.
         written = django_pgqueue.enqueue_many(
-            "t", [{"n": 0}, {"n": 1}, {"n": 2}], queue=queue, dedup_keys=["a", "b", None]
+            "t",
+            [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}],
+            queue=queue,
+            dedup_keys=["x", "a", "b", None],
         )
         if in_transaction:
             django_pgqueue.enqueue("t", {"n": "after"}, queue="other")
     assert written == 2
     assert ("django_pgqueue", queue) in drain(listener)
     found = Message.objects.filter(queue=queue).order_by("id")
-    assert [(m.task, m.dedup_key) for m in found] == [("raced", "b"), ("t", "a"), ("t", None)]
-    assert found[1].payload == {"n": 0} and found[2].payload == {"n": 2}
+    assert [(m.task, m.dedup_key) for m in found] == [
+        ("held", "x"),
+        ("raced", "b"),
+        ("t", "a"),
+        ("t", None),
+    ]
+    assert found[2].payload == {"n": 1} and found[3].payload == {"n": 3}
     if queue == "fair":
-        assert found[1].fair_order is not None and found[1].fair_order < found[2].fair_order
+        assert found[2].fair_order is not None and found[2].fair_order < found[3].fair_order
     assert Message.objects.filter(queue="other").count() == (1 if in_transaction else 0)
+
+
+@pytest.mark.parametrize("queue", ["default", "fair"])
+@override_settings(PGQUEUE=FAIR)
+def test_a_call_that_writes_nothing_sends_no_wake_up(
+    queue: str, monkeypatch: pytest.MonkeyPatch, listener
+) -> None:
+    django_pgqueue.enqueue_many("t", [{}, {}], queue=queue, dedup_keys=["a", "b"])
+    drain(listener)
+    # Every key held: found by the look after the first COPY failed.
+    assert django_pgqueue.enqueue_many("t", [{}, {}], queue=queue, dedup_keys=["b", "a"]) == 0
+    assert drain(listener) == []
+    # The last new key taken after that look: the INSERT ... ON CONFLICT writes nothing,
+    # and in a fair queue its places statement sends no wake-up before it.
+    looked = _enqueue._held_left_out
+
+    def look_then_race(*args: Any) -> Any:
+        found = looked(*args)
+        _take_key(queue, "c")
+        return found
+
+    monkeypatch.setattr(_enqueue, "_held_left_out", look_then_race)
+    assert django_pgqueue.enqueue_many("t", [{}, {}], queue=queue, dedup_keys=["a", "c"]) == 0
+    assert Message.objects.filter(queue=queue).count() == 3
+    assert drain(listener) == []
+
+
+def _take_key(queue: str, key: str) -> None:
+    """A live message of ``queue`` with ``key``, written and committed by another session."""
+    with psycopg.connect(**connection_kwargs(), autocommit=True) as other:
+        other.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload, dedup_key) "
+            "VALUES (%s, 'raced', '{}', %s)",
+            [queue, key],
+        )
 
 
 def test_a_bad_payload_or_key_is_named_by_its_position_and_nothing_is_written() -> None:
@@ -138,10 +171,16 @@ def test_rows_become_available_by_database_time(
         assert after_enqueue <= available_at - before < after_enqueue + dt.timedelta(seconds=5)
 
 
-def test_awkward_keys_are_copied_exactly() -> None:
+@pytest.mark.parametrize("keyed", [False, True])
+def test_awkward_keys_and_payloads_are_copied_exactly(keyed: bool) -> None:
+    # With keys each row has columns of its own after the payload; without, they are shared.
     keys = ["tab\tkey", "new\nline", "back\\slash", "\\N", "cr\rkey", "é ✓"]
-    assert django_pgqueue.enqueue_many("t", [{}] * len(keys), dedup_keys=keys) == len(keys)
-    assert [key for _, key, _ in rows()] == keys
+    payloads = [{"text": key, "raw": "\\N \\t \\\\"} for key in keys]
+    written = django_pgqueue.enqueue_many("t", payloads, dedup_keys=keys if keyed else None)
+    assert written == len(keys)
+    assert [(payload, key) for payload, key, _ in rows()] == [
+        (payload, key if keyed else None) for payload, key in zip(payloads, keys, strict=True)
+    ]
 
 
 def test_enum_priority_tenant_and_keys_are_written_as_their_values() -> None:
