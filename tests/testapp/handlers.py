@@ -153,11 +153,13 @@ def soak(context: MessageContext, payload: dict[str, Any]) -> None:
 
 @django_pgqueue.handler("tests.cancellable")
 def cancellable(context: MessageContext, payload: dict[str, Any]) -> str:
-    """Works in small steps until cancel() is seen (then raises) or ``seconds`` pass."""
+    """Works in small steps until cancel() is seen (then raises), ``seconds`` pass, or the
+    ``release_file`` the test writes exists."""
     if payload.get("started_file"):
         Path(payload["started_file"]).touch()
     deadline = time.monotonic() + payload.get("seconds", 10)
-    while time.monotonic() < deadline:
+    release = Path(payload["release_file"]) if payload.get("release_file") else None
+    while time.monotonic() < deadline and not (release and release.exists()):
         if context.cancel_requested:
             raise RuntimeError("stopped: cancel requested")
         time.sleep(0.05)
