@@ -236,9 +236,13 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
             digits,
         )
 
+    def summarised(t: Any) -> str:
+        return _summary([v for rep in reps if (v := t.per_rep(results, rep)) is not None])
+
     def bulk_values() -> dict[str, str]:
-        # Each bulk target is followed by its same-schema twin (report._bulk_targets).
-        names = list(by_name)
+        # Each bulk target is followed by its same-schema twin (report._bulk_targets); the
+        # twins share one name, so they are found by position.
+        names = [t.name for t in TARGETS]
         values = {}
         for key, what in (
             ("enqueue_many", "`enqueue_many()` / raw COPY"),
@@ -249,8 +253,9 @@ def notes_values(results: list[dict[str, Any]]) -> dict[str, str]:
                 "`enqueue_many()`, fair queue, a dedup key each / raw COPY",
             ),
         ):
-            values[key] = target(what)
-            values[f"{key}_live"] = target(names[names.index(what) + 1])
+            index = names.index(what)
+            values[key] = summarised(TARGETS[index])
+            values[f"{key}_live"] = summarised(TARGETS[index + 1])
         return values
 
     rss = next((r for r in results if r["key"] == "pgq.worker.rss_long"), None)
