@@ -98,8 +98,10 @@ def _claim_and_ack(raw: bool) -> int:
     return done
 
 
-def _work(concurrency: int, listen: bool) -> int:
-    """One worker as ``pgq_worker`` runs it, in this process, stopped once nothing is left."""
+def _work(concurrency: int, listen: bool, arriving: bool) -> int:
+    """One worker as ``pgq_worker`` runs it, in this process, stopped once nothing is left;
+    ``arriving``: the work is enqueued once the worker is up, so an empty queue is waited on
+    first (a backlog enqueued before may be drained by the other processes already)."""
     setup_django()
     with running_worker(
         queues=[QUEUE],
@@ -109,7 +111,7 @@ def _work(concurrency: int, listen: bool) -> int:
         poll_interval=1.0,
     ) as worker:
         deadline = time.monotonic() + 30
-        while empty() and time.monotonic() < deadline:  # the chain is enqueued once it listens
+        while arriving and empty() and time.monotonic() < deadline:
             time.sleep(0.05)
         while not empty():
             time.sleep(0.01)
@@ -151,7 +153,7 @@ def drain_seconds(total: int, *, batch: bool, triggers: bool = True) -> float:
         django_pgqueue.enqueue_many("bench.noop", [{}] * total, queue=QUEUE)
     execute("ANALYZE pgqueue_message")
     # Timed on the database clock: first claim to last archive.
-    run_pool([(_work, (4, True))] * 4)
+    run_pool([(_work, (4, True, False))] * 4)
     ((first, last, finished),) = execute(
         "SELECT min(started_at), max(finished_at), count(*) FROM pgqueue_archive"
     )
@@ -173,7 +175,7 @@ def chain_gaps(steps: int) -> tuple[list[float], list[float]]:
 
     connections.close_all()
     with ctx.Pool(1) as pool:
-        worker = pool.apply_async(_work, (1, True))
+        worker = pool.apply_async(_work, (1, True, True))
         time.sleep(2.0)  # the worker is up and listening
         written = enqueue_chain([step("bench.timed", {}, queue=QUEUE) for _ in range(steps)])
         worker.get(timeout=900)

@@ -48,8 +48,20 @@ pip_install() {
     fi
 }
 
-STAMP="$VENV/.installed-$EXTRAS"
-if [ ! -f "$STAMP" ] || [ "$REPO_DIR/pyproject.toml" -nt "$STAMP" ]; then
+# A stamp names the extras installed with it: one newer than pyproject.toml that holds every
+# extra asked for (.installed-dev,spark serves "dev" too) leaves nothing to do.
+extras_installed() {
+    local stamp extra
+    for stamp in "$VENV"/.installed-*; do
+        [ -f "$stamp" ] && [ ! "$REPO_DIR/pyproject.toml" -nt "$stamp" ] || continue
+        for extra in ${EXTRAS//,/ }; do
+            [[ ",${stamp##*/.installed-}," == *",$extra,"* ]] || continue 2
+        done
+        return 0
+    done
+    return 1
+}
+if ! extras_installed; then
     echo "==> installing django-pgqueue-mq[$EXTRAS] and its dependencies into .venv" \
         "(pip's own output: .venv/pip.log)"
     : >"$VENV/pip.log"
@@ -58,6 +70,6 @@ if [ ! -f "$STAMP" ] || [ "$REPO_DIR/pyproject.toml" -nt "$STAMP" ]; then
     "$VENV/bin/python" -m pip uninstall --yes --quiet django-pgqueue >>"$VENV/pip.log" 2>&1 || true
     pip_install -e "$REPO_DIR[$EXTRAS]"
     "$VENV/bin/python" -c "import django_pgqueue, django, psycopg" || { echo "install failed" >&2; exit 1; }
-    touch "$STAMP"
+    touch "$VENV/.installed-$EXTRAS"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -5,6 +5,7 @@
 # pyproject.toml changed.
 #   bash scripts/matrix.sh                 every entry
 #   bash scripts/matrix.sh dj52-py312 ...  the named entries
+#   bash scripts/matrix.sh --setup-only    only build the virtualenvs (and of the named entries)
 # Needs DATABASE_URL (the machine's server, or the embedded one .ci/run starts); each entry
 # uses its own test database, ${PGQUEUE_TEST_DB:-test_pgqueue}_<name>.
 set -euo pipefail
@@ -25,7 +26,12 @@ MATRIX=(
 )
 TESTS=(tests/unit tests/core tests/composition tests/worker tests/tasks tests/admin)
 
-if [ -z "${DATABASE_URL:-}" ]; then
+setup_only=no
+if [ "${1:-}" = "--setup-only" ]; then
+    setup_only=yes
+    shift
+fi
+if [ -z "${DATABASE_URL:-}" ] && [ "$setup_only" = no ]; then
     echo "scripts/matrix.sh needs DATABASE_URL (bash .ci/run sets it)." >&2
     exit 1
 fi
@@ -43,10 +49,8 @@ find_python() {  # find_python 3.13 -> a python3.13 executable
     return 1
 }
 
-run_entry() {  # run_entry name python django extras tests
-    local name="$1" version="$2" django="$3" extras="$4" which="$5"
-    local markers="not spark and not browser and not scale"
-    [ "$which" = all ] || markers="$markers and not slow"
+setup_entry() {  # setup_entry name python django extras
+    local name="$1" version="$2" django="$3" extras="$4"
     local venv="$REPO_DIR/.venv-matrix/$name" python
     python="$(find_python "$version")" || {
         echo "==> $name: Python $version not found" >&2
@@ -66,6 +70,14 @@ run_entry() {  # run_entry name python django extras tests
         fi
         touch "$venv/.installed"
     fi
+}
+
+run_entry() {  # run_entry name python django extras tests
+    local name="$1" version="$2" django="$3" extras="$4" which="$5"
+    local markers="not spark and not browser and not scale"
+    [ "$which" = all ] || markers="$markers and not slow"
+    local venv="$REPO_DIR/.venv-matrix/$name"
+    setup_entry "$name" "$version" "$django" "$extras" || return 1
     local django_version log="$venv/last-run.log" started=$SECONDS status=0
     django_version="$("$venv/bin/python" -c 'import django; print(django.__version__)')"
     echo "==> $name: $("$venv/bin/python" --version), Django $django_version"
@@ -85,8 +97,19 @@ for entry in "${MATRIX[@]}"; do
     if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
         continue
     fi
-    run_entry "$name" "$version" "$django" "$extras" "$which" || failed+=("$name")
+    if [ "$setup_only" = yes ]; then
+        setup_entry "$name" "$version" "$django" "$extras" || failed+=("$name")
+    else
+        run_entry "$name" "$version" "$django" "$extras" "$which" || failed+=("$name")
+    fi
 done
+if [ "$setup_only" = yes ]; then
+    if [ ${#failed[@]} -gt 0 ]; then
+        echo "matrix virtualenvs not built: ${failed[*]}" >&2
+        exit 1
+    fi
+    exit 0
+fi
 echo "==> matrix"
 printf '    %s\n' "${SUMMARY[@]}"
 if [ ${#failed[@]} -gt 0 ]; then

@@ -33,11 +33,12 @@ Spawn = Callable[..., WorkerProcess]
 
 
 def waiting_on_a_lock(worker: WorkerProcess, role: str) -> bool:
-    # A connection of its own: pg_stat_activity is read once per transaction.
+    # A connection of its own: pg_stat_activity is read once per transaction. Only this test
+    # database: another checkout's tests may run a worker of the same name on the server.
     with psycopg.connect(**connection_kwargs(), autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE application_name = %s AND wait_event_type = 'Lock'",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            " AND wait_event_type = 'Lock' AND datname = current_database()",
             [f"pgq_worker:{worker.worker_id}:{role}"[:63]],
         ).fetchone()
     return bool(row and row[0])

@@ -44,8 +44,9 @@ def effect(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
 @django_pgqueue.handler("tests.sleep")
 def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Sleeps ``payload['seconds']`` (only on attempts listed in ``only_attempts``; only on
-    its first run with ``first_run_only``, which needs a ``started_file``); first creates the
-    file ``payload['started_file']``, if given, so a test knows it started."""
+    its first run with ``first_run_only``, which needs a ``started_file``), or less once the
+    file ``payload['release_file']`` exists; first creates the file ``payload['started_file']``,
+    if given, so a test knows it started."""
     first_run = True
     if payload.get("started_file"):
         started = Path(payload["started_file"])
@@ -55,7 +56,10 @@ def sleep(context: MessageContext, payload: dict[str, Any]) -> dict[str, Any]:
     if (only is None or context.attempt in only) and (
         first_run or not payload.get("first_run_only")
     ):
-        time.sleep(payload.get("seconds", 0))
+        deadline = time.monotonic() + payload.get("seconds", 0)
+        release = Path(payload["release_file"]) if payload.get("release_file") else None
+        while (left := deadline - time.monotonic()) > 0 and not (release and release.exists()):
+            time.sleep(min(left, 0.05) if release else left)
     if payload.get("effect"):
         effect(context, payload)
     return {"attempt": context.attempt, "pid": os.getpid()}
@@ -153,11 +157,13 @@ def soak(context: MessageContext, payload: dict[str, Any]) -> None:
 
 @django_pgqueue.handler("tests.cancellable")
 def cancellable(context: MessageContext, payload: dict[str, Any]) -> str:
-    """Works in small steps until cancel() is seen (then raises) or ``seconds`` pass."""
+    """Works in small steps until cancel() is seen (then raises), ``seconds`` pass, or the
+    ``release_file`` the test writes exists."""
     if payload.get("started_file"):
         Path(payload["started_file"]).touch()
     deadline = time.monotonic() + payload.get("seconds", 10)
-    while time.monotonic() < deadline:
+    release = Path(payload["release_file"]) if payload.get("release_file") else None
+    while time.monotonic() < deadline and not (release and release.exists()):
         if context.cancel_requested:
             raise RuntimeError("stopped: cancel requested")
         time.sleep(0.05)

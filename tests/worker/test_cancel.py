@@ -80,8 +80,11 @@ def test_a_message_cancelled_while_it_waits_for_a_handler_never_starts(
     visibility_timeout: float,
 ) -> None:
     first_started, second_started = tmp_path / "first", tmp_path / "second"
+    release_first = tmp_path / "release-first"
+    # The first runs until the test releases it: the second waits behind it all along.
     first = django_pgqueue.enqueue(
-        "tests.cancellable", {"seconds": 4, "started_file": str(first_started)}
+        "tests.cancellable",
+        {"seconds": 60, "started_file": str(first_started), "release_file": str(release_first)},
     )
     second = django_pgqueue.enqueue(
         "tests.cancellable", {"seconds": 0, "started_file": str(second_started)}
@@ -102,6 +105,7 @@ def test_a_message_cancelled_while_it_waits_for_a_handler_never_starts(
     assert not second_started.exists()
     assert dead_calls == [(second.id, "cancelled")]
     # The running one was not touched: it finishes and is archived.
+    release_first.touch()
     wait_for(lambda: not Message.objects.filter(pk=first.id).exists(), timeout=10)
     assert not DeadMessage.objects.filter(message_id=first.id).exists()
     assert runner.stop() == 0

@@ -55,14 +55,18 @@ def test_readiness_fails_while_draining_and_liveness_holds(
     tmp_path: Path,
 ) -> None:
     worker, port = healthy(spawn_worker, "--grace-period", "20")
-    started = tmp_path / "started"
-    django_pgqueue.enqueue("tests.sleep", {"seconds": 3, "started_file": str(started)})
+    started, release = tmp_path / "started", tmp_path / "release"
+    # The handler runs until the probes are done: the worker drains all along.
+    django_pgqueue.enqueue(
+        "tests.sleep", {"seconds": 15, "started_file": str(started), "release_file": str(release)}
+    )
     wait_for(started.exists)
     worker.signal(signal.SIGTERM)
     status, body = wait_for(lambda: (s := probe(port, "/readyz"))[0] == 503 and s)
     assert body["problems"] == ["draining"] and body["in_flight"] == 1
     status, body = probe(port, "/healthz")
     assert status == 200, body
+    release.touch()
     assert worker.wait() == 0
 
 
@@ -89,20 +93,23 @@ def test_both_fail_once_an_internal_thread_died(
     spawn_worker: Spawn,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    trigger, started = tmp_path / "trigger", tmp_path / "started"
+    trigger, started, release = tmp_path / "trigger", tmp_path / "started", tmp_path / "release"
     env = {
         "DJANGO_SETTINGS_MODULE": "tests.worker.fault_settings",
         "PGQ_FAULT": "main loop",
         "PGQ_FAULT_TRIGGER": str(trigger),
     }
     worker, port = healthy(spawn_worker, "--grace-period", "20", env=env)
-    # A running handler keeps the stopping worker (and its probes) up for a while.
-    django_pgqueue.enqueue("tests.sleep", {"seconds": 3, "started_file": str(started)})
+    # A running handler keeps the stopping worker (and its probes) up until it is released.
+    django_pgqueue.enqueue(
+        "tests.sleep", {"seconds": 15, "started_file": str(started), "release_file": str(release)}
+    )
     wait_for(started.exists)
     trigger.touch()
     _, body = wait_for(lambda: (s := probe(port, "/healthz"))[0] == 503 and s)
     assert body["problems"] == ["internal error in the main loop thread"]
     assert probe(port, "/readyz")[0] == 503
+    release.touch()
     assert worker.wait(timeout=20) == 1
 
 
