@@ -75,14 +75,7 @@ def test_a_key_taken_by_a_concurrent_enqueue_is_skipped(
     # takes key "b" and commits after that look, before the second COPY: it meets the
     # unique index too; the rows go in by INSERT ... ON CONFLICT, which skips both.
     django_pgqueue.enqueue("held", {}, queue=queue, dedup_key="x")
-    looked = _enqueue._held_left_out
-
-    def look_then_race(*args: Any) -> Any:
-        found = looked(*args)
-        _take_key(queue, "b")
-        return found
-
-    monkeypatch.setattr(_enqueue, "_held_left_out", look_then_race)
+    _take_key_after_the_look(monkeypatch, queue, "b")
     drain(listener)
     with transaction.atomic() if in_transaction else contextlib.nullcontext():
         # In the caller's transaction, a savepoint; that transaction carries on.
@@ -121,17 +114,22 @@ def test_a_call_that_writes_nothing_sends_no_wake_up(
     assert drain(listener) == []
     # The last new key taken after that look: the INSERT ... ON CONFLICT writes nothing,
     # and in a fair queue its places statement sends no wake-up before it.
+    _take_key_after_the_look(monkeypatch, queue, "c")
+    assert django_pgqueue.enqueue_many("t", [{}, {}], queue=queue, dedup_keys=["a", "c"]) == 0
+    assert Message.objects.filter(queue=queue).count() == 3
+    assert drain(listener) == []
+
+
+def _take_key_after_the_look(monkeypatch: pytest.MonkeyPatch, queue: str, key: str) -> None:
+    """Another session takes ``key`` right after enqueue_many() looked up the held keys."""
     looked = _enqueue._held_left_out
 
     def look_then_race(*args: Any) -> Any:
         found = looked(*args)
-        _take_key(queue, "c")
+        _take_key(queue, key)
         return found
 
     monkeypatch.setattr(_enqueue, "_held_left_out", look_then_race)
-    assert django_pgqueue.enqueue_many("t", [{}, {}], queue=queue, dedup_keys=["a", "c"]) == 0
-    assert Message.objects.filter(queue=queue).count() == 3
-    assert drain(listener) == []
 
 
 def _take_key(queue: str, key: str) -> None:
