@@ -41,8 +41,11 @@ def explain_prepared(
     statement: str,
     params: Sequence[Any] | Mapping[str, Any],
     local_settings: Mapping[str, str],
+    *,
+    analyze: bool = False,
 ) -> dict[str, Any]:
-    """``EXPLAIN (FORMAT JSON) EXECUTE`` of each prepared statement of this session whose
+    """``EXPLAIN (FORMAT JSON) EXECUTE`` (``analyze``: ``EXPLAIN (ANALYZE, ...)``, which runs
+    it) of each prepared statement of this session whose
     text is ``statement`` as psycopg prepares it (its placeholders numbered), with
     ``params``, under ``local_settings`` (those the statement runs under: its cached generic
     plan is what gets explained). Plans by statement name."""
@@ -67,7 +70,8 @@ def explain_prepared(
         with transaction.atomic():
             if local_settings:
                 cursor.execute(set_local(local_settings))
-            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({values})")
+            options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+            cursor.execute(f"EXPLAIN ({options}) EXECUTE {name}({values})")
             plans[name] = cursor.fetchone()[0]
     return plans
 

@@ -233,7 +233,7 @@ def _messages(rows: Sequence[Sequence[Any]], alias: str, decode: bool) -> list[M
                 },
             )
             continue
-        *columns, redelivered, _position, _walk_position = values
+        *columns, _position, redelivered, _walk_position = values
         payload = columns[_PAYLOAD_AT]
         if decode and isinstance(payload, str):
             columns[_PAYLOAD_AT] = _json.loads(payload)

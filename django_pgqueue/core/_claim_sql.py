@@ -9,10 +9,10 @@ checks that):
    lease that gives its attempt back on expiry gets it back here instead, and runs again;
 2. the candidates: what differs between the kinds of queue, up to ``%(batch)s`` messages
    locked ``FOR UPDATE SKIP LOCKED`` in claim order;
-3. the lease (``numbered`` .. the end): attempts + 1 (+ 0 after a lease that gave its attempt
+3. the lease (``batch`` .. the end): attempts + 1 (+ 0 after a lease that gave its attempt
    back), a fresh fencing token, visible again after the visibility timeout. Rows come back
    tagged ``claimed`` or ``buried`` (so the caller logs both), in claim order, as
-   ``_claim.LEASED_COLUMNS`` then ``redelivered``, ``position`` and ``walk_position``: where
+   ``_claim.LEASED_COLUMNS`` then ``position``, ``redelivered`` and ``walk_position``: where
    the message was in the walk of its claim order, which the claimer's bounds move up to
    (``_claim_bound.py``). Timestamps travel as integer microseconds since the epoch (parsing
    timestamptz text costs a worker more than the rest of the row), clamped to Python's
@@ -78,9 +78,14 @@ WITH exhausted AS (
     ORDER BY priority DESC, available_at, id
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-), numbered AS (
-    -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
-    SELECT candidates.*, row_number() OVER () AS position FROM candidates
+), batch AS (
+    -- The batch as one row, in claim order. The lease joins this one row, so it reads the
+    -- batch's rows by primary key once, whatever size a generic plan guesses for the batch:
+    -- joined row by row to a batch guessed at one row, it would look every id up again for
+    -- each row, O(batch²).
+    SELECT array_agg(id) AS ids, array_agg(lease_token IS NOT NULL) AS redelivered,
+           array_agg(extract(epoch FROM available_at)::float8) AS places
+    FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
     -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
@@ -93,11 +98,8 @@ WITH exhausted AS (
         leased_at = now(),
         available_at = now() + make_interval(secs => %(visibility_timeout)s),
         fair_order = CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END
-    FROM numbered c
-    -- The rows by primary key, an index condition whatever the plan: joined on ``m.id =
-    -- c.id`` alone, a generic plan made while the table was small hash-joins the batch
-    -- against a walk of the whole primary key, O(table) per claim once a backlog arrives.
-    WHERE m.id = ANY(ARRAY(SELECT id FROM numbered)) AND m.id = c.id
+    FROM batch b
+    WHERE m.id = ANY(b.ids)
     -- Re-checked on the row version this statement locked: a lease committed by another
     -- worker meanwhile is never taken over, whatever plan found the candidate. Written so
     -- that it does not imply the partial claim index's predicate: a plan made while the
@@ -113,13 +115,14 @@ WITH exhausted AS (
         (extract(epoch FROM LEAST(GREATEST(m.leased_at, '0001-01-02+00'::timestamptz),
                                   '9999-12-30+00'::timestamptz)) * 1000000)::int8,
         m.headers,
-        c.lease_token IS NOT NULL AS redelivered, c.position,
-        extract(epoch FROM c.available_at)::float8 AS walk_position
+        array_position(b.ids, m.id) AS position
 )
-SELECT 'claimed' AS outcome, claimed.* FROM claimed
+SELECT 'claimed' AS outcome, claimed.*,
+       b.redelivered[claimed.position] AS redelivered, b.places[claimed.position] AS walk_position
+FROM claimed, batch b
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, NULL, 0, NULL
+       NULL, worker_id, NULL, NULL, 0, NULL, NULL
 FROM buried
 ORDER BY position
 """
@@ -180,9 +183,14 @@ WITH exhausted AS (
     ) m
     WHERE NOT EXISTS (SELECT 1 FROM pgqueue_queue q WHERE q.name = %(queue)s AND q.paused)
     LIMIT %(batch)s
-), numbered AS (
-    -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
-    SELECT candidates.*, row_number() OVER () AS position FROM candidates
+), batch AS (
+    -- The batch as one row, in claim order. The lease joins this one row, so it reads the
+    -- batch's rows by primary key once, whatever size a generic plan guesses for the batch:
+    -- joined row by row to a batch guessed at one row, it would look every id up again for
+    -- each row, O(batch²).
+    SELECT array_agg(id) AS ids, array_agg(lease_token IS NOT NULL) AS redelivered,
+           array_agg(extract(epoch FROM available_at)::float8) AS places
+    FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
     -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
@@ -195,11 +203,8 @@ WITH exhausted AS (
         leased_at = now(),
         available_at = now() + make_interval(secs => %(visibility_timeout)s),
         fair_order = CASE WHEN m.fair_order IS NULL THEN NULL ELSE -1 END
-    FROM numbered c
-    -- The rows by primary key, an index condition whatever the plan: joined on ``m.id =
-    -- c.id`` alone, a generic plan made while the table was small hash-joins the batch
-    -- against a walk of the whole primary key, O(table) per claim once a backlog arrives.
-    WHERE m.id = ANY(ARRAY(SELECT id FROM numbered)) AND m.id = c.id
+    FROM batch b
+    WHERE m.id = ANY(b.ids)
     -- Re-checked on the row version this statement locked: a lease committed by another
     -- worker meanwhile is never taken over, whatever plan found the candidate. Written so
     -- that it does not imply the partial claim index's predicate: a plan made while the
@@ -215,13 +220,14 @@ WITH exhausted AS (
         (extract(epoch FROM LEAST(GREATEST(m.leased_at, '0001-01-02+00'::timestamptz),
                                   '9999-12-30+00'::timestamptz)) * 1000000)::int8,
         m.headers,
-        c.lease_token IS NOT NULL AS redelivered, c.position,
-        extract(epoch FROM c.available_at)::float8 AS walk_position
+        array_position(b.ids, m.id) AS position
 )
-SELECT 'claimed' AS outcome, claimed.* FROM claimed
+SELECT 'claimed' AS outcome, claimed.*,
+       b.redelivered[claimed.position] AS redelivered, b.places[claimed.position] AS walk_position
+FROM claimed, batch b
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, NULL, 0, NULL
+       NULL, worker_id, NULL, NULL, 0, NULL, NULL
 FROM buried
 ORDER BY position
 """
@@ -273,9 +279,14 @@ WITH exhausted AS (
     FROM pgq_flow_candidates(%(queue)s::text, %(batch)s::int, %(exact)s::boolean,
                              %(settings)s::jsonb, %(levels)s::int2[], %(bounds)s::float8[],
                              %(after)s::int8[])
-), numbered AS (
-    -- The claim order, kept: an UPDATE ... FROM returns its rows in join order.
-    SELECT candidates.*, row_number() OVER () AS position FROM candidates
+), batch AS (
+    -- The batch as one row, in claim order. The lease joins this one row, so it reads the
+    -- batch's rows by primary key once, whatever size a generic plan guesses for the batch:
+    -- joined row by row to a batch guessed at one row, it would look every id up again for
+    -- each row, O(batch²).
+    SELECT array_agg(id) AS ids, array_agg(lease_token IS NOT NULL) AS redelivered,
+           array_agg(place) AS places
+    FROM candidates
 ), claimed AS (
     UPDATE pgqueue_message m
     -- (SET reads the row as it was: ``m.lease_token`` is the expired lease's, if any.)
@@ -288,11 +299,8 @@ WITH exhausted AS (
         leased_at = now(),
         available_at = now() + make_interval(secs => %(visibility_timeout)s),
         fair_order = -1
-    FROM numbered c
-    -- The rows by primary key, an index condition whatever the plan: joined on ``m.id =
-    -- c.id`` alone, a generic plan made while the table was small hash-joins the batch
-    -- against a walk of the whole primary key, O(table) per claim once a backlog arrives.
-    WHERE m.id = ANY(ARRAY(SELECT id FROM numbered)) AND m.id = c.id
+    FROM batch b
+    WHERE m.id = ANY(b.ids)
     -- Re-checked on the row version this statement locked: a lease committed by another
     -- worker meanwhile is never taken over, whatever plan found the candidate. Written so
     -- that it does not imply the partial claim index's predicate: a plan made while the
@@ -308,13 +316,14 @@ WITH exhausted AS (
         (extract(epoch FROM LEAST(GREATEST(m.leased_at, '0001-01-02+00'::timestamptz),
                                   '9999-12-30+00'::timestamptz)) * 1000000)::int8,
         m.headers,
-        c.lease_token IS NOT NULL AS redelivered, c.position,
-        c.place AS walk_position
+        array_position(b.ids, m.id) AS position
 )
-SELECT 'claimed' AS outcome, claimed.* FROM claimed
+SELECT 'claimed' AS outcome, claimed.*,
+       b.redelivered[claimed.position] AS redelivered, b.places[claimed.position] AS walk_position
+FROM claimed, batch b
 UNION ALL
 SELECT 'buried', message_id, queue, task, NULL, NULL, NULL, NULL, NULL, NULL, attempts, NULL,
-       NULL, worker_id, NULL, NULL, NULL, 0, NULL
+       NULL, worker_id, NULL, NULL, 0, NULL, NULL
 FROM buried
 ORDER BY position
 """

@@ -138,6 +138,44 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         _execution.end_claim_session(connection)
 
 
+@pytest.mark.parametrize("from_bounds", [False, True])
+def test_a_claim_planned_on_an_empty_queue_reads_its_batch_by_primary_key_once(
+    admin_conn, from_bounds
+):
+    """A generic plan cannot know the batch size (a parameter) and may guess it at one row.
+    Whatever it guesses, the lease reads the batch's rows in one scan of the primary key,
+    not once per claimed row (O(batch²) index lookups)."""
+    from django_pgqueue.core import _execution
+
+    _execution.dedicate_to_claims(connection)
+    try:
+        bounds = bounded(ClaimBounds(slow_head_walk=0.0)) if from_bounds else None
+        assert _claim.lease("default", worker_id="w1", bounds=bounds) == []  # planned empty
+        admin_conn.execute(
+            "INSERT INTO pgqueue_message (queue, task, payload) "
+            "SELECT 'default', 't', '{}' FROM generate_series(1, 2000)"
+        )
+        named: dict[str, Any] = {
+            "queue": "default",
+            "batch": 500,
+            "worker": "w1",
+            "visibility_timeout": 30.0,
+        }
+        statement = _claim_sql.PLAIN_CLAIM
+        if bounds is not None:
+            statement = _claim_sql.BOUNDED_CLAIM
+            priorities, floors, _ = levels_params(bounds.start("default"))
+            named.update(levels=priorities, bounds=floors)
+        with connection.cursor() as cursor:
+            [plan] = explain_prepared(cursor, statement, named, {}, analyze=True).values()
+        by_id = [n for n in nodes(plan) if n.get("Index Name") == "pgqueue_message_pkey"]
+        claimed = [n for n in by_id if "ANY" in n.get("Index Cond", "")]
+        assert claimed and all(n["Actual Loops"] == 1 for n in claimed), plan
+        assert Message.objects.filter(lease_token__isnull=False).count() == 500 + bool(bounds)
+    finally:
+        _execution.end_claim_session(connection)
+
+
 def test_a_look_from_the_head_lowers_the_bounds_to_what_fell_due_below_them():
     # Claims that never walk from the head themselves: the look does it for them.
     bounds = bounded(ClaimBounds(slow_head_walk=0.0, head_walks_in_claims=False))

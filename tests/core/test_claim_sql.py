@@ -18,7 +18,7 @@ CLAIMS = {
 def parts(text: str) -> tuple[str, str, str]:
     """The reaper, the candidates and the lease of a claim."""
     reaper, rest = text.split("), candidates AS (")
-    candidates, lease = rest.split("), numbered AS (")
+    candidates, lease = rest.split("), batch AS (")
     return reaper, candidates, lease
 
 
@@ -32,7 +32,7 @@ def test_every_claim_leases_the_same_way_but_for_the_fair_order_and_the_walk_pos
     def lease(kind: str) -> str:
         text = parts(CLAIMS[kind])[2]
         text = re.sub(r"fair_order = .*\n", "fair_order = <order>\n", text)
-        return re.sub(r"\n\s+\S.* AS walk_position\n", "\n<walk> AS walk_position\n", text)
+        return re.sub(r"array_agg\(.*\) AS places\n", "array_agg(<walk>) AS places\n", text)
 
     assert lease("bounded") == lease("plain")
     assert lease("flow") == lease("plain")
@@ -42,5 +42,5 @@ def test_every_claim_leases_the_same_way_but_for_the_fair_order_and_the_walk_pos
 def test_a_claim_takes_its_batch_size_as_a_parameter(kind):
     text = CLAIMS[kind]
     assert "%(batch)s" in text
-    assert not re.search(r"LIMIT \d+\s+FOR UPDATE SKIP LOCKED\n\), numbered", text)
+    assert not re.search(r"LIMIT \d+\s+FOR UPDATE SKIP LOCKED\n\), batch", text)
     assert "{" not in text.replace("'{}'", "")  # no template left to fill in
