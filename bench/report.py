@@ -16,6 +16,14 @@ Row = dict[str, Any]
 SCENARIO_ORDER = ["enqueue", "drain", "claim", "producers", "latency", "steady", "memory"]
 
 
+def table(header: str, rows: list[list[str]], left: int = 1) -> str:
+    """A markdown table (``header``: the titles joined by " | "): the first ``left`` columns
+    left-aligned, the rest right-aligned."""
+    columns = header.count(" | ") + 1
+    lines = [f"| {header} |", "|" + "---|" * left + "---:|" * (columns - left)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def _by_key(results: Iterable[Row]) -> dict[str, list[Row]]:
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in results:

@@ -1,11 +1,14 @@
-"""Django on a scratch database of its own, for the self-contained benches (``flow``,
-``compose``): configured in-process (child processes forked from the harness inherit it),
-migrated at the start, dropped at the end."""
+"""What the study benches (``flow``, ``compose``, ``tracing``, ``processes``, ``pipeline``,
+``export``) share: the server (``BENCH_SERVER_DSN``), their common options, and Django on a
+scratch database of their own, configured in-process (forked children inherit it), migrated
+at the start and dropped at the end."""
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +19,36 @@ from .pg import django_database, dsn_for, scratch_database
 
 if TYPE_CHECKING:
     from django_pgqueue.worker.runner import Worker
+
+SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+QUEUE = "bench"
+
+
+def parser(name: str, doc: str, *, reps: int, quick: str) -> argparse.ArgumentParser:
+    """The options of ``python -m bench <name>``, ``--quick`` and ``--reps`` among them."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench {name}", description=doc)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--reps", type=int, default=reps, help="repetitions (median reported)")
+    return parser
+
+
+def parse(options: argparse.ArgumentParser, argv: list[str] | None, **quick: Any) -> Any:
+    """The options given; with ``--quick``, ``quick`` stands for the defaults."""
+    args = options.parse_args(argv)
+    if args.quick:
+        options.set_defaults(**quick)
+        args = options.parse_args(argv)
+    return args
+
+
+def ratios(a: list[float], b: list[float]) -> list[float]:
+    """Each repetition's own ratio ``a / b`` (runs of the same repetition)."""
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
+def paired(a: list[float], b: list[float]) -> float:
+    """The median of :func:`ratios`: slow drift of a shared machine moves both sides alike."""
+    return statistics.median(ratios(a, b))
 
 
 def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
