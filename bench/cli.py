@@ -37,7 +37,7 @@ from .config import MODES, PAYLOAD_BYTES
 from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
 from .measure import Recorder, UdpCollector
 from .peers import runner as peer_runner
-from .pg import StatsProbe, drop_database, dsn_for, recreate_database
+from .pg import SERVER_DSN, StatsProbe, drop_database, dsn_for, recreate_database
 
 Scenario = Callable[[Context, int], None]
 
@@ -150,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_const", const="quick", dest="mode")
     parser.add_argument("--only", default="", help="comma-separated scenarios")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
-    )
+    parser.add_argument("--dsn", default=SERVER_DSN)
     parser.add_argument("--db", default="pgq_bench")
     parser.add_argument("--peers", default=",".join(ALL_PEERS))
     parser.add_argument("--no-peers", action="store_const", const="", dest="peers")

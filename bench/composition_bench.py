@@ -1,6 +1,7 @@
 """Composition: what dependencies and batches cost, and how fast a chain moves.
 
-Creates and drops its own database (``pgq_compose_bench``, or ``BENCH_COMPOSE_DB``) on ``BENCH_SERVER_DSN``::
+Creates and drops its own database (``pgq_compose_bench``, or ``BENCH_COMPOSE_DB``) on
+``BENCH_SERVER_DSN``::
 
     python -m bench compose [--quick] [--reps N] [--members N] [--steps N]
 
@@ -33,7 +34,6 @@ from .measure import percentile
 from .report import table
 from .study import (
     QUEUE,
-    SERVER_DSN,
     checkpoint,
     claim_batch,
     configure,
@@ -52,7 +52,7 @@ PGQUEUE = {"NOTIFY": True}
 
 
 def setup_django() -> None:
-    configure(SERVER_DSN, DBNAME, PGQUEUE)
+    configure(DBNAME, PGQUEUE)
 
 
 def reset_tables() -> None:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(options, argv, reps=1, members=2_000, steps=200, plain=10_000)
     reps, members, steps, plain = args.reps, args.members, args.steps, args.plain
 
-    with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
+    with migrated_database(DBNAME, PGQUEUE):
         rates: dict[str, list[float]] = {"raw": [], "off": [], "on": []}
         drains: dict[str, list[float]] = {"off": [], "plain": [], "batch": []}
         for _ in range(reps):

@@ -41,7 +41,6 @@ from typing import Any
 
 from .measure import percentile
 from .study import (
-    SERVER_DSN,
     checkpoint,
     claim_batch,
     configure,
@@ -91,7 +90,7 @@ PGQUEUE = {
 
 
 def setup_django() -> None:
-    configure(SERVER_DSN, DBNAME, PGQUEUE)
+    configure(DBNAME, PGQUEUE)
 
 
 def reset_tables() -> None:
@@ -431,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 
-    with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
+    with migrated_database(DBNAME, PGQUEUE):
         if args.only in (None, "throughput"):
             report_throughput(totals, reps, args.procs, args.claims_only)
         if args.only in (None, "workers"):

@@ -31,9 +31,9 @@ import sys
 import time
 
 from .context import REPO_DIR
-from .pg import dsn_for, scratch_database
+from .pg import SERVER_DSN, dsn_for, scratch_database
 from .report import table
-from .study import QUEUE, SERVER_DSN, checkpoint, configure, execute, parse, parser
+from .study import QUEUE, checkpoint, configure, execute, parse, parser
 
 DBNAME = os.environ.get("BENCH_PROCESSES_DB", "pgq_processes_bench")
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--noop-messages", type=int, default=20_000)
     args = parse(options, argv, reps=1, cpu_messages=100, noop_messages=5000)
     with scratch_database(SERVER_DSN, DBNAME):
-        configure(SERVER_DSN, DBNAME, {"NOTIFY": True})
+        configure(DBNAME, {"NOTIFY": True})
         migrate()
         try:
             print(run(args.reps, args.cpu_messages, args.noop_messages))

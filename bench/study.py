@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .pg import django_database, dsn_for, scratch_database
+from .pg import SERVER_DSN, django_database, dsn_for, scratch_database
 
 if TYPE_CHECKING:
     from django_pgqueue.worker.runner import Worker
 
-SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 QUEUE = "bench"
 
 
@@ -51,7 +50,7 @@ def paired(a: list[float], b: list[float]) -> float:
     return statistics.median(ratios(a, b))
 
 
-def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
+def configure(dbname: str, pgqueue: dict[str, Any]) -> None:
     """Django settings for the bench database (once per process)."""
     import django
     from django.conf import settings
@@ -60,7 +59,7 @@ def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
         return
     settings.configure(
         INSTALLED_APPS=["django_pgqueue", "bench.benchapp"],
-        DATABASES={"default": django_database(dsn_for(server_dsn, dbname))},
+        DATABASES={"default": django_database(dsn_for(SERVER_DSN, dbname))},
         USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         # bench.benchapp's django.tasks task names its own queue: any queue is valid here.
@@ -71,10 +70,10 @@ def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
 
 
 @contextmanager
-def migrated_database(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> Iterator[None]:
+def migrated_database(dbname: str, pgqueue: dict[str, Any]) -> Iterator[None]:
     """A scratch database for the run, Django set up on it and migrated; dropped at the end."""
-    with scratch_database(server_dsn, dbname):
-        configure(server_dsn, dbname, pgqueue)
+    with scratch_database(SERVER_DSN, dbname):
+        configure(dbname, pgqueue)
         from django.core.management import call_command
         from django.db import connections
 

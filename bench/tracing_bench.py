@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .report import table
-from .study import QUEUE, SERVER_DSN, checkpoint, execute, migrated_database, parse, parser
+from .study import QUEUE, checkpoint, execute, migrated_database, parse, parser
 
 DBNAME = os.environ.get("BENCH_TRACING_DB", "pgq_tracing_bench")
 MODES = ("off", "headers", "tracing")
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(
             "python -m bench tracing needs opentelemetry-sdk (the dev extra)"
         ) from None
-    with migrated_database(SERVER_DSN, DBNAME, {"NOTIFY": True}):
+    with migrated_database(DBNAME, {"NOTIFY": True}):
         rates: dict[tuple[str, str], list[float]] = {}
         for rep in range(args.reps):
             # The modes' order turns each repetition: no mode always runs first.
