@@ -1,10 +1,5 @@
 """``python -m bench``: run the scenarios, print the tables, write results and plots.
 
-python -m bench [--mode full|quick|smoke] [--only enqueue,drain,...] [--reps N]
-                [--dsn postgres://postgres@127.0.0.1:5432/postgres] [--db pgq_bench]
-                [--peers procrastinate,pgqueuer,tasksdb,celery | --no-peers]
-                [--out bench/results/<stamp>] [--no-plots] [--keep-db]
-
 The other benches are subcommands (``python -m bench <name> --help`` for their options):
 
 mvcc       speed that lasts: sustained load, a held snapshot, the export, a big backlog and

@@ -28,11 +28,9 @@ from .mvcc import (
     server_pids,
 )
 from .peers.runner import PEERS, Adapter, call_all
-from .scenarios import PGQ
+from .scenarios import FAIR_QUEUE, PGQ
 from .workers import COPY_MESSAGES, Worker, last_ack_at, load_and_release, wait_drained
 
-FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
-COPY_FAIR = "COPY pgqueue_message (queue, task, payload, tenant) FROM STDIN"
 CLAIM_BATCH = 100
 FAIR_ROUND = 100  # messages a tenant adds to the fair backlog per turn
 

@@ -44,20 +44,8 @@ class Worker:
 
     def __init__(self, ctx: Context, concurrency: int, batch: int, label: str, **env: str) -> None:
         self.ctx = ctx
-        args = [
-            ctx.python,
-            "-m",
-            "django",
-            "pgq_worker",
-            "--queue",
-            QUEUE,
-            "--concurrency",
-            str(concurrency),
-            "--batch-size",
-            str(batch),
-            "--worker-id",
-            label,
-        ]
+        args = [ctx.python, "-m", "django", "pgq_worker", "--queue", QUEUE, "--worker-id", label]
+        args += ["--concurrency", str(concurrency), "--batch-size", str(batch)]
         self.proc = ctx.spawn(args, label, pipe_stdout=False, **env)
 
     @property

@@ -115,9 +115,3 @@ def serve_sync(
         except Exception as exc:
             result = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(result if result is not None else {"ok": True}), flush=True)
-
-
-def timed_call(fn: Callable[[], Any]) -> dict[str, float]:
-    t0 = time.perf_counter()
-    fn()
-    return {"seconds": time.perf_counter() - t0}
