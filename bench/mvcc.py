@@ -28,6 +28,7 @@ from .config import QUEUE
 from .context import Context
 from .measure import percentile, wait_until
 from .peers.runner import PEERS, Adapter, call_all
+from .pg import scalar
 from .scenarios import PGQ, Producers
 from .workers import Worker
 
@@ -221,8 +222,7 @@ WHERE toplevel AND query LIKE %s AND query NOT LIKE 'SELECT count(*) FROM%%'
 
 
 def system_buffers(conn: psycopg.Connection[Any], pattern: str) -> int:
-    row = conn.execute(SYSTEM_BUFFERS, [pattern]).fetchone()
-    return int(row[0]) if row else 0
+    return int(scalar(conn, SYSTEM_BUFFERS, [pattern]))
 
 
 # What the cluster's client backends are doing, at one look: the export's (its COPY of a range)
@@ -284,8 +284,7 @@ class Sampler:
             next_heavy = 0.0
             while not self._stop.is_set():
                 now = time.time() - self.t0
-                row = conn.execute(self.shape.backlog_sql).fetchone()
-                self.backlog.append((now, int(row[0]) if row else 0))
+                self.backlog.append((now, _backlog(conn, self.shape)))
                 self._looks += 1
                 for who, what, count in conn.execute(WAITS).fetchall():
                     key = f"{who} {what}"
@@ -409,9 +408,8 @@ def process_tree(root: int) -> list[int]:
 
 def server_pids(conn: psycopg.Connection[Any]) -> list[int]:
     """The private cluster's processes: the postmaster and its children."""
-    data = conn.execute("SHOW data_directory").fetchone()
-    assert data is not None
-    return process_tree(int((Path(data[0]) / "postmaster.pid").read_text().split()[0]))
+    pid_file = Path(scalar(conn, "SHOW data_directory")) / "postmaster.pid"
+    return process_tree(int(pid_file.read_text().split()[0]))
 
 
 def machine_seconds() -> dict[str, float]:
@@ -537,8 +535,7 @@ def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
 
 
 def _backlog(conn: psycopg.Connection[Any], shape: Shape) -> int:
-    row = conn.execute(shape.backlog_sql).fetchone()
-    return int(row[0]) if row else 0
+    return int(scalar(conn, shape.backlog_sql))
 
 
 def _sleep_until(deadline: float) -> None:

@@ -25,6 +25,13 @@ def dsn_for(server_dsn: str, dbname: str) -> str:
     return make_conninfo(server_dsn, dbname=dbname)
 
 
+def scalar(conn: Any, statement: str, params: Any = None) -> Any:
+    """The one value a query returns (``conn``: a connection or a cursor)."""
+    row = conn.execute(statement, params).fetchone()
+    assert row is not None, statement
+    return row[0]
+
+
 def django_database(dsn: str) -> dict[str, Any]:
     """A ``DATABASES`` entry for ``dsn`` with persistent connections."""
     params = conninfo_to_dict(dsn)
