@@ -27,19 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import core_cases, mvcc, mvcc_report, mvcc_scale, mvcc_timeline
+from . import mvcc, mvcc_report, mvcc_scale, mvcc_timeline
 from .config import QUICK
-from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
-from .measure import Recorder, UdpCollector
-from .pg import StatsProbe, dsn_for, recreate_database
+from .context import Context, draw_plots, harness, peers_with_venvs, results_dir, stamp
+from .measure import Recorder
 from .private_server import enable_statements, private_server
 
 DB = "pgq_mvcc"
@@ -96,50 +93,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(wanted) - set(ALL)
     if unknown:
         _parser().error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(ALL)}")
-    peers = [p for p in args.peers.split(",") if p]
-    missing = [p for p in peers if not (VENVS_DIR / p / "bin" / "python").exists()]
-    if missing:
-        print(f"!! no virtualenv for {missing} (bash bench/run.sh --setup-only)", file=sys.stderr)
-        peers = [p for p in peers if p not in missing]
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / f"{stamp}-mvcc"
-    out_dir.mkdir(parents=True, exist_ok=True)
-
+    out_dir = results_dir(args.out, "mvcc")
     results: dict[str, Any] = {
         "args": vars(args),
-        "peers": peers,
-        "started": stamp,
+        "peers": peers_with_venvs(args.peers),
+        "started": stamp(),
         "loadavg_start": os.getloadavg(),
     }
     started = time.time()
-    server_log = out_dir / "postgresql.log"
-    with private_server(
-        f"pgq_bench_{os.getpid()}", keep_log=server_log, settings=args.server_setting
-    ) as server_dsn:
-        recreate_database(server_dsn, DB)
-        dsn = dsn_for(server_dsn, DB)
-        enable_statements(dsn)
-        core_cases.setup_django(dsn)
-        probe = StatsProbe(server_dsn, DB)
-        udp = UdpCollector()
-        ctx = Context(
-            server_dsn=server_dsn,
-            dbname=DB,
-            dsn=dsn,
-            sizes=QUICK,
-            probe=probe,
-            recorder=Recorder(str(out_dir / "unused.jsonl"), quiet=True),
-            udp=udp,
-            out_dir=out_dir,
-            peers=peers,
-        )
-        results["postgres"] = probe.settings()
-        try:
+    log = out_dir / "postgresql.log"
+    name = f"pgq_bench_{os.getpid()}"
+    with private_server(name, keep_log=log, settings=args.server_setting) as server_dsn:
+        recorder = Recorder(None, quiet=True)
+        with harness(server_dsn, DB, QUICK, out_dir, results["peers"], recorder) as ctx:
+            enable_statements(ctx.dsn)
+            results["postgres"] = ctx.probe.settings()
             run_scenarios(ctx, args, wanted, results, out_dir)
-        finally:
-            udp.close()
-            probe.close()
-            core_cases.close_connections()
     results["seconds"] = round(time.time() - started)
     results["loadavg_end"] = os.getloadavg()
     _save(results, out_dir)

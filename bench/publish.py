@@ -1,7 +1,6 @@
 """Write docs/benchmarks.md and docs/img/bench-*.png from one results folder.
 
-    python -m bench publish bench/results/<run> [--summary bench/summary.md] [--commit ID]
-                            [--docs-dir docs]
+    python -m bench publish bench/results/<run> [--summary bench/summary.md] [--docs-dir docs]
 
 The page is regenerated from the run's own files (results.jsonl, facts.json, plots), so the
 numbers in the docs are always the ones a run printed. ``--summary`` is the hand-written
@@ -22,6 +21,11 @@ from .context import REPO_DIR
 
 # docs/benchmarks.md, its figures filled in by str.format() (literal braces doubled).
 PAGE = Path(__file__).with_name("benchmarks_page.md")
+# The run's sizes the page quotes, by their names in config.Sizes.
+SIZES_QUOTED = (
+    "claim_big claim_measured producers rss_n enqueue_n bulk_n drain_n drain_mid_n drain_slow_n"
+    " peer_slow_n latency_n"
+).split()
 
 
 def _summary(values: list[float], unit: str = "\u00d7", digits: int = 2) -> str:
@@ -100,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench publish")
     parser.add_argument("folder")
     parser.add_argument("--summary", default="", help="the hand-written notes (a template)")
-    parser.add_argument("--commit", default="", help="the commit measured, if facts lack it")
     parser.add_argument("--docs-dir", default=str(REPO_DIR / "docs"), help="where to write")
     args = parser.parse_args(argv)
     folder = Path(args.folder)
@@ -136,32 +139,18 @@ def main(argv: list[str] | None = None) -> int:
         date=datetime.fromtimestamp((folder / "results.jsonl").stat().st_mtime, UTC).strftime(
             "%Y-%m-%d %H:%M UTC"
         ),
-        commit=args.commit or facts.get("commit", "unknown"),
+        commit=facts.get("commit", "unknown"),
         details=detail_tables(results),
         failures=failures,
-        nproc=facts["nproc"],
         cpu=facts["cpu"] or "unknown CPU",
         memory=facts["memory_gib"],
-        kernel=facts["kernel"],
         pg_version=pg.get("server_version", "?"),
         pg_settings=pg_settings,
-        python=facts["python"],
-        django=facts["django"],
-        psycopg=facts["psycopg"],
+        **{name: facts[name] for name in ("nproc", "kernel", "python", "django", "psycopg")},
         peers=", ".join(f"{k} {v}" for k, v in facts.get("peer_versions", {}).items()) or "none",
-        claim_big=f"{sizes.claim_big:,}",
-        claim_measured=f"{sizes.claim_measured:,}",
-        producers=sizes.producers,
         steady=f"{sizes.steady_seconds:g} ",
-        rss_n=f"{sizes.rss_n:,}",
-        enqueue_n=f"{sizes.enqueue_n:,}",
-        bulk_n=f"{sizes.bulk_n:,}",
-        drain_n=f"{sizes.drain_n:,}",
-        drain_mid_n=f"{sizes.drain_mid_n:,}",
-        drain_slow_n=f"{sizes.drain_slow_n:,}",
         slice_n=f"{sizes.drain_n // 5:,}",
-        peer_slow_n=f"{sizes.peer_slow_n:,}",
-        latency_n=f"{sizes.latency_n:,}",
+        **{name: f"{getattr(sizes, name):,}" for name in SIZES_QUOTED},
     )
     docs = Path(args.docs_dir)
     (docs / "img").mkdir(parents=True, exist_ok=True)
