@@ -49,35 +49,25 @@ class Shape:
     statements_like: str  # pattern of every statement of the system (its table's name)
 
 
+# fmt: off
 SHAPES = {
     "pgq": Shape(
-        PGQ,
-        "pgq",
-        r"pgqueue\_%",
-        "pgqueue_message",
-        "SELECT count(*) FROM pgqueue_message",
+        PGQ, "pgq", r"pgqueue\_%", "pgqueue_message", "SELECT count(*) FROM pgqueue_message",
         ("%UPDATE pgqueue_message m%", "%gen_random_uuid()%", "%leased_by%"),
         r"%pgqueue\_message%",
     ),
     "pgqueuer": Shape(
-        "PgQueuer",
-        "pgqueuer",
-        "pgqueuer%",
-        "pgqueuer",
+        "PgQueuer", "pgqueuer", "pgqueuer%", "pgqueuer",
         "SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
-        ("%UPDATE%pgqueuer%", "%picked%"),
-        "%pgqueuer%",
+        ("%UPDATE%pgqueuer%", "%picked%"), "%pgqueuer%",
     ),
     "procrastinate": Shape(
-        "Procrastinate",
-        "procrastinate",
-        "procrastinate%",
-        "procrastinate_jobs",
+        "Procrastinate", "procrastinate", "procrastinate%", "procrastinate_jobs",
         "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
-        ("%procrastinate_fetch_job%",),
-        "%procrastinate%",
+        ("%procrastinate_fetch_job%",), "%procrastinate%",
     ),
 }
+# fmt: on
 
 # Each peer's worker setting in these runs (the adapter's serve_latency argument).
 PEER_WORKER_ARG = {"pgqueuer": "10", "procrastinate": "4"}

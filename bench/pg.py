@@ -105,19 +105,10 @@ class StatsProbe:
         return int(row[0])
 
     def settings(self) -> dict[str, str]:
-        names = [
-            "server_version",
-            "synchronous_commit",
-            "fsync",
-            "wal_level",
-            "shared_buffers",
-            "work_mem",
-            "max_wal_size",
-            "checkpoint_timeout",
-            "commit_delay",
-            "max_connections",
-            "autovacuum",
-        ]
+        names = (
+            "server_version synchronous_commit fsync wal_level shared_buffers work_mem"
+            " max_wal_size checkpoint_timeout commit_delay max_connections autovacuum"
+        ).split()
         rows = self.conn.execute(
             "SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)", [names]
         ).fetchall()
