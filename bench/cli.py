@@ -98,20 +98,16 @@ def _commit() -> str:
 
 
 def machine_facts(probe: StatsProbe) -> dict[str, object]:
-    mem_kib = 0
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    def first(path: str, prefix: str) -> str:
+        """What follows ``prefix`` on its first line in ``path``, or ""."""
+        try:
+            with open(path) as lines:
+                return next((line[len(prefix) :] for line in lines if line.startswith(prefix)), "")
+        except OSError:
+            return ""
+
+    mem_kib = int((first("/proc/meminfo", "MemTotal:").split() or ["0"])[0])
+    cpu = first("/proc/cpuinfo", "model name").partition(":")[2].strip()
     import django
     import psycopg
 

@@ -15,14 +15,16 @@ if TYPE_CHECKING:
     from django_pgqueue.core._claim_bound import ClaimBounds
 
 
-def setup_django(dsn: str) -> None:
+def setup_django(dsn: str, migrate: bool = True) -> None:
+    """Django on the bench database (``bench.settings``); a helper process finds it migrated."""
     os.environ["BENCH_DSN"] = dsn
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     import django
     from django.core.management import call_command
 
     django.setup()
-    call_command("migrate", verbosity=0)
+    if migrate:
+        call_command("migrate", verbosity=0)
 
 
 def reset() -> None:
@@ -154,15 +156,6 @@ def standard_json() -> Iterator[bool]:
         yield fast is not None
     finally:
         _json.orjson = fast
-
-
-def setup_django_light(dsn: str) -> None:
-    """Django for a helper process: the database is already migrated."""
-    os.environ["BENCH_DSN"] = dsn
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
 
 
 def close_connections() -> None:
