@@ -1,10 +1,5 @@
 """``python -m bench``: run the scenarios, print the tables, write results and plots.
 
-python -m bench [--mode full|quick|smoke] [--only enqueue,drain,...] [--reps N]
-                [--dsn postgres://postgres@127.0.0.1:5432/postgres] [--db pgq_bench]
-                [--peers procrastinate,pgqueuer,tasksdb,celery | --no-peers]
-                [--out bench/results/<stamp>] [--no-plots] [--keep-db]
-
 The other benches are subcommands (``python -m bench <name> --help`` for their options):
 
 mvcc       speed that lasts: sustained load, a held snapshot, the export, a big backlog and
@@ -29,15 +24,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
 
 from . import core_cases, raw, report, scenarios, workers
 from .config import MODES, PAYLOAD_BYTES
-from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
-from .measure import Recorder, UdpCollector
+from .context import BENCH_DIR, Context, draw_plots, harness, peers_with_venvs, results_dir
+from .measure import Recorder
 from .peers import runner as peer_runner
-from .pg import StatsProbe, drop_database, dsn_for, recreate_database
+from .pg import SERVER_DSN, StatsProbe, drop_database
 
 Scenario = Callable[[Context, int], None]
 
@@ -105,20 +98,16 @@ def _commit() -> str:
 
 
 def machine_facts(probe: StatsProbe) -> dict[str, object]:
-    mem_kib = 0
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    def first(path: str, prefix: str) -> str:
+        """What follows ``prefix`` on its first line in ``path``, or ""."""
+        try:
+            with open(path) as lines:
+                return next((line[len(prefix) :] for line in lines if line.startswith(prefix)), "")
+        except OSError:
+            return ""
+
+    mem_kib = int((first("/proc/meminfo", "MemTotal:").split() or ["0"])[0])
+    cpu = first("/proc/cpuinfo", "model name").partition(":")[2].strip()
     import django
     import psycopg
 
@@ -150,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_const", const="quick", dest="mode")
     parser.add_argument("--only", default="", help="comma-separated scenarios")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
-    )
+    parser.add_argument("--dsn", default=SERVER_DSN)
     parser.add_argument("--db", default="pgq_bench")
     parser.add_argument("--peers", default=",".join(ALL_PEERS))
     parser.add_argument("--no-peers", action="store_const", const="", dest="peers")
@@ -164,87 +150,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sizes = MODES[args.mode]
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / f"{stamp}-{sizes.name}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    peers = [p for p in args.peers.split(",") if p]
-    missing = [p for p in peers if not (VENVS_DIR / p / "bin" / "python").exists()]
-    if missing:
-        print(
-            f"!! no virtualenv for peers {missing} (bash bench/run.sh creates them); skipped",
-            file=sys.stderr,
-        )
-        peers = [p for p in peers if p not in missing]
-
-    recreate_database(args.dsn, args.db)
-    dsn = dsn_for(args.dsn, args.db)
-    raw.create_schema(dsn)
-    core_cases.setup_django(dsn)
-    probe = StatsProbe(args.dsn, args.db)
-    udp = UdpCollector()
+    out_dir = results_dir(args.out, sizes.name)
+    peers = peers_with_venvs(args.peers)
     results_path = out_dir / "results.jsonl"
     results_path.unlink(missing_ok=True)
-    ctx = Context(
-        server_dsn=args.dsn,
-        dbname=args.db,
-        dsn=dsn,
-        sizes=sizes,
-        probe=probe,
-        recorder=Recorder(str(results_path), quiet=args.quiet),
-        udp=udp,
-        out_dir=out_dir,
-        peers=peers,
-    )
-    facts = machine_facts(probe)
-    table = scenario_table(ctx)
-    wanted = [s for s in args.only.split(",") if s] or list(table)
-    unknown = set(wanted) - set(table)
-    if unknown:
-        parser.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(table)}")
-    if not workers.available():
-        print(
-            "!! pgq_worker is not available in this checkout: worker scenarios skipped",
-            file=sys.stderr,
-        )
+    recorder = Recorder(str(results_path), quiet=args.quiet)
     started = time.time()
     failures: list[str] = []
-    facts.update(
-        mode=sizes.name,
-        reps=args.reps,
-        only=args.only,
-        peers=peers,
-        failures=failures,
-        peer_versions=peer_runner.versions(peers),
-        seconds=0,
-        commit=_commit(),
-    )
-    # Written now too, so that an interrupted run still has what bench.publish needs.
-    (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))
     try:
-        for rep in range(args.reps):
-            for name in wanted:
-                if name in ONCE and rep > 0:
-                    continue
-                for scenario in table[name]:
-                    label = f"{scenario.__module__.rsplit('.', 1)[-1]}.{scenario.__name__}"
-                    print(f"== rep {rep}: {label}", flush=True)
-                    try:
-                        scenario(ctx, rep)
-                    except Exception as exc:  # one broken case must not lose the whole run
-                        failures.append(f"rep {rep} {label}: {type(exc).__name__}: {exc}")
-                        print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
-                        core_cases.close_connections()
-            if rep == 0 and "memory" in wanted and workers.available():
-                print("== memory: long run", flush=True)
-                try:
-                    workers.memory_long(ctx, 0)
-                except Exception as exc:
-                    failures.append(f"memory long run: {type(exc).__name__}: {exc}")
-                    print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
+        with harness(args.dsn, args.db, sizes, out_dir, peers, recorder) as ctx:
+            raw.create_schema(ctx.dsn)
+            table = scenario_table(ctx)
+            wanted = [s for s in args.only.split(",") if s] or list(table)
+            if unknown := set(wanted) - set(table):
+                parser.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(table)}")
+            if not workers.available():
+                print(
+                    "!! no pgq_worker in this checkout: worker scenarios skipped", file=sys.stderr
+                )
+            facts = machine_facts(ctx.probe)
+            facts.update(
+                mode=sizes.name,
+                reps=args.reps,
+                only=args.only,
+                peers=peers,
+                failures=failures,
+                peer_versions=peer_runner.versions(peers),
+                seconds=0,
+                commit=_commit(),
+            )
+            # Written now too, so that an interrupted run still has what bench.publish needs.
+            (out_dir / "facts.json").write_text(json.dumps(facts, indent=2))
+            run_scenarios(ctx, args.reps, [(name, table[name]) for name in wanted], failures)
     finally:
-        udp.close()
-        probe.close()
-        core_cases.close_connections()
         if not args.keep_db:
             drop_database(args.dsn, args.db)
 
@@ -254,11 +192,37 @@ def main(argv: list[str] | None = None) -> int:
     results = [json.loads(line) for line in results_path.read_text().splitlines() if line]
     markdown = report.full_report(results)
     (out_dir / "report.md").write_text(markdown)
-    print()
-    print(markdown)
+    print(f"\n{markdown}")
     if failures:
         print("Failures:\n- " + "\n- ".join(failures))
     if not args.no_plots:
         draw_plots("plots.py", out_dir)
     print(f"results: {out_dir}")
     return 1 if failures else 0
+
+
+def run_scenarios(
+    ctx: Context, reps: int, wanted: list[tuple[str, list[Scenario]]], failures: list[str]
+) -> None:
+    """Every repetition of the scenarios; one that fails is noted in ``failures`` and the run
+    goes on (one broken case must not lose the whole run)."""
+
+    def attempt(label: str, scenario: Scenario, rep: int) -> None:
+        print(f"== rep {rep}: {label}", flush=True)
+        try:
+            scenario(ctx, rep)
+        except Exception as exc:
+            failures.append(f"rep {rep} {label}: {type(exc).__name__}: {exc}")
+            print(f"!! {failures[-1]}", file=sys.stderr, flush=True)
+            core_cases.close_connections()
+
+    for rep in range(reps):
+        for name, scenarios_of in wanted:
+            if name in ONCE and rep > 0:
+                continue
+            for scenario in scenarios_of:
+                attempt(
+                    f"{scenario.__module__.rsplit('.', 1)[-1]}.{scenario.__name__}", scenario, rep
+                )
+        if rep == 0 and "memory" in dict(wanted) and workers.available():
+            attempt("memory: long run", workers.memory_long, 0)

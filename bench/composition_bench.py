@@ -1,8 +1,7 @@
 """Composition: what dependencies and batches cost, and how fast a chain moves.
 
-Self-contained: creates and drops its own database (``pgq_compose_bench``, or
-``BENCH_COMPOSE_DB``) on the server named by ``BENCH_SERVER_DSN`` (default
-``postgresql://postgres@127.0.0.1:5432/postgres``)::
+Creates and drops its own database (``pgq_compose_bench``, or ``BENCH_COMPOSE_DB``) on
+``BENCH_SERVER_DSN``::
 
     python -m bench compose [--quick] [--reps N] [--members N] [--steps N]
 
@@ -25,7 +24,6 @@ gap p50 <= 5 ms and p99 <= 20 ms (3).
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import statistics
@@ -33,27 +31,28 @@ import time
 from itertools import pairwise
 
 from .measure import percentile
-from .scratch_django import (
+from .report import table
+from .study import (
+    QUEUE,
     checkpoint,
     claim_batch,
     configure,
     execute,
     migrated_database,
+    paired,
+    parse,
+    parser,
     run_pool,
     running_worker,
 )
 
-SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_COMPOSE_DB", "pgq_compose_bench")
-QUEUE = "bench"
 CLAIM_BATCH = 50
-
-
 PGQUEUE = {"NOTIFY": True}
 
 
 def setup_django() -> None:
-    configure(SERVER_DSN, DBNAME, PGQUEUE)
+    configure(DBNAME, PGQUEUE)
 
 
 def reset_tables() -> None:
@@ -193,21 +192,14 @@ def chain_gaps(steps: int) -> tuple[list[float], list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench compose", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller runs, one repetition")
-    parser.add_argument("--reps", type=int, default=5, help="repetitions (median reported)")
-    parser.add_argument("--members", type=int, default=10_000, help="batch members")
-    parser.add_argument("--steps", type=int, default=1_000, help="chain steps")
-    parser.add_argument("--plain", type=int, default=40_000, help="messages per claim/ack run")
-    args = parser.parse_args(argv)
-    reps = 1 if args.quick else args.reps
-    members = 2_000 if args.quick else args.members
-    steps = 200 if args.quick else args.steps
-    plain = 10_000 if args.quick else args.plain
+    options = parser("compose", __doc__.split("\n")[0], reps=5, quick="smaller, one repetition")
+    options.add_argument("--members", type=int, default=10_000, help="batch members")
+    options.add_argument("--steps", type=int, default=1_000, help="chain steps")
+    options.add_argument("--plain", type=int, default=40_000, help="messages per claim/ack run")
+    args = parse(options, argv, reps=1, members=2_000, steps=200, plain=10_000)
+    reps, members, steps, plain = args.reps, args.members, args.steps, args.plain
 
-    with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
+    with migrated_database(DBNAME, PGQUEUE):
         rates: dict[str, list[float]] = {"raw": [], "off": [], "on": []}
         drains: dict[str, list[float]] = {"off": [], "plain": [], "batch": []}
         for _ in range(reps):
@@ -219,48 +211,35 @@ def main(argv: list[str] | None = None) -> int:
             drains["batch"].append(drain_seconds(members, batch=True))
         host, database = chain_gaps(steps)
 
-    def med(values: list[float]) -> float:
-        return statistics.median(values)
+    def ratio(a: list[float], b: list[float]) -> str:
+        return f"{paired(a, b):.2f}"
 
-    def paired(a: list[float], b: list[float]) -> float:
-        return med([x / y for x, y in zip(a, b, strict=True)])
-
+    msgs = {k: f"{statistics.median(v):,.0f}" for k, v in rates.items()}
     print(f"\n## Plain claim + ack, {plain:,} messages, 4 processes, batches of {CLAIM_BATCH}")
     print(f"(median of {reps}; ratios are each repetition's own, medianed)\n")
-    print("| | msg/s | / raw SQL | / without composition |")
-    print("|---|---:|---:|---:|")
-    print(f"| raw SQL (DELETE ... SKIP LOCKED) | {med(rates['raw']):,.0f} | 1.00 | |")
-    print(
-        f"| django-pgqueue, without composition | {med(rates['off']):,.0f} "
-        f"| {paired(rates['off'], rates['raw']):.2f} | 1.00 |"
-    )
-    print(
-        f"| django-pgqueue, with composition | {med(rates['on']):,.0f} "
-        f"| {paired(rates['on'], rates['raw']):.2f} "
-        f"| {paired(rates['on'], rates['off']):.2f} |"
-    )
+    off, on = ratio(rates["off"], rates["raw"]), ratio(rates["on"], rates["raw"])
+    rows = [
+        ["raw SQL (DELETE ... SKIP LOCKED)", msgs["raw"], "1.00", ""],
+        ["django-pgqueue, without composition", msgs["off"], off, "1.00"],
+        ["django-pgqueue, with composition", msgs["on"], on, ratio(rates["on"], rates["off"])],
+    ]
+    print(table(" | msg/s | / raw SQL | / without composition", rows))
     print(f"\n## {members:,} messages drained by 4 worker processes (concurrency 4)\n")
-    print("| | seconds | / plain |")
-    print("|---|---:|---:|")
-    print(
-        f"| plain messages, without composition | {med(drains['off']):.2f} "
-        f"| {paired(drains['off'], drains['plain']):.2f} |"
-    )
-    print(f"| plain messages | {med(drains['plain']):.2f} | 1.00 |")
-    print(
-        f"| one batch + completion callback (ran once) | {med(drains['batch']):.2f} "
-        f"| {paired(drains['batch'], drains['plain']):.2f} |"
-    )
+    seconds = {k: f"{statistics.median(v):.2f}" for k, v in drains.items()}
+    off, batch = ratio(drains["off"], drains["plain"]), ratio(drains["batch"], drains["plain"])
+    rows = [
+        ["plain messages, without composition", seconds["off"], off],
+        ["plain messages", seconds["plain"], "1.00"],
+        ["one batch + completion callback (ran once)", seconds["batch"], batch],
+    ]
+    print(table(" | seconds | / plain", rows))
     print(f"\n## A chain of {steps:,} steps on one idle worker: gap between steps (ms)\n")
-    print("| clock | p50 | p90 | p99 | max |")
-    print("|---|---:|---:|---:|---:|")
-    for name, gaps in (
-        ("handler end -> next handler start (host)", host),
-        ("archived -> next claimed (database)", database),
-    ):
-        print(
-            f"| {name} | {percentile(gaps, 50):.2f} | {percentile(gaps, 90):.2f} | {percentile(gaps, 99):.2f} "
-            f"| {max(gaps):.2f} |"
+    rows = [
+        [name, *(f"{percentile(gaps, q):.2f}" for q in (50, 90, 99)), f"{max(gaps):.2f}"]
+        for name, gaps in (
+            ("handler end -> next handler start (host)", host),
+            ("archived -> next claimed (database)", database),
         )
-    print()
+    ]
+    print(table("clock | p50 | p90 | p99 | max", rows) + "\n")
     return 0

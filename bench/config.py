@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -51,29 +51,25 @@ FULL = Sizes(
     worker_settings=((1, 100), (4, 10), (16, 100), (4, 100)),
 )
 
-QUICK = Sizes(
+QUICK = replace(
+    FULL,
     name="quick",
-    enqueue_n=2_000,
     bulk_n=20_000,
     drain_n=20_000,
     drain_slow_n=1_000,
     drain_mid_n=5_000,
-    peer_slow_n=1_000,
     latency_n=150,
-    latency_rate=50.0,
-    claim_small=1_000,
     claim_big=100_000,
     claim_measured=3_000,
-    producers=8,
     producer_n=250,
     steady_seconds=10.0,
-    steady_rate=300.0,
     rss_n=100_000,
     worker_settings=((1, 100), (4, 100)),
 )
 
 # Keeps the harness from rotting (tests/bench/test_bench_smoke.py): seconds, not minutes.
-SMOKE = Sizes(
+SMOKE = replace(
+    QUICK,
     name="smoke",
     enqueue_n=200,
     bulk_n=500,
@@ -82,7 +78,6 @@ SMOKE = Sizes(
     drain_mid_n=300,
     peer_slow_n=200,
     latency_n=20,
-    latency_rate=50.0,
     claim_small=300,
     claim_big=3_000,
     claim_measured=300,

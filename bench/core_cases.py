@@ -9,34 +9,38 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .config import QUEUE, TASK, payload
+from .raw import noop
 
 if TYPE_CHECKING:
     from django_pgqueue.core._claim_bound import ClaimBounds
 
 
-def setup_django(dsn: str) -> None:
+def setup_django(dsn: str, migrate: bool = True) -> None:
+    """Django on the bench database (``bench.settings``); a helper process finds it migrated."""
     os.environ["BENCH_DSN"] = dsn
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     import django
     from django.core.management import call_command
 
     django.setup()
-    call_command("migrate", verbosity=0)
+    if migrate:
+        call_command("migrate", verbosity=0)
 
 
 def reset() -> None:
+    execute("TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead RESTART IDENTITY")
+
+
+def execute(statement: str) -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("TRUNCATE pgqueue_message, pgqueue_archive, pgqueue_dead RESTART IDENTITY")
+        cur.execute(statement)
 
 
 def warm_up() -> None:
     """Open the persistent connection (and its first-query set-up) before timing."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT 1")
+    execute("SELECT 1")
 
 
 def enqueue_single(n: int, start: int = 0) -> int:
@@ -131,7 +135,7 @@ def _lease_complete_drain(batch: int, limit: int | None, queue: str, bounds: Cla
         if not leased:
             return done
         for message in leased:
-            _noop(message.payload)
+            noop(message.payload)
         complete(leased)
         done += len(leased)
     return done
@@ -152,28 +156,6 @@ def standard_json() -> Iterator[bool]:
         yield fast is not None
     finally:
         _json.orjson = fast
-
-
-def _noop(body: Any) -> None:
-    """The handler: does nothing with the decoded payload."""
-
-
-def live_count() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pgqueue_message")
-        row = cur.fetchone()
-    return int(row[0])
-
-
-def setup_django_light(dsn: str) -> None:
-    """Django for a helper process: the database is already migrated."""
-    os.environ["BENCH_DSN"] = dsn
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
 
 
 def close_connections() -> None:

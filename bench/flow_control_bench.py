@@ -1,8 +1,7 @@
 """Flow control: what fairness and limits cost, and what they buy a light tenant.
 
-Self-contained: creates and drops its own database (``pgq_flow_bench``, or ``BENCH_FLOW_DB``)
-on the server named by ``BENCH_SERVER_DSN`` (default
-``postgresql://postgres@127.0.0.1:5432/postgres``)::
+Creates and drops its own database (``pgq_flow_bench``, or ``BENCH_FLOW_DB``) on
+``BENCH_SERVER_DSN``::
 
     python -m bench flow [--quick] [--reps N] [--scale K]
 
@@ -34,7 +33,6 @@ sides alike); the throughputs shown are medians. Messages are written with ``enq
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -42,17 +40,19 @@ import time
 from typing import Any
 
 from .measure import percentile
-from .scratch_django import (
+from .study import (
     checkpoint,
     claim_batch,
     configure,
     execute,
     migrated_database,
+    paired,
+    parser,
+    ratios,
     run_pool,
     running_worker,
 )
 
-SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_FLOW_DB", "pgq_flow_bench")
 
 FLOW_ON = {
@@ -90,7 +90,7 @@ PGQUEUE = {
 
 
 def setup_django() -> None:
-    configure(SERVER_DSN, DBNAME, PGQUEUE)
+    configure(DBNAME, PGQUEUE)
 
 
 def reset_tables() -> None:
@@ -235,16 +235,6 @@ def light_waits(queue: str, heavy: bool, seconds: float, procs: int, batch: int,
         "SELECT count(*) FROM pgqueue_message WHERE tenant = 'light' AND queue = %s", [queue]
     )[0][0]
     return waits, left
-
-
-def ratios(on: list[float], off: list[float]) -> list[float]:
-    """Each repetition's own ratio ``on / off`` (runs of the same repetition)."""
-    return [a / b for a, b in zip(on, off, strict=True)]
-
-
-def paired(on: list[float], off: list[float]) -> float:
-    """The median of :func:`ratios`."""
-    return statistics.median(ratios(on, off))
 
 
 def report_throughput(
@@ -403,36 +393,32 @@ def report_held(reps: int, cycles: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench flow", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller backlog, shorter runs")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
-    parser.add_argument("--procs", type=int, default=4, help="claimer processes")
-    parser.add_argument(
+    options = parser("flow", __doc__.split("\n")[0], reps=3, quick="smaller backlog, shorter runs")
+    options.add_argument("--procs", type=int, default=4, help="claimer processes")
+    options.add_argument(
         "--latency-batch", type=int, default=4, help="batch size in the latency runs"
     )
-    parser.add_argument("--workers", type=int, default=2, help="pgq_worker processes")
-    parser.add_argument(
+    options.add_argument("--workers", type=int, default=2, help="pgq_worker processes")
+    options.add_argument(
         "--only",
         choices=("throughput", "workers", "held", "latency"),
         help="run one part only",
     )
-    parser.add_argument(
+    options.add_argument(
         "--batches", default="1,10,100", help="batch sizes to run, comma-separated (1, 10, 100)"
     )
-    parser.add_argument(
+    options.add_argument(
         "--scale",
         type=float,
         default=1.0,
         help="multiply the backlogs: longer drains, less noise from a shared machine",
     )
-    parser.add_argument(
+    options.add_argument(
         "--claims-only",
         action="store_true",
         help="throughput: only the plain, fairness-only and flow-on drains (no raw SQL, no work)",
     )
-    args = parser.parse_args(argv)
+    args = options.parse_args(argv)
     # Messages drained per batch size: batch 1 costs a commit per message.
     totals = (
         {1: 1_000, 10: 4_000, 100: 10_000} if args.quick else {1: 6_000, 10: 30_000, 100: 80_000}
@@ -444,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 4.0 if args.quick else 10.0
     reps = 1 if args.quick else args.reps
 
-    with migrated_database(SERVER_DSN, DBNAME, PGQUEUE):
+    with migrated_database(DBNAME, PGQUEUE):
         if args.only in (None, "throughput"):
             report_throughput(totals, reps, args.procs, args.claims_only)
         if args.only in (None, "workers"):

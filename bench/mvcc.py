@@ -17,7 +17,6 @@ import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,10 @@ import psycopg
 
 from . import raw
 from .config import QUEUE
-from .context import REPO_DIR, Context
+from .context import Context
 from .measure import percentile, wait_until
 from .peers.runner import PEERS, Adapter, call_all
+from .pg import scalar
 from .scenarios import PGQ, Producers
 from .workers import Worker
 
@@ -49,35 +49,25 @@ class Shape:
     statements_like: str  # pattern of every statement of the system (its table's name)
 
 
+# fmt: off
 SHAPES = {
     "pgq": Shape(
-        PGQ,
-        "pgq",
-        r"pgqueue\_%",
-        "pgqueue_message",
-        "SELECT count(*) FROM pgqueue_message",
+        PGQ, "pgq", r"pgqueue\_%", "pgqueue_message", "SELECT count(*) FROM pgqueue_message",
         ("%UPDATE pgqueue_message m%", "%gen_random_uuid()%", "%leased_by%"),
         r"%pgqueue\_message%",
     ),
     "pgqueuer": Shape(
-        "PgQueuer",
-        "pgqueuer",
-        "pgqueuer%",
-        "pgqueuer",
+        "PgQueuer", "pgqueuer", "pgqueuer%", "pgqueuer",
         "SELECT count(*) FROM pgqueuer WHERE status = 'queued'",
-        ("%UPDATE%pgqueuer%", "%picked%"),
-        "%pgqueuer%",
+        ("%UPDATE%pgqueuer%", "%picked%"), "%pgqueuer%",
     ),
     "procrastinate": Shape(
-        "Procrastinate",
-        "procrastinate",
-        "procrastinate%",
-        "procrastinate_jobs",
+        "Procrastinate", "procrastinate", "procrastinate%", "procrastinate_jobs",
         "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
-        ("%procrastinate_fetch_job%",),
-        "%procrastinate%",
+        ("%procrastinate_fetch_job%",), "%procrastinate%",
     ),
 }
+# fmt: on
 
 # Each peer's worker setting in these runs (the adapter's serve_latency argument).
 PEER_WORKER_ARG = {"pgqueuer": "10", "procrastinate": "4"}
@@ -112,16 +102,13 @@ class Plan:
 
 
 class Ours:
-    """pgq_worker and bench.producer processes (enqueue(), NOTIFY on). ``code``: another
-    checkout whose django_pgqueue the worker runs (the producers run this one's), to set an
-    engine change beside the code it changes in one run."""
+    """pgq_worker and bench.producer processes (enqueue(), NOTIFY on)."""
 
     shape = SHAPES["pgq"]
+    worker_label = PGQ_WORKER_LABEL
 
-    def __init__(self, ctx: Context, code: Path | None = None) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.code = code
-        self.worker_label = PGQ_WORKER_LABEL + (f", worker code {code}" if code else "")
         self.worker: Worker | None = None
         self.producers: Producers | None = None
 
@@ -129,11 +116,7 @@ class Ours:
         from . import core_cases
 
         core_cases.reset()
-        env = {}
-        if self.code is not None:
-            # The other checkout first on the path, and not the working directory (this one).
-            env = {"PYTHONSAFEPATH": "1", "PYTHONPATH": f"{self.code}{os.pathsep}{REPO_DIR}"}
-        self.worker = Worker(self.ctx, 4, 100, "pgq-worker-mvcc", **env)
+        self.worker = Worker(self.ctx, 4, 100, "pgq-worker-mvcc")
         self.worker.wait_ready(watch)
         self.producers = Producers(self.ctx, PRODUCERS)
 
@@ -191,16 +174,6 @@ class Peer:
 System = Ours | Peer
 
 
-#: The system name of ours with the worker running another checkout's code (``--old-tree``).
-OLD_TREE = "pgq-old-tree"
-
-
-def make_system(ctx: Context, name: str, old_tree: Path | None = None) -> System:
-    if name == OLD_TREE:
-        return Ours(ctx, old_tree)
-    return Ours(ctx) if name == "pgq" else Peer(ctx, name)
-
-
 # --- sampling ----------------------------------------------------------------------------
 
 TABLE_STATS = """
@@ -239,8 +212,7 @@ WHERE toplevel AND query LIKE %s AND query NOT LIKE 'SELECT count(*) FROM%%'
 
 
 def system_buffers(conn: psycopg.Connection[Any], pattern: str) -> int:
-    row = conn.execute(SYSTEM_BUFFERS, [pattern]).fetchone()
-    return int(row[0]) if row else 0
+    return int(scalar(conn, SYSTEM_BUFFERS, [pattern]))
 
 
 # What the cluster's client backends are doing, at one look: the export's (its COPY of a range)
@@ -302,8 +274,7 @@ class Sampler:
             next_heavy = 0.0
             while not self._stop.is_set():
                 now = time.time() - self.t0
-                row = conn.execute(self.shape.backlog_sql).fetchone()
-                self.backlog.append((now, int(row[0]) if row else 0))
+                self.backlog.append((now, _backlog(conn, self.shape)))
                 self._looks += 1
                 for who, what, count in conn.execute(WAITS).fetchall():
                     key = f"{who} {what}"
@@ -358,10 +329,6 @@ class Sampler:
 # --- one system's run --------------------------------------------------------------------
 
 
-def _processed_times(ctx: Context, tag: str) -> list[float]:
-    return list(ctx.udp.arrivals.get(tag, []))
-
-
 def _pairs(ctx: Context, tag: str) -> list[tuple[float, float]]:
     """(arrival time, enqueue -> start ms) of every report so far."""
     times = list(ctx.udp.arrivals.get(tag, []))
@@ -379,7 +346,7 @@ def measure_capacity(ctx: Context, system: System, plan: Plan) -> float:
     system.produce(n_each, 1e9, plan.enqueue_batch)
     total = PRODUCERS * n_each
     wait_until(lambda: ctx.udp.count(system.shape.tag) >= total, 300, 0.2)
-    times = sorted(_processed_times(ctx, system.shape.tag))
+    times = sorted(ctx.udp.arrivals.get(system.shape.tag, []))
     if len(times) < 2 or times[-1] <= times[0]:
         raise RuntimeError(f"{system.shape.system}: no throughput measured")
     return len(times) / (times[-1] - times[0])
@@ -431,9 +398,8 @@ def process_tree(root: int) -> list[int]:
 
 def server_pids(conn: psycopg.Connection[Any]) -> list[int]:
     """The private cluster's processes: the postmaster and its children."""
-    data = conn.execute("SHOW data_directory").fetchone()
-    assert data is not None
-    return process_tree(int((Path(data[0]) / "postmaster.pid").read_text().split()[0]))
+    pid_file = Path(scalar(conn, "SHOW data_directory")) / "postmaster.pid"
+    return process_tree(int(pid_file.read_text().split()[0]))
 
 
 def machine_seconds() -> dict[str, float]:
@@ -466,9 +432,9 @@ def disk_counters() -> dict[str, float]:
     return {"disk_read": read, "disk_written": written, "disk_busy": busy_ms / 1000}
 
 
-def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None) -> dict[str, Any]:
+def run_system(ctx: Context, name: str, plan: Plan) -> dict[str, Any]:
     """One system through capacity, then the offered load; returns its figures and series."""
-    system = make_system(ctx, name, old_tree)
+    system: System = Ours(ctx) if name == "pgq" else Peer(ctx, name)
     shape = system.shape
     with raw.connect(ctx.dsn) as watch:
         system.start(watch)
@@ -526,8 +492,8 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
             system.stop()
     pairs = [(t - sampler.t0, ms) for t, ms in _pairs(ctx, shape.tag)]
     out: dict[str, Any] = {
-        "system": shape.system + (f" (worker: {old_tree.name})" if name == OLD_TREE else ""),
-        "key": "pgq" if name == OLD_TREE else name,
+        "system": shape.system,
+        "key": name,
         "live_table": shape.live_table,
         "worker": system.worker_label,
         "capacity": capacity,
@@ -559,8 +525,7 @@ def run_system(ctx: Context, name: str, plan: Plan, old_tree: Path | None = None
 
 
 def _backlog(conn: psycopg.Connection[Any], shape: Shape) -> int:
-    row = conn.execute(shape.backlog_sql).fetchone()
-    return int(row[0]) if row else 0
+    return int(scalar(conn, shape.backlog_sql))
 
 
 def _sleep_until(deadline: float) -> None:
@@ -595,14 +560,10 @@ def explain_claim(conn: psycopg.Connection[Any], system: System) -> dict[str, st
     return out
 
 
-# The export's CPU priority, as a command prefix: where Spark shares the producers' and
-# workers' cores, "idle" (SCHED_IDLE) and "low" (nice 19) tell how much of what the load feels
-# is Spark's CPU and how much the export's work in the database. Where the kernel groups
-# processes by session (autogroup), a thread's nice counts only inside its own session's group,
-# and every PostgreSQL backend leads a session of its own: "low" and "idle" then rank Spark
-# below the producers and the worker but not below the server. "background" starts the export
-# in a session of its own and sets that session's group to nice 19 (where the kernel has no
-# autogroup, that step is skipped and plain nice 19 applies).
+# The export's CPU priority, as a command prefix: how much of what the load feels is Spark's
+# CPU. Under autogroup a nice counts only within its session's group, and every PostgreSQL
+# backend leads a session of its own: "background" starts the export in a session of its own
+# whose group is at nice 19 (plain nice 19 where the kernel has no autogroup).
 _OWN_LOW_GROUP = '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$@"'
 EXPORT_CPU = {
     "background": ["setsid", "sh", "-c", _OWN_LOW_GROUP, "sh"],
@@ -645,23 +606,9 @@ class Exporter:
     def spawn(cls, ctx: Context, destination: Path, how: ExportHow) -> subprocess.Popen[str]:
         repeat = ["--every", f"{how.every:g}"] if how.every else []
         bounded = ["--max-ranges", str(how.max_ranges)] if how.max_ranges else []
-        return ctx.spawn(
-            [
-                *EXPORT_CPU[how.cpu],
-                ctx.python,
-                "-m",
-                "django",
-                "pgq_pipeline",
-                "--master",
-                "local[1]",
-                "export",
-                str(destination),
-                *repeat,
-                *bounded,
-            ],
-            cls.LOG,
-            pipe_stdout=False,
-        )
+        command = [*EXPORT_CPU[how.cpu], ctx.python, "-m", "django", "pgq_pipeline"]
+        command += ["--master", "local[1]", "export", str(destination), *repeat, *bounded]
+        return ctx.spawn(command, cls.LOG, pipe_stdout=False)
 
     @classmethod
     def check(cls, ctx: Context, destination: Path, how: ExportHow) -> None:
@@ -812,6 +759,3 @@ def recovery_seconds(run: dict[str, Any], calm: tuple[float, float], commit: flo
         if t >= commit and backlog <= limit:
             return t - commit
     return float("nan")
-
-
-SystemsRun = Callable[[Context, str, Plan], dict[str, Any]]

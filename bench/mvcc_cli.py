@@ -1,15 +1,7 @@
 """``python -m bench mvcc``: speed that lasts, on a private PostgreSQL cluster with the
 server's defaults (autovacuum on), made for the run and removed at its end.
 
-python -m bench mvcc [--minutes 20 | --long] [--only sustained,snapshot,export,backlog,workers]
-                     [--peers pgqueuer,procrastinate | --no-peers] [--backlog 10000000]
-                     [--tenants 10000] [--fair-backlog N] [--workers 1,2,4,8,16]
-                     [--workers-n 200000]
-                     [--sample 10] [--enqueue-batch 10] [--capacity-n 10000] [--rate R]
-                     [--old-tree DIR] [--out bench/results/<stamp>-mvcc] [--no-plots]
-                     [--export-cpu normal|low|idle|background] [--export-every 10]
-                     [--export-max-ranges N] [--export-under DIR]
-                     [--server-setting NAME=VALUE ...]
+python -m bench mvcc [options]   (--help: every option)
 python -m bench mvcc --report bench/results/<stamp>-mvcc
 
 sustained  each system at 80% of its measured capacity (or --rate msgs/s) for --minutes
@@ -35,19 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import core_cases, mvcc, mvcc_report, mvcc_scale, mvcc_timeline
+from . import mvcc, mvcc_report, mvcc_scale, mvcc_timeline
 from .config import QUICK
-from .context import BENCH_DIR, VENVS_DIR, Context, draw_plots
-from .measure import Recorder, UdpCollector
-from .pg import StatsProbe, dsn_for, recreate_database
+from .context import Context, draw_plots, harness, peers_with_venvs, results_dir, stamp
+from .measure import Recorder
 from .private_server import enable_statements, private_server
 
 DB = "pgq_mvcc"
@@ -63,71 +52,37 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--minutes", type=float, default=20.0, help="each offered-load run")
-    parser.add_argument("--long", action="store_const", const=LONG_MINUTES, dest="minutes")
-    parser.add_argument("--only", default=",".join(DEFAULT), help=f"of {','.join(ALL)}")
-    parser.add_argument("--peers", default="pgqueuer,procrastinate")
-    parser.add_argument("--no-peers", action="store_const", const="", dest="peers")
-    parser.add_argument(
-        "--old-tree",
-        help="another checkout (e.g. git archive main | tar -x -C DIR): sustained and snapshot "
-        "run ours with the worker on its code too, first, in the same run",
-    )
-    parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
-    parser.add_argument("--capacity-n", type=int, default=10_000, help="per producer")
-    parser.add_argument("--enqueue-batch", type=int, default=10, help="messages per call")
-    parser.add_argument(
-        "--rate", type=float, default=0.0, help="offered msgs/s for all, instead of a share"
-    )
-    parser.add_argument(
-        "--backlog", type=int, default=10_000_000, help="ready messages (0: no plain case)"
-    )
-    parser.add_argument("--tenants", type=int, default=10_000, help="0: no fair case")
-    parser.add_argument("--fair-backlog", type=int, default=0, help="default: --backlog")
-    parser.add_argument("--claimed", type=int, default=20_000, help="claims timed per case")
-    parser.add_argument("--workers", default="1,2,4,8,16")
-    parser.add_argument("--workers-n", type=int, default=200_000)
-    parser.add_argument("--out", default="")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--minutes", type=float, default=20.0, help="each offered-load run")
+    add("--long", action="store_const", const=LONG_MINUTES, dest="minutes")
+    add("--only", default=",".join(DEFAULT), help=f"of {','.join(ALL)}")
+    add("--peers", default="pgqueuer,procrastinate")
+    add("--no-peers", action="store_const", const="", dest="peers")
+    add("--sample", type=float, default=10.0, help="seconds between samples")
+    add("--capacity-n", type=int, default=10_000, help="per producer")
+    add("--enqueue-batch", type=int, default=10, help="messages per call")
+    add("--rate", type=float, default=0.0, help="offered msgs/s for all, instead of a share")
+    add("--backlog", type=int, default=10_000_000, help="ready messages (0: no plain case)")
+    add("--tenants", type=int, default=10_000, help="0: no fair case")
+    add("--fair-backlog", type=int, default=0, help="default: --backlog")
+    add("--claimed", type=int, default=20_000, help="claims timed per case")
+    add("--workers", default="1,2,4,8,16")
+    add("--workers-n", type=int, default=200_000)
+    add("--out", default="")
+    add(
         "--server-setting",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a setting of the private cluster's own (e.g. shared_buffers=4GB); repeatable",
+        help="a setting of the private cluster (e.g. shared_buffers=4GB); repeatable",
     )
-    parser.add_argument(
-        "--export-cpu",
-        choices=sorted(mvcc.EXPORT_CPU),
-        default="normal",
-        help="the export's CPU priority: idle (SCHED_IDLE), low (nice 19), background (a "
-        "session of its own, its autogroup at nice 19) or normal",
-    )
-    parser.add_argument(
-        "--export-every",
-        type=float,
-        default=10.0,
-        help="seconds between the export's passes in one process (0: a process per pass)",
-    )
-    parser.add_argument(
-        "--export-max-ranges",
-        type=int,
-        default=0,
-        help="ranges of each source a pass exports at most (pgq_pipeline export --max-ranges; "
-        "0: all, the default)",
-    )
-    parser.add_argument(
-        "--export-under",
-        default="",
-        metavar="DIR",
-        help="the folder the export's destination is made in (default: the temporary folder; "
-        "/dev/shm keeps its Parquet files off the disk)",
-    )
-    parser.add_argument("--no-plots", action="store_true")
-    parser.add_argument("--quiet", action="store_true")
-    parser.add_argument(
-        "--report", default="", help="a finished run's folder: recompute its tables and plots"
-    )
-    return parser
+    add("--export-cpu", choices=sorted(mvcc.EXPORT_CPU), default="normal")
+    add("--export-every", type=float, default=10.0)
+    add("--export-max-ranges", type=int, default=0)
+    add("--export-under", default="", metavar="DIR", help="default: the temporary folder")
+    add("--no-plots", action="store_true")
+    add("--report", default="", help="a finished run's folder: its tables and plots again")
+    return parser  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,50 +93,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(wanted) - set(ALL)
     if unknown:
         _parser().error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(ALL)}")
-    peers = [p for p in args.peers.split(",") if p]
-    missing = [p for p in peers if not (VENVS_DIR / p / "bin" / "python").exists()]
-    if missing:
-        print(f"!! no virtualenv for {missing} (bash bench/run.sh --setup-only)", file=sys.stderr)
-        peers = [p for p in peers if p not in missing]
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / f"{stamp}-mvcc"
-    out_dir.mkdir(parents=True, exist_ok=True)
-
+    out_dir = results_dir(args.out, "mvcc")
     results: dict[str, Any] = {
         "args": vars(args),
-        "peers": peers,
-        "started": stamp,
+        "peers": peers_with_venvs(args.peers),
+        "started": stamp(),
         "loadavg_start": os.getloadavg(),
     }
     started = time.time()
-    server_log = out_dir / "postgresql.log"
-    with private_server(
-        f"pgq_bench_{os.getpid()}", keep_log=server_log, settings=args.server_setting
-    ) as server_dsn:
-        recreate_database(server_dsn, DB)
-        dsn = dsn_for(server_dsn, DB)
-        enable_statements(dsn)
-        core_cases.setup_django(dsn)
-        probe = StatsProbe(server_dsn, DB)
-        udp = UdpCollector()
-        ctx = Context(
-            server_dsn=server_dsn,
-            dbname=DB,
-            dsn=dsn,
-            sizes=QUICK,
-            probe=probe,
-            recorder=Recorder(str(out_dir / "unused.jsonl"), quiet=True),
-            udp=udp,
-            out_dir=out_dir,
-            peers=peers,
-        )
-        results["postgres"] = probe.settings()
-        try:
+    log = out_dir / "postgresql.log"
+    name = f"pgq_bench_{os.getpid()}"
+    with private_server(name, keep_log=log, settings=args.server_setting) as server_dsn:
+        recorder = Recorder(None, quiet=True)
+        with harness(server_dsn, DB, QUICK, out_dir, results["peers"], recorder) as ctx:
+            enable_statements(ctx.dsn)
+            results["postgres"] = ctx.probe.settings()
             run_scenarios(ctx, args, wanted, results, out_dir)
-        finally:
-            udp.close()
-            probe.close()
-            core_cases.close_connections()
     results["seconds"] = round(time.time() - started)
     results["loadavg_end"] = os.getloadavg()
     _save(results, out_dir)
@@ -232,9 +159,6 @@ def run_scenarios(
         rate=args.rate,
     )
     systems = ["pgq", *ctx.peers]
-    old_tree = Path(args.old_tree) if args.old_tree else None
-    if old_tree:
-        systems.insert(0, mvcc.OLD_TREE)
     plans = {
         "sustained": base,
         "snapshot": replace(base, load=0.7, snapshot=True),
@@ -244,7 +168,7 @@ def run_scenarios(
             continue
         for system in systems:
             print(f"== {name}: {system} ({args.minutes:g} min)", flush=True)
-            run = mvcc.run_system(ctx, system, plans[name], old_tree)
+            run = mvcc.run_system(ctx, system, plans[name])
             results.setdefault(name, []).append(run)
             _save(results, out)
             print(f"   {json.dumps(_rounded(run['figures']))}", flush=True)

@@ -22,7 +22,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from mvcc_report import offered_labels  # run as a script: bench/ is on the path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.mvcc_report import offered_labels
 
 BIN = 10.0  # seconds per throughput / latency point
 # The table each system's claims read (runs saved before "live_table" was recorded).

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# As bench.scenarios.PGQ: this module runs as a script in the plots' virtualenv too.
+from .report import table
+
+# As bench.scenarios.PGQ: mvcc_plots.py imports this module in the plots' virtualenv.
 PGQ = "django-pgqueue"
 PGQ_WORKER = "pgq_worker --concurrency 4"  # the label of a run saved without one
 
@@ -63,15 +65,6 @@ def _ok(value: Any, limit: float, above: bool) -> str:
     return f"{value:.2f} {'✓' if good else '✗'}"
 
 
-def _table(header: str, rows: list[list[str]]) -> str:
-    """A markdown table (``header``: the titles joined by " | "): the first column
-    left-aligned, the figures right-aligned."""
-    columns = header.count(" | ") + 1
-    lines = [f"| {header} |", "|---|" + "--:|" * (columns - 1)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _span(a: Any, b: Any, digits: int = 1) -> str:
     return f"{_f(a, digits)} → {_f(b, digits)}"
 
@@ -97,7 +90,7 @@ def _sustained_row(run: dict[str, Any]) -> list[str]:
 
 
 def sustained_table(runs: list[dict[str, Any]]) -> str:
-    return _table(HEADERS["sustained"], [_sustained_row(run) for run in runs])
+    return table(HEADERS["sustained"], [_sustained_row(run) for run in runs])
 
 
 def _export_label(run: dict[str, Any]) -> str:
@@ -130,7 +123,7 @@ def _snapshot_row(run: dict[str, Any]) -> list[str]:
 
 
 def snapshot_table(runs: list[dict[str, Any]]) -> str:
-    return _table(HEADERS["snapshot"], [_snapshot_row(run) for run in runs])
+    return table(HEADERS["snapshot"], [_snapshot_row(run) for run in runs])
 
 
 def _share(a: Any, b: Any) -> str:
@@ -155,7 +148,7 @@ def snapshot_cpu_table(runs: list[dict[str, Any]]) -> str:
                 ),
             ]
         )
-    return _table(HEADERS["snapshot_cpu"], rows)
+    return table(HEADERS["snapshot_cpu"], rows)
 
 
 def _backlog_label(case: dict[str, Any]) -> str:
@@ -185,7 +178,7 @@ def backlog_table(cases: list[dict[str, Any]]) -> str:
         ]
         for c in cases
     ]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def _wal_cells(wal: dict[str, dict[str, float]] | None) -> list[str]:
@@ -221,7 +214,7 @@ def workers_table(rows: list[dict[str, Any]]) -> str:
         ]
         for r in rows
     ]
-    return _table(header, cells)
+    return table(header, cells)
 
 
 def markdown(results: dict[str, Any]) -> str:

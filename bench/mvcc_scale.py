@@ -28,11 +28,10 @@ from .mvcc import (
     server_pids,
 )
 from .peers.runner import PEERS, Adapter, call_all
-from .scenarios import PGQ
+from .pg import scalar
+from .scenarios import FAIR_QUEUE, PGQ
 from .workers import COPY_MESSAGES, Worker, last_ack_at, load_and_release, wait_drained
 
-FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
-COPY_FAIR = "COPY pgqueue_message (queue, task, payload, tenant) FROM STDIN"
 CLAIM_BATCH = 100
 FAIR_ROUND = 100  # messages a tenant adds to the fair backlog per turn
 
@@ -85,8 +84,7 @@ class WalCounter:
         self._checkpoints_sql = _CHECKPOINTS[bool(newer)]
 
     def _value(self, sql: str) -> float:
-        row = self.conn.execute(sql).fetchone()
-        return float(row[0]) if row else 0.0
+        return float(scalar(self.conn, sql))
 
     def _counters(self) -> tuple[int, int]:
         time.sleep(STATS_DELAY)
@@ -188,7 +186,7 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         conn.execute("VACUUM ANALYZE pgqueue_message")
         # The load's and the vacuum's own writes are flushed before the timing, not during it.
         conn.execute("CHECKPOINT")
-        size = conn.execute("SELECT pg_total_relation_size('pgqueue_message')").fetchone()
+        size = scalar(conn, "SELECT pg_total_relation_size('pgqueue_message')")
         big_rate, big_wal = _claim_rate(conn, measured, queue)
         big_head = head_walk_buffers(conn, queue, bool(tenants))
         core_cases.reset()
@@ -206,8 +204,14 @@ def backlog(ctx: Context, big: int, small: int, measured: int, tenants: int) -> 
         "wal": {"small": small_wal, "big": big_wal},
         "head_walk_buffers": {"small": small_head, "big": big_head},
         "load_seconds": load_s,
-        "table_mib": (size[0] if size else 0) / 2**20,
+        "table_mib": size / 2**20,
     }
+
+
+SESSIONS = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
 
 
 class ConnectionCounter:
@@ -230,11 +234,8 @@ class ConnectionCounter:
     def _run(self) -> None:
         with raw.connect(self.dsn) as conn:
             while not self._stop.is_set():
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                ).fetchone()
-                self.peak = max(self.peak, int(row[0]) if row else 0)
+                sessions = scalar(conn, SESSIONS)
+                self.peak = max(self.peak, int(sessions))
                 self._stop.wait(0.5)
 
 
@@ -294,14 +295,14 @@ def _workers_row(
     }
 
 
+REGISTERED = "SELECT count(*) FROM pgqueue_worker WHERE starts_with(worker_id, %s)"
+
+
 def _wait_registered(conn: psycopg.Connection[Any], prefix: str, count: int) -> None:
     """Every worker has written its heartbeat row (so it is connected and listening)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        row = conn.execute(
-            "SELECT count(*) FROM pgqueue_worker WHERE starts_with(worker_id, %s)", [prefix]
-        ).fetchone()
-        if row and int(row[0]) >= count:
+        if scalar(conn, REGISTERED, [prefix]) >= count:
             return
         time.sleep(0.2)
     raise RuntimeError(f"{count} workers did not all register")
@@ -358,7 +359,7 @@ def peer_backlog(ctx: Context, name: str, big: int, small: int, measured: int) -
             t0 = time.perf_counter()
             _load_copies(conn, drain.adapter, name, big)
             load_s = time.perf_counter() - t0
-            size = _value(conn, "SELECT pg_total_relation_size(%s)", [table])
+            size = scalar(conn, "SELECT pg_total_relation_size(%s)", [table])
             big_n, big_s = drain.take(measured)
             drain.adapter.call("reset")
     finally:
@@ -425,7 +426,7 @@ def _load_copies(conn: psycopg.Connection[Any], adapter: Adapter, name: str, n: 
     events = PEER_JOBS[name].events_table
     adapter.call("load", 1, 0)
     columns = _columns(conn, table)
-    seed = _value(conn, f"SELECT min(id) FROM {table}")
+    seed = scalar(conn, f"SELECT min(id) FROM {table}")
     copy = (
         f"INSERT INTO {table} ({columns}) SELECT {columns} "
         f"FROM {table}, generate_series(1, %s) WHERE id = %s"
@@ -445,7 +446,7 @@ def _load_copies(conn: psycopg.Connection[Any], adapter: Adapter, name: str, n: 
 def _columns(conn: psycopg.Connection[Any], table: str) -> str:
     """Every column of ``table`` but its id, from the catalog."""
     return str(
-        _value(
+        scalar(
             conn,
             "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute "
             "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
@@ -499,12 +500,12 @@ def _peer_drain(ctx: Context, name: str, count: int, n: int) -> dict[str, Any]:
         with raw.connect(ctx.dsn) as watch:
             counter.start()
             cpu0 = _cpu(watch, workers)
-            t0 = _value(watch, "SELECT extract(epoch FROM clock_timestamp())::float8")
+            t0 = scalar(watch, "SELECT extract(epoch FROM clock_timestamp())::float8")
             done = sum(
                 int(out["n"]) for out in call_all(adapters, "drain", n, PEER_WORKER_ARG[name])
             )
             cpu1 = _cpu(watch, workers)
-            seconds = _value(watch, PEER_JOBS[name].finished_sql) - t0
+            seconds = scalar(watch, PEER_JOBS[name].finished_sql) - t0
     finally:
         counter.stop()
         for a in adapters:
@@ -513,10 +514,3 @@ def _peer_drain(ctx: Context, name: str, count: int, n: int) -> dict[str, Any]:
         peer.system, PEER_WORKER_LABEL[name], count, done, seconds, cpu0, cpu1, counter
     )
     return {**row, "loaded": n}
-
-
-def _value(conn: psycopg.Connection[Any], sql: str, params: list[Any] | None = None) -> Any:
-    """The one value a query returns (never NULL here)."""
-    row = conn.execute(sql, params).fetchone()
-    assert row is not None and row[0] is not None, sql
-    return row[0]

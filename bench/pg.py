@@ -8,6 +8,7 @@ their counters lazily (see measure.flush_stats).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,9 +18,18 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
 
 def dsn_for(server_dsn: str, dbname: str) -> str:
     return make_conninfo(server_dsn, dbname=dbname)
+
+
+def scalar(conn: Any, statement: str, params: Any = None) -> Any:
+    """The one value a query returns (``conn``: a connection or a cursor)."""
+    row = conn.execute(statement, params).fetchone()
+    assert row is not None, statement
+    return row[0]
 
 
 def django_database(dsn: str) -> dict[str, Any]:
@@ -95,19 +105,10 @@ class StatsProbe:
         return int(row[0])
 
     def settings(self) -> dict[str, str]:
-        names = [
-            "server_version",
-            "synchronous_commit",
-            "fsync",
-            "wal_level",
-            "shared_buffers",
-            "work_mem",
-            "max_wal_size",
-            "checkpoint_timeout",
-            "commit_delay",
-            "max_connections",
-            "autovacuum",
-        ]
+        names = (
+            "server_version synchronous_commit fsync wal_level shared_buffers work_mem"
+            " max_wal_size checkpoint_timeout commit_delay max_connections autovacuum"
+        ).split()
         rows = self.conn.execute(
             "SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)", [names]
         ).fetchall()

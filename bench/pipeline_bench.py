@@ -1,12 +1,10 @@
-"""Pipeline bench: export and bulk enqueue through Spark, side by side with raw references.
+"""Pipeline bench: export and bulk enqueue through Spark, side by side with raw references::
 
-Self-contained (it does not use the rest of bench/). Run from the repository root:
+    python -m bench pipeline [--rows 500000] [--enqueue-rows 200000] [--repeat 3]
 
-    python -m bench pipeline --rows 1000000 \
-        --server-dsn postgres://postgres@127.0.0.1:5432/postgres
-
-It creates (and drops afterwards) the database ``pgq_pipeline_bench``, fills the archive with
-``--rows`` rows (queue x day spread, ~190-byte JSON payloads), then measures in one run:
+It creates (and drops afterwards) the database ``pgq_pipeline_bench`` on ``BENCH_SERVER_DSN``,
+fills the archive with ``--rows`` rows (queue x day spread, ~190-byte JSON payloads), then
+measures in one run:
 
 - export: ``pgq_pipeline export`` to a local directory (one Spark task per id range: psycopg
   ``COPY`` -> pyarrow -> Parquet partitioned by queue/day, PostgreSQL checksum in the read's
@@ -41,10 +39,21 @@ from typing import Any
 
 import psutil
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-REPO = Path(__file__).resolve().parent.parent
+from .context import REPO_DIR
+from .pg import SERVER_DSN, dsn_url, scratch_database
+from .report import table
+
 DB_NAME = "pgq_pipeline_bench"
+
+
+def django_env(dsn: str) -> dict[str, str]:
+    """The environment of a process of this checkout on the bench database (test settings)."""
+    return {
+        "DATABASE_URL": dsn_url(dsn),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": os.pathsep.join([str(REPO_DIR), str(REPO_DIR / "example_project")]),
+    }
 
 
 class PeakRss:
@@ -98,15 +107,10 @@ def timed(
 
 
 def setup_django(dsn: str) -> None:
-    params = conninfo_to_dict(dsn)
-    url = (
-        f"postgres://{params.get('user', 'postgres')}"
-        + (f":{params['password']}" if params.get("password") else "")
-        + f"@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{DB_NAME}"
-    )
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-    sys.path[:0] = [str(REPO), str(REPO / "example_project")]
+    env = django_env(dsn)
+    os.environ.update(DATABASE_URL=env["DATABASE_URL"])
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", env["DJANGO_SETTINGS_MODULE"])
+    sys.path[:0] = env["PYTHONPATH"].split(os.pathsep)
     import django
     from django.core.management import call_command
 
@@ -229,113 +233,32 @@ def _warm_worker(value: int) -> int:
     return value
 
 
-def truncate(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgqueue_message")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench pipeline", description=__doc__.split("\n\n")[0]
+        prog="python -m bench pipeline", description=__doc__.split("::")[0]
     )
     parser.add_argument("--rows", type=int, default=500_000, help="Archive rows to export.")
     parser.add_argument("--enqueue-rows", type=int, default=200_000)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument(
-        "--server-dsn",
-        default=os.environ.get("BENCH_SERVER_DSN", "postgres://postgres@127.0.0.1:5432/postgres"),
-    )
     parser.add_argument("--repeat", type=int, default=3, help="Interleaved repetitions.")
-    parser.add_argument("--keep", action="store_true", help="Keep the bench database.")
     args = parser.parse_args(argv)
-    server = args.server_dsn
-    dsn = make_conninfo(server, dbname=DB_NAME)
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB_NAME}")
     work = Path(tempfile.mkdtemp(prefix="pgq-pipeline-bench-"))
     results: list[dict[str, Any]] = []
-    try:
-        setup_django(dsn)
-        from django_pgqueue.pipeline.enqueue import enqueue_frame
-        from django_pgqueue.pipeline.export import export
-        from django_pgqueue.pipeline.session import build_session
-
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            print(f"filling {args.rows:,} archive rows", file=sys.stderr)
-            fill_archive(conn, args.rows)
-        started = time.perf_counter()
-        spark = build_session(args.master, app_name="pgq-pipeline-bench")
-        spark.range(1000).selectExpr("sum(id)").collect()  # first-job warm-up
-        # Start the Python workers and import what they use, as the reference process has
-        # imported pyarrow and psycopg before it is timed: both sides are measured warm.
-        spark.sparkContext.parallelize(range(4), 2).map(_warm_worker).collect()
-        # Spark's first Arrow job (and first barrier stage) in a session costs seconds of
-        # set-up that later ones do not pay: counted with the start-up, as the session is.
-        spark.range(4, numPartitions=2).mapInArrow(_pass_batches, "id long", barrier=True).collect()
-        startup = time.perf_counter() - started
-        print(f"Spark session ready in {startup:.1f} s", file=sys.stderr)
-
-        n = args.enqueue_rows
-        frame = spark.range(n, numPartitions=2).selectExpr(
-            "id AS user_id", "concat(md5(cast(id AS string)), '@example.com') AS email",
-            "array(id % 7, id % 11, id % 13) AS items",
-            "concat(md5(cast(id AS string)), md5(cast(id + 1 AS string))) AS note",
-        ).cache()  # fmt: skip
-        frame.count()
-        prepared = [
-            ("bench", "bench.noop", row[0], f"copy:{i}")
-            for i, row in enumerate(frame.selectExpr("to_json(struct(*))").toLocalIterator())
-        ]
-
-        def run_export_reference(rep: int) -> None:
-            with timed(results, EXPORT_REF, args.rows, None, rep):
-                baseline_export(dsn, work / f"baseline-{rep}")
-
-        def run_export(rep: int) -> None:
-            with timed(results, EXPORT_JOB, args.rows, EXPORT_REF, rep):
-                exported = export(spark, str(work / f"spark-{rep}"), master=args.master)
-            assert exported.rows_exported == args.rows and not exported.mismatched, exported
-
-        def run_enqueue_reference(rep: int) -> None:
-            with timed(results, ENQUEUE_REF, n, None, rep):
-                baseline_copy_enqueue(dsn, prepared)
-            truncate(dsn)
-
-        def run_enqueue(rep: int) -> None:
-            with timed(results, ENQUEUE_JOB, n, ENQUEUE_REF, rep):
-                result = enqueue_frame(
-                    spark, frame, task="bench.noop", queue="bench", batch_id=f"b{rep}"
-                )
-            assert result.enqueued == n, result
-            truncate(dsn)
-
-        # Interleaved, alternating which side goes first, so load drifts on a shared machine
-        # hit both sides alike; every repetition gives its own ratio.
-        for rep in range(args.repeat):
-            print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
-            pairs = [(run_export_reference, run_export), (run_enqueue_reference, run_enqueue)]
-            for reference, job in pairs:
-                for step in (reference, job) if rep % 2 == 0 else (job, reference):
-                    step(rep)
-        spark.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        if not args.keep:
+    with scratch_database(SERVER_DSN, DB_NAME) as dsn:
+        try:
+            startup = run(args, dsn, work, results)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
             from django.db import connections
 
             connections.close_all()
-            with psycopg.connect(server, autocommit=True) as admin:
-                admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     print(
         f"\nSpark {args.master}, start-up {startup:.1f} s (not counted), {args.repeat} "
         "interleaved repetitions; rows/s is the median, x reference the median (min-max) of "
         "the per-repetition ratios.\n"
     )
-    print("| job | rows | rows/s (median) | x reference | peak RSS MiB |")
-    print("|---|---:|---:|---:|---:|")
-    names = list(dict.fromkeys(r["name"] for r in results))
-    for name in names:
+    rows = []
+    for name in dict.fromkeys(r["name"] for r in results):
         runs = [r for r in results if r["name"] == name]
         rate = statistics.median(r["rows"] / r["seconds"] for r in runs)
         ratio = ""
@@ -346,4 +269,78 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.append((r["rows"] / r["seconds"]) / (ref["rows"] / ref["seconds"]))
             ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         peak = max(r["peak_mib"] for r in runs)
-        print(f"| {name} | {runs[0]['rows']:,} | {rate:,.0f} | {ratio} | {peak:,.0f} |")
+        rows.append([name, f"{runs[0]['rows']:,}", f"{rate:,.0f}", ratio, f"{peak:,.0f}"])
+    print(table("job | rows | rows/s (median) | x reference | peak RSS MiB", rows))
+    return 0
+
+
+def run(args: argparse.Namespace, dsn: str, work: Path, results: list[dict[str, Any]]) -> float:
+    """The interleaved repetitions; returns the Spark session's start-up seconds."""
+    setup_django(dsn)
+    from django_pgqueue.pipeline.enqueue import enqueue_frame
+    from django_pgqueue.pipeline.export import export
+    from django_pgqueue.pipeline.session import build_session
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        print(f"filling {args.rows:,} archive rows", file=sys.stderr)
+        fill_archive(conn, args.rows)
+    started = time.perf_counter()
+    spark = build_session(args.master, app_name="pgq-pipeline-bench")
+    spark.range(1000).selectExpr("sum(id)").collect()  # first-job warm-up
+    # Start the Python workers and import what they use, as the reference process has
+    # imported pyarrow and psycopg before it is timed: both sides are measured warm.
+    spark.sparkContext.parallelize(range(4), 2).map(_warm_worker).collect()
+    # Spark's first Arrow job (and first barrier stage) in a session costs seconds of
+    # set-up that later ones do not pay: counted with the start-up, as the session is.
+    spark.range(4, numPartitions=2).mapInArrow(_pass_batches, "id long", barrier=True).collect()
+    startup = time.perf_counter() - started
+    print(f"Spark session ready in {startup:.1f} s", file=sys.stderr)
+
+    n = args.enqueue_rows
+    frame = spark.range(n, numPartitions=2).selectExpr(
+        "id AS user_id", "concat(md5(cast(id AS string)), '@example.com') AS email",
+        "array(id % 7, id % 11, id % 13) AS items",
+        "concat(md5(cast(id AS string)), md5(cast(id + 1 AS string))) AS note",
+    ).cache()  # fmt: skip
+    frame.count()
+    prepared = [
+        ("bench", "bench.noop", row[0], f"copy:{i}")
+        for i, row in enumerate(frame.selectExpr("to_json(struct(*))").toLocalIterator())
+    ]
+
+    def truncate() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE pgqueue_message")
+
+    def run_export_reference(rep: int) -> None:
+        with timed(results, EXPORT_REF, args.rows, None, rep):
+            baseline_export(dsn, work / f"baseline-{rep}")
+
+    def run_export(rep: int) -> None:
+        with timed(results, EXPORT_JOB, args.rows, EXPORT_REF, rep):
+            exported = export(spark, str(work / f"spark-{rep}"), master=args.master)
+        assert exported.rows_exported == args.rows and not exported.mismatched, exported
+
+    def run_enqueue_reference(rep: int) -> None:
+        with timed(results, ENQUEUE_REF, n, None, rep):
+            baseline_copy_enqueue(dsn, prepared)
+        truncate()
+
+    def run_enqueue(rep: int) -> None:
+        with timed(results, ENQUEUE_JOB, n, ENQUEUE_REF, rep):
+            result = enqueue_frame(
+                spark, frame, task="bench.noop", queue="bench", batch_id=f"b{rep}"
+            )
+        assert result.enqueued == n, result
+        truncate()
+
+    # Interleaved, alternating which side goes first, so load drifts on a shared machine
+    # hit both sides alike; every repetition gives its own ratio.
+    for rep in range(args.repeat):
+        print(f"repetition {rep + 1}/{args.repeat}", file=sys.stderr)
+        pairs = [(run_export_reference, run_export), (run_enqueue_reference, run_enqueue)]
+        for reference, job in pairs:
+            for step in (reference, job) if rep % 2 == 0 else (job, reference):
+                step(rep)
+    spark.stop()
+    return startup

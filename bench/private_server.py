@@ -70,26 +70,11 @@ def private_server(
     port = _free_port()
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        subprocess.run(
-            [
-                "pg_createcluster",
-                version,
-                name,
-                "--port",
-                str(port),
-                "--start",
-                "-o",
-                f"shared_preload_libraries={STATEMENTS_EXTENSION}",
-                "-o",
-                "log_autovacuum_min_duration=0",
-                *(option for setting in settings for option in ("-o", setting)),
-                "--",
-                "--auth=trust",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        preload = f"shared_preload_libraries={STATEMENTS_EXTENSION}"
+        options = [preload, "log_autovacuum_min_duration=0", *settings]
+        command = ["pg_createcluster", version, name, "--port", str(port), "--start"]
+        command += [word for option in options for word in ("-o", option)]
+        subprocess.run([*command, "--", "--auth=trust"], check=True, capture_output=True, text=True)
         dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"CREATE EXTENSION IF NOT EXISTS {STATEMENTS_EXTENSION}")

@@ -1,11 +1,9 @@
 """Worker processes: what ``pgq_worker --processes N`` buys CPU-bound handlers, and what the
 supervisor costs no-op ones.
 
-Self-contained: creates and drops its own database (``pgq_processes_bench``, or
-``BENCH_PROCESSES_DB``) on the server named by ``BENCH_SERVER_DSN`` (default
-``postgresql://postgres@127.0.0.1:5432/postgres``), and runs real ``pgq_worker --burst``
-processes (``bench.settings``), each case's backlog enqueued in one statement once its
-workers are up and idle (start-up is not what is measured)::
+Creates and drops its own database (``pgq_processes_bench``, or ``BENCH_PROCESSES_DB``) on
+``BENCH_SERVER_DSN``, and runs real ``pgq_worker`` processes (``bench.settings``), each case's
+backlog enqueued in one statement once its workers are up and idle::
 
     python -m bench processes [--quick] [--reps N] [--cpu-messages N] [--noop-messages N]
 
@@ -25,51 +23,48 @@ the table shows the median.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from .pg import dsn_for, scratch_database
-from .scratch_django import checkpoint, configure, execute
+from .context import REPO_DIR
+from .pg import SERVER_DSN, dsn_for, scratch_database
+from .report import table
+from .study import QUEUE, checkpoint, configure, execute, parse, parser
 
-SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_PROCESSES_DB", "pgq_processes_bench")
-QUEUE = "bench"
-REPO = Path(__file__).resolve().parents[1]
 
+# (name, pgq_worker arguments, target)
 CPU_CASES = [
-    ("1 process", []),
-    ("--processes 2", ["--processes", "2"]),
-    ("--processes 4", ["--processes", "4"]),
+    ("1 process", [], ""),
+    ("--processes 2", ["--processes", "2"], ">= 1.7x"),
+    ("--processes 4", ["--processes", "4"], ""),
 ]
 NOOP_CASES = [
-    ("today's worker (no flag)", []),
-    ("--processes 1", ["--processes", "1"]),
-    ("supervised, 1 child", ["--processes", "1", "--max-tasks-per-child", "1000000000"]),
+    ("today's worker (no flag)", [], ""),
+    ("--processes 1", ["--processes", "1"], "within 5%"),
+    (
+        "supervised, 1 child",
+        ["--processes", "1", "--max-tasks-per-child", "1000000000"],
+        "within 5%",
+    ),
 ]
 
 
 def environment() -> dict[str, str]:
+    dsn = dsn_for(SERVER_DSN, DBNAME)
+    settings = "bench.settings"
     return dict(
-        os.environ,
-        DJANGO_SETTINGS_MODULE="bench.settings",
-        BENCH_DSN=dsn_for(SERVER_DSN, DBNAME),
-        PYTHONPATH=str(REPO),
+        os.environ, DJANGO_SETTINGS_MODULE=settings, BENCH_DSN=dsn, PYTHONPATH=str(REPO_DIR)
     )
 
 
 def migrate() -> None:
-    subprocess.run(
-        [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
-        cwd=REPO,
-        env=environment(),
-        check=True,
-    )
+    command = [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"]
+    subprocess.run(command, cwd=REPO_DIR, env=environment(), check=True)
 
 
 def drain_rate(task: str, total: int, args: list[str], *, processes: int, batch: int) -> float:
@@ -84,7 +79,7 @@ def drain_rate(task: str, total: int, args: list[str], *, processes: int, batch:
         "--concurrency", "2" if task == "bench.cpu" else "4", "--batch-size", str(batch),
         "-v", "0", *args,
     ]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=REPO, env=environment())
+    proc = subprocess.Popen(command, cwd=REPO_DIR, env=environment())
     try:
         deadline = time.monotonic() + 60
         while execute("SELECT count(*) FROM pgqueue_worker")[0][0] < processes:
@@ -112,62 +107,40 @@ def _count(args: list[str]) -> int:
 
 
 def run(reps: int, cpu_messages: int, noop_messages: int) -> str:
-    cpu: dict[str, list[float]] = {name: [] for name, _ in CPU_CASES}
-    noop: dict[str, list[float]] = {name: [] for name, _ in NOOP_CASES}
-    for _ in range(reps):
-        for name, args in CPU_CASES:
-            cpu[name].append(
-                drain_rate("bench.cpu", cpu_messages, args, processes=_count(args), batch=2)
-            )
-        for name, args in NOOP_CASES:
-            noop[name].append(
-                drain_rate("bench.noop", noop_messages, args, processes=_count(args), batch=100)
-            )
-    lines = [
-        f"Host: {os.cpu_count()} cores; medians of {reps} interleaved runs; messages/s on the "
-        "database clock (first start to last archive).",
-        "",
-        "| Case | Handler | Messages | msg/s | vs. first row | Target |",
-        "|---|---|---:|---:|---:|---|",
+    groups = [
+        ("bench.cpu", CPU_CASES, cpu_messages, 2),
+        ("bench.noop", NOOP_CASES, noop_messages, 100),
     ]
-    base = statistics.median(cpu["1 process"])
-    for name, _ in CPU_CASES:
-        rate = statistics.median(cpu[name])
-        target = ">= 1.7x" if name == "--processes 2" else ""
-        lines.append(
-            f"| {name} | bench.cpu | {cpu_messages:,} | {rate:,.1f} | {rate / base:.2f}x "
-            f"| {target} |"
-        )
-    base = statistics.median(noop["today's worker (no flag)"])
-    for name, _ in NOOP_CASES:
-        rate = statistics.median(noop[name])
-        target = "" if name.startswith("today") else "within 5%"
-        lines.append(
-            f"| {name} | bench.noop | {noop_messages:,} | {rate:,.0f} | {rate / base:.3f}x "
-            f"| {target} |"
-        )
-    return "\n".join(lines)
+    rates: dict[str, list[float]] = {name: [] for _, cases, _, _ in groups for name, *_ in cases}
+    for _ in range(reps):
+        for task, cases, total, batch in groups:
+            for name, args, _ in cases:
+                rate = drain_rate(task, total, args, processes=_count(args), batch=batch)
+                rates[name].append(rate)
+    rows = []
+    for task, cases, total, _ in groups:
+        base = statistics.median(rates[cases[0][0]])
+        for name, _, target in cases:
+            rate = statistics.median(rates[name])
+            rows.append([name, task, f"{total:,}", f"{rate:,.1f}", f"{rate / base:.3f}x", target])
+    return (
+        f"Host: {os.cpu_count()} cores; medians of {reps} interleaved runs; messages/s on the "
+        "database clock (first start to last archive).\n\n"
+        + table("Case | Handler | Messages | msg/s | vs. first row | Target", rows, left=2)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench processes", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small backlogs, one run")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--cpu-messages", type=int, default=400)
-    parser.add_argument("--noop-messages", type=int, default=20_000)
-    options = parser.parse_args(argv)
-    if options.quick:
-        options.reps, options.cpu_messages, options.noop_messages = 1, 100, 5000
+    options = parser("processes", __doc__, reps=3, quick="small backlogs, one run")
+    options.add_argument("--cpu-messages", type=int, default=400)
+    options.add_argument("--noop-messages", type=int, default=20_000)
+    args = parse(options, argv, reps=1, cpu_messages=100, noop_messages=5000)
     with scratch_database(SERVER_DSN, DBNAME):
-        configure(SERVER_DSN, DBNAME, {"NOTIFY": True})
+        configure(DBNAME, {"NOTIFY": True})
         migrate()
         try:
-            print(run(options.reps, options.cpu_messages, options.noop_messages))
+            print(run(args.reps, args.cpu_messages, args.noop_messages))
         finally:
             from django.db import connections
 
             connections.close_all()
-
-
-if __name__ == "__main__":
-    main()

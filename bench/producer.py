@@ -23,7 +23,7 @@ def main() -> None:
     from bench import core_cases, raw
     from bench.config import LATENCY_TASK, QUEUE, TASK, payload
 
-    core_cases.setup_django_light(dsn)
+    core_cases.setup_django(dsn, migrate=False)
     core_cases.warm_up()
     from django.conf import settings
     from django.db import connection as django_connection

@@ -206,7 +206,7 @@ def delete_drain(
         if not rows:
             return done
         for _id, body in rows:
-            _noop(body)
+            noop(body)
         done += len(rows)
     return done
 
@@ -222,13 +222,13 @@ def lease_archive_drain(
         if not rows:
             return done
         for _id, _token, body in rows:
-            _noop(body)
+            noop(body)
         conn.execute(ARCHIVE, [[r[0] for r in rows], [r[1] for r in rows]])
         done += len(rows)
     return done
 
 
-def _noop(body: Any) -> None:
+def noop(body: Any) -> None:
     """The handler: does nothing with the decoded payload."""
 
 

@@ -16,6 +16,14 @@ Row = dict[str, Any]
 SCENARIO_ORDER = ["enqueue", "drain", "claim", "producers", "latency", "steady", "memory"]
 
 
+def table(header: str, rows: list[list[str]], left: int = 1) -> str:
+    """A markdown table (``header``: the titles joined by " | "): the first ``left`` columns
+    left-aligned, the rest right-aligned."""
+    columns = header.count(" | ") + 1
+    lines = [f"| {header} |", "|" + "---|" * left + "---:|" * (columns - left)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def _by_key(results: Iterable[Row]) -> dict[str, list[Row]]:
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in results:
@@ -186,46 +194,44 @@ def steady_table(results: list[Row]) -> str:
 
 # --- targets --------------------------------------------------------------------------------
 
+PerRep = Callable[[list[Row], int], float | None]
+
 
 @dataclass(frozen=True)
 class Target:
     name: str
-    per_rep: Callable[[list[Row], int], float | None]
+    per_rep: PerRep
     op: str  # ">=" or "<="
     threshold: float
     unit: str = "\u00d7"
+    note: str = ""  # its {placeholder} in bench/summary.md
+
+    def values(self, results: list[Row]) -> list[float]:
+        """Its figure in each repetition that has one."""
+        reps = sorted({r["rep"] for r in results})
+        return [v for rep in reps if (v := self.per_rep(results, rep)) is not None]
 
 
-def _best(results: list[Row], rep: int, prefix: str, scenario: str = "drain") -> float | None:
-    """The best ratio to raw lease-then-archive among the cases whose key starts with
-    ``prefix`` (each against the reference measured alongside it)."""
-    ratios = [
-        x
-        for r in results
-        if r["rep"] == rep
-        and r["key"].startswith(prefix)
-        and r["scenario"] == scenario
-        and not r["key"].endswith(".sync")
-        and (x := paired_ratio(results, r)) is not None
-    ]
-    return max(ratios) if ratios else None
+def _best(prefix: str, sync: bool = False) -> PerRep:
+    """The best ratio to the reference among the drains whose key starts with ``prefix``
+    (each against the reference measured alongside it), with synchronous acks or without."""
+
+    def compute(results: list[Row], rep: int) -> float | None:
+        ratios = [
+            x
+            for r in results
+            if r["rep"] == rep
+            and r["key"].startswith(prefix)
+            and r["scenario"] == "drain"
+            and r["key"].endswith(".sync") == sync
+            and (x := paired_ratio(results, r)) is not None
+        ]
+        return max(ratios) if ratios else None
+
+    return compute
 
 
-def _best_sync(results: list[Row], rep: int) -> float | None:
-    ratios = [
-        x
-        for r in results
-        if r["rep"] == rep
-        and r["key"].startswith("pgq.worker.")
-        and r["key"].endswith(".sync")
-        and (x := paired_ratio(results, r)) is not None
-    ]
-    return max(ratios) if ratios else None
-
-
-def _ratio(
-    num: Callable[[list[Row], int], float | None], den: Callable[[list[Row], int], float | None]
-) -> Callable[[list[Row], int], float | None]:
+def _ratio(num: PerRep, den: PerRep) -> PerRep:
     def compute(results: list[Row], rep: int) -> float | None:
         a, b = num(results, rep), den(results, rep)
         return a / b if a and b else None
@@ -233,11 +239,14 @@ def _ratio(
     return compute
 
 
-def _rate(key: str) -> Callable[[list[Row], int], float | None]:
-    return lambda results, rep: _rate_in_rep(results, key, rep)
+def _vs(key: str, ref: str) -> PerRep:
+    """The rate of ``key`` over the rate of ``ref`` in the same repetition."""
+    return _ratio(
+        lambda res, rep: _rate_in_rep(res, key, rep), lambda res, rep: _rate_in_rep(res, ref, rep)
+    )
 
 
-def _extra(key: str, name: str) -> Callable[[list[Row], int], float | None]:
+def _extra(key: str, name: str) -> PerRep:
     def compute(results: list[Row], rep: int) -> float | None:
         for r in results:
             if r["key"] == key and r["rep"] == rep and name in r["extra"]:
@@ -247,140 +256,78 @@ def _extra(key: str, name: str) -> Callable[[list[Row], int], float | None]:
     return compute
 
 
-def _bulk_targets(suffix: str, what: str) -> tuple[Target, Target]:
-    """``enqueue_many()`` (1,000 per call) against the bare raw COPY (the target), and against
-    a raw COPY of the same rows into a copy of its table (what the library itself costs)."""
-    case = _rate(f"pgq.enqueue_many{suffix}")
-    return (
-        Target(
-            f"`enqueue_many()`{what} / raw COPY",
-            _ratio(case, _rate("raw.copy")),
-            ">=",
-            0.7,
-        ),
-        Target(
-            "\u21b3 the same / its rows COPY'd raw into a copy of its table",
-            _ratio(case, _rate(f"raw.copy_live{suffix}")),
-            ">=",
-            0.7,
-        ),
-    )
+SAME = "\u21b3 the same"
+# enqueue_many() (1,000 per call) against the bare raw COPY (the target), and against a raw COPY
+# of the same rows into a copy of its table (what the library itself costs): (key suffix, what,
+# summary.md placeholder).
+BULK = [
+    ("", "", "enqueue_many"),
+    (".dedup", ", a dedup key each", "enqueue_many_keyed"),
+    (".fair", ", fair queue", "enqueue_many_fair"),
+    (".fair_dedup", ", fair queue, a dedup key each", "enqueue_many_fair_keyed"),
+]
+LIVE_COPY = f"{SAME} / its rows COPY'd raw into a copy of its table"
+BEST_WORKER = "`pgq_worker` (best setting)"
+SYNC_ACKS = f"{SAME} with `SYNCHRONOUS_ACKS = True` (like for like)"
+LATENCY = "idle latency enqueue \u2192 handler start"
 
-
+# fmt: off
 TARGETS = [
-    Target(
-        "single `enqueue()` / raw INSERT+NOTIFY+commit",
-        _ratio(_rate("pgq.enqueue"), _rate("raw.insert1_notify")),
-        ">=",
-        0.9,
-    ),
-    Target(
-        "\u21b3 the same / `enqueue()`'s own statement sent raw into its table",
-        _ratio(_rate("pgq.enqueue"), _rate("raw.enqueue_statement")),
-        ">=",
-        0.9,
-    ),
-    Target(
-        "`enqueue_on_commit()` / raw INSERT+NOTIFY+commit",
-        _ratio(_rate("pgq.enqueue_on_commit"), _rate("raw.insert1_notify")),
-        ">=",
-        0.9,
-    ),
+    Target("single `enqueue()` / raw INSERT+NOTIFY+commit",
+           _vs("pgq.enqueue", "raw.insert1_notify"), ">=", 0.9, note="enqueue"),
+    Target(f"{SAME} / `enqueue()`'s own statement sent raw into its table",
+           _vs("pgq.enqueue", "raw.enqueue_statement"), ">=", 0.9, note="enqueue_own"),
+    Target("`enqueue_on_commit()` / raw INSERT+NOTIFY+commit",
+           _vs("pgq.enqueue_on_commit", "raw.insert1_notify"), ">=", 0.9),
     *(
         target
-        for suffix, what in (
-            ("", ""),
-            (".dedup", ", a dedup key each"),
-            (".fair", ", fair queue"),
-            (".fair_dedup", ", fair queue, a dedup key each"),
+        for suffix, what, note in BULK
+        for target in (
+            Target(f"`enqueue_many()`{what} / raw COPY",
+                   _vs(f"pgq.enqueue_many{suffix}", "raw.copy"), ">=", 0.7, note=note),
+            Target(LIVE_COPY, _vs(f"pgq.enqueue_many{suffix}", f"raw.copy_live{suffix}"),
+                   ">=", 0.7, note=f"{note}_live"),
         )
-        for target in _bulk_targets(suffix, what)
     ),
-    Target(
-        "lease + complete, batch 100 / raw lease-then-archive, batch 100",
-        _ratio(_rate("pgq.lease_complete.b100"), _rate("raw.lease_archive.b100")),
-        ">=",
-        0.7,
-    ),
-    Target(
-        "\u21b3 the same with `SYNCHRONOUS_ACKS = True` (like for like)",
-        _ratio(_rate("pgq.lease_complete.b100.sync"), _rate("raw.lease_archive.b100")),
-        ">=",
-        0.7,
-    ),
-    Target(
-        "`pgq_worker` (best setting) / raw lease-then-archive, batch 100",
-        lambda res, rep: _best(res, rep, "pgq.worker."),
-        ">=",
-        0.5,
-    ),
-    Target(
-        "\u21b3 the same with `SYNCHRONOUS_ACKS = True` (like for like)",
-        lambda res, rep: _best_sync(res, rep),
-        ">=",
-        0.5,
-    ),
-    Target(
-        "`pgq_worker` (best setting) / best peer (best setting)",
-        _ratio(
-            lambda res, rep: _best(res, rep, "pgq.worker."),
-            lambda res, rep: _best(res, rep, "peer."),
-        ),
-        ">=",
-        2.0,
-    ),
-    Target(
-        "idle latency enqueue \u2192 handler start, p50",
-        _extra("pgq.latency", "p50_ms"),
-        "<=",
-        2.0,
-        "ms",
-    ),
-    Target(
-        "idle latency enqueue \u2192 handler start, p99",
-        _extra("pgq.latency", "p99_ms"),
-        "<=",
-        5.0,
-        "ms",
-    ),
-    Target(
-        "claim rate at big backlog / at 1,000 ready",
-        _ratio(_rate("pgq.claim.big"), _rate("pgq.claim.small")),
-        ">=",
-        0.9,
-    ),
-    Target(
-        "8 producers: NOTIFY on / NOTIFY off",
-        _ratio(_rate("pgq.producers_notify"), _rate("pgq.producers_nonotify")),
-        ">=",
-        0.95,
-    ),
-    Target(
-        "worker RSS growth after warm-up over the long run",
-        _extra("pgq.worker.rss_long", "growth_mib"),
-        "<=",
-        10.0,
-        "MiB",
-    ),
+    Target("lease + complete, batch 100 / raw lease-then-archive, batch 100",
+           _vs("pgq.lease_complete.b100", "raw.lease_archive.b100"), ">=", 0.7,
+           note="lease_complete"),
+    Target(SYNC_ACKS, _vs("pgq.lease_complete.b100.sync", "raw.lease_archive.b100"), ">=", 0.7),
+    Target(f"{BEST_WORKER} / raw lease-then-archive, batch 100",
+           _best("pgq.worker."), ">=", 0.5, note="worker_best"),
+    Target(SYNC_ACKS, _best("pgq.worker.", sync=True), ">=", 0.5, note="worker_sync"),
+    Target(f"{BEST_WORKER} / best peer (best setting)",
+           _ratio(_best("pgq.worker."), _best("peer.")), ">=", 2.0, note="vs_peer"),
+    Target(f"{LATENCY}, p50", _extra("pgq.latency", "p50_ms"), "<=", 2.0, "ms", "lat_p50"),
+    Target(f"{LATENCY}, p99", _extra("pgq.latency", "p99_ms"), "<=", 5.0, "ms", "lat_p99"),
+    Target("claim rate at big backlog / at 1,000 ready",
+           _vs("pgq.claim.big", "pgq.claim.small"), ">=", 0.9, note="claim"),
+    Target("8 producers: NOTIFY on / NOTIFY off",
+           _vs("pgq.producers_notify", "pgq.producers_nonotify"), ">=", 0.95, note="notify"),
+    Target("worker RSS growth after warm-up over the long run",
+           _extra("pgq.worker.rss_long", "growth_mib"), "<=", 10.0, "MiB"),
 ]
+# fmt: on
+
+
+def _span(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}\u2013{max(values):.2f})"
 
 
 def targets_table(results: list[Row]) -> tuple[str, list[tuple[str, str]]]:
-    reps = sorted({r["rep"] for r in results})
     lines = ["| target | measured: median (min\u2013max) | target | met? |", "|---|---:|---:|:--:|"]
     verdicts = []
     for t in TARGETS:
-        values = [v for rep in reps if (v := t.per_rep(results, rep)) is not None]
+        values = t.values(results)
         if not values:
-            lines.append(f"| {t.name} | not measured | {t.op} {t.threshold:g} {t.unit} | — |")
+            lines.append(f"| {t.name} | not measured | {t.op} {t.threshold:g} {t.unit} | \u2014 |")
             verdicts.append((t.name, "not measured"))
             continue
         med = statistics.median(values)
         met = med >= t.threshold if t.op == ">=" else med <= t.threshold
-        digits = 2
         lines.append(
-            f"| {t.name} | {med:.{digits}f} ({min(values):.{digits}f}\u2013{max(values):.{digits}f}) "
-            f"{t.unit} | {t.op} {t.threshold:g} {t.unit} | {'yes' if met else '**NO**'} |"
+            f"| {t.name} | {_span(values)} {t.unit} | {t.op} {t.threshold:g} {t.unit} "
+            f"| {'yes' if met else '**NO**'} |"
         )
         verdicts.append((t.name, "met" if met else "missed"))
     return "\n".join(lines), verdicts
@@ -388,16 +335,10 @@ def targets_table(results: list[Row]) -> tuple[str, list[tuple[str, str]]]:
 
 def summary_table(results: list[Row]) -> str:
     """The headline comparisons of a run, median (min\u2013max) over its repetitions."""
-    reps = sorted({r["rep"] for r in results})
     lines = ["| comparison | median (min\u2013max) |", "|---|---:|"]
     for t in TARGETS:
-        values = [v for rep in reps if (v := t.per_rep(results, rep)) is not None]
-        if not values:
-            continue
-        lines.append(
-            f"| {t.name} | {statistics.median(values):.2f} "
-            f"({min(values):.2f}\u2013{max(values):.2f}) {t.unit} |"
-        )
+        if values := t.values(results):
+            lines.append(f"| {t.name} | {_span(values)} {t.unit} |")
     return "\n".join(lines)
 
 

@@ -6,158 +6,70 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import core_cases, raw
 from .config import QUEUE, TASK, payload
 from .context import Context
-from .measure import (
-    CaseRun,
-    Result,
-    interleaved,
-    result_from_run,
-    timed,
-)
+from .measure import CaseRun, Result, interleaved, result_from_run, timed
 
 RAW = "raw psycopg"
 PGQ = "django-pgqueue"
+ROUNDS = 10  # slices per case in interleaved measurements
 
 
 def _conns(conn: Any) -> list[Any]:
-    """The harness's connections whose statistics a measurement flushes."""
+    """The harness's connections whose statistics a measurement flushes: ``conn`` and
+    Django's."""
     from django.db import connection
 
-    return [conn, connection]
+    return [conn, connection] if conn is not None else [connection]
 
 
-def _reset_all(ctx: Context, conn: Any) -> None:
+def _reset_all(conn: Any) -> None:
     raw.reset(conn)
     core_cases.reset()
 
 
-def _record_runs(
-    ctx: Context,
-    rep: int,
-    scenario: str,
-    runs: dict[str, CaseRun],
-    labels: dict[str, tuple[str, str, str | None]],
-    backlogs: dict[str, int] | None = None,
+@dataclass(frozen=True)
+class Case:
+    key: str
+    system: str
+    variant: str
+    ref: str | None  # key of the reference it is compared with
+    run: Callable[[int], int]  # one slice (its round): messages handled
+    backlog: int | None = None  # the backlog it drained
+
+
+def _measure(
+    ctx: Context, rep: int, scenario: str, conns: list[Any], rounds: int, cases: list[Case]
 ) -> None:
-    """A result for each case of an interleaved measurement; ``labels[key]`` is its
-    (system, variant, reference key), ``backlogs[key]`` the backlog it drained."""
-    for key, run in runs.items():
-        system, variant, ref = labels[key]
-        extra = {"backlog": backlogs[key]} if backlogs else {}
+    """The cases in ``rounds`` interleaved slices (``measure.interleaved``), a result each."""
+    runs = interleaved(ctx.probe, conns, rounds, [(c.key, c.run) for c in cases])
+    for c in cases:
+        extra = {} if c.backlog is None else {"backlog": c.backlog}
         ctx.recorder.add(
             result_from_run(
-                run,
-                key=key,
+                runs[c.key],
+                key=c.key,
                 scenario=scenario,
-                system=system,
-                variant=variant,
+                system=c.system,
+                variant=c.variant,
                 rep=rep,
-                ref=ref,
+                ref=c.ref,
                 **extra,
             )
         )
 
 
+def _slices(n: int, fn: Callable[..., int], *args: Any) -> Callable[[int], int]:
+    """A slice of ``n`` messages of ``fn(*args, n, start)``, each round its own messages."""
+    return lambda r: fn(*args, n, r * n)
+
+
 # --- enqueue -----------------------------------------------------------------------------
-
-ROUNDS = 10  # slices per case in interleaved measurements
-
-
-def enqueue(ctx: Context, rep: int) -> None:
-    s = ctx.sizes
-    single = max(1, s.enqueue_n // ROUNDS)
-    bulk_n = s.bulk_n
-    with raw.connect(ctx.dsn) as conn:
-        _reset_all(ctx, conn)
-        core_cases.warm_up()
-        cases: list[tuple[str, Any]] = [
-            ("raw.insert1", lambda r: raw.insert_one_by_one(conn, single, r * single)),
-            (
-                "raw.insert1_notify",
-                lambda r: raw.insert_notify_one_by_one(conn, single, r * single),
-            ),
-            (
-                "raw.enqueue_statement",
-                lambda r: raw.enqueue_statement_one_by_one(conn, single, r * single),
-            ),
-            ("pgq.enqueue", lambda r: core_cases.enqueue_single(single, r * single)),
-            (
-                "pgq.enqueue_nonotify",
-                lambda r: core_cases.enqueue_single_without_notify(single, r * single),
-            ),
-            (
-                "pgq.enqueue_on_commit",
-                lambda r: core_cases.enqueue_on_commit_in_atomic(single, r * single),
-            ),
-        ]
-        if tasks_available():
-            cases.append(("pgq.tasks_enqueue", lambda r: tasks_enqueue(single, r * single)))
-        runs = interleaved(ctx.probe, _conns(conn), ROUNDS, cases)
-        labels = {
-            "raw.insert1": (RAW, "single-row INSERT + commit", None),
-            "raw.insert1_notify": (RAW, "single-row INSERT + NOTIFY + commit", None),
-            "raw.enqueue_statement": (
-                RAW,
-                "enqueue()'s own INSERT + NOTIFY, prepared, into django-pgqueue's table + commit",
-                None,
-            ),
-            "pgq.enqueue": (
-                PGQ,
-                "enqueue(), autocommit, NOTIFY on (default)",
-                "raw.insert1_notify",
-            ),
-            "pgq.enqueue_nonotify": (PGQ, "enqueue(), autocommit, NOTIFY off", "raw.insert1"),
-            "pgq.enqueue_on_commit": (
-                PGQ,
-                "enqueue_on_commit() in atomic(), 1 per transaction",
-                "raw.insert1_notify",
-            ),
-            "pgq.tasks_enqueue": (
-                PGQ,
-                "django.tasks backend: task.enqueue(), autocommit",
-                "raw.insert1_notify",
-            ),
-        }
-        _record_runs(ctx, rep, "enqueue", runs, labels)
-        _reset_all(ctx, conn)
-        raw.empty_live_copy(conn)
-        # The same rows per transaction on every side: BULK_CHUNK per COPY and per call.
-        per_round = max(BULK_CHUNK, bulk_n // 5)
-        rounds: list[tuple[str, Any]] = [
-            ("raw.copy", lambda r: _copy_in_chunks(conn, per_round, r * per_round))
-        ]
-        for suffix, (_, case) in BULK_CASES.items():
-            rounds.append((f"raw.copy_live{suffix}", _live_copy_round(conn, per_round, case)))
-            rounds.append(
-                (
-                    f"pgq.enqueue_many{suffix}",
-                    lambda r, case=case: core_cases.enqueue_many(
-                        per_round, r * per_round, BULK_CHUNK, **case
-                    ),
-                )
-            )
-        runs = interleaved(ctx.probe, _conns(conn), 5, rounds)
-        bulk_labels = {"raw.copy": (RAW, f"COPY, {BULK_CHUNK:,} rows per transaction", None)}
-        for suffix, (what, _) in BULK_CASES.items():
-            bulk_labels[f"raw.copy_live{suffix}"] = (
-                RAW,
-                f"COPY into a copy of django-pgqueue's table, {BULK_CHUNK:,} per transaction, "
-                f"of enqueue_many()'s rows{what}",
-                "raw.copy",
-            )
-            bulk_labels[f"pgq.enqueue_many{suffix}"] = (
-                PGQ,
-                f"enqueue_many(), {BULK_CHUNK:,} per call{what}",
-                "raw.copy",
-            )
-        _record_runs(ctx, rep, "enqueue", runs, bulk_labels)
-        _reset_all(ctx, conn)
-        raw.empty_live_copy(conn)
-
 
 BULK_CHUNK = 1_000  # rows per COPY transaction and per enqueue_many() call
 FAIR_QUEUE = "bench_fair"  # FAIRNESS on in bench/settings.py
@@ -173,25 +85,72 @@ BULK_CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def enqueue(ctx: Context, rep: int) -> None:
+    n = max(1, ctx.sizes.enqueue_n // ROUNDS)
+    notify = "raw.insert1_notify"
+    with raw.connect(ctx.dsn) as conn:
+        _reset_all(conn)
+        core_cases.warm_up()
+        # fmt: off
+        cases = [
+            Case("raw.insert1", RAW, "single-row INSERT + commit", None,
+                 _slices(n, raw.insert_one_by_one, conn)),
+            Case(notify, RAW, "single-row INSERT + NOTIFY + commit", None,
+                 _slices(n, raw.insert_notify_one_by_one, conn)),
+            Case("raw.enqueue_statement", RAW, "enqueue()'s own INSERT + NOTIFY, prepared, into "
+                 "django-pgqueue's table + commit", None,
+                 _slices(n, raw.enqueue_statement_one_by_one, conn)),
+            Case("pgq.enqueue", PGQ, "enqueue(), autocommit, NOTIFY on (default)", notify,
+                 _slices(n, core_cases.enqueue_single)),
+            Case("pgq.enqueue_nonotify", PGQ, "enqueue(), autocommit, NOTIFY off", "raw.insert1",
+                 _slices(n, core_cases.enqueue_single_without_notify)),
+            Case("pgq.enqueue_on_commit", PGQ, "enqueue_on_commit() in atomic(), 1 per transaction",
+                 notify, _slices(n, core_cases.enqueue_on_commit_in_atomic)),
+        ]
+        if tasks_available():
+            cases.append(Case("pgq.tasks_enqueue", PGQ, "django.tasks backend: task.enqueue(), "
+                              "autocommit", notify, _slices(n, tasks_enqueue)))
+        # fmt: on
+        _measure(ctx, rep, "enqueue", _conns(conn), ROUNDS, cases)
+        _reset_all(conn)
+        raw.empty_live_copy(conn)
+        # The same rows per transaction on every side: BULK_CHUNK per COPY and per call.
+        n = max(BULK_CHUNK, ctx.sizes.bulk_n // 5)
+        chunk = f"{BULK_CHUNK:,}"
+        cases = [
+            Case("raw.copy", RAW, f"COPY, {chunk} rows per transaction", None,
+                 _slices(n, _copy_in_chunks, conn)),
+        ]  # fmt: skip
+        for suffix, (what, case) in BULK_CASES.items():
+            # fmt: off
+            cases += [
+                Case(f"raw.copy_live{suffix}", RAW, f"COPY into a copy of django-pgqueue's table, "
+                     f"{chunk} per transaction, of enqueue_many()'s rows{what}", "raw.copy",
+                     _slices(n, _live_copy, conn, case)),
+                Case(f"pgq.enqueue_many{suffix}", PGQ, f"enqueue_many(), {chunk} per call{what}",
+                     "raw.copy", lambda r, case=case: core_cases.enqueue_many(
+                         n, r * n, BULK_CHUNK, **case)),
+            ]
+            # fmt: on
+        _measure(ctx, rep, "enqueue", _conns(conn), 5, cases)
+        _reset_all(conn)
+        raw.empty_live_copy(conn)
+
+
 def _copy_in_chunks(conn: Any, n: int, start: int) -> int:
     for offset in range(start, start + n, BULK_CHUNK):
         raw.copy_rows(conn, min(BULK_CHUNK, start + n - offset), offset)
     return n
 
 
-def _live_copy_round(conn: Any, n: int, case: dict[str, Any]) -> Any:
-    """A slice of ``n`` rows COPY'd into the live table's copy, ``BULK_CHUNK`` a transaction:
-    the rows ``enqueue_many(**case)`` writes."""
+def _live_copy(conn: Any, case: dict[str, Any], n: int, start: int) -> int:
+    """``n`` rows COPY'd into the live table's copy, ``BULK_CHUNK`` a transaction: the rows
+    ``enqueue_many(**case)`` writes."""
     fair = case.get("queue") == FAIR_QUEUE
-
-    def run(r: int) -> int:
-        start = r * n
-        for offset in range(start, start + n, BULK_CHUNK):
-            size = min(BULK_CHUNK, start + n - offset)
-            raw.copy_live_rows(conn, size, offset, fair=fair, **case)
-        return n
-
-    return run
+    for offset in range(start, start + n, BULK_CHUNK):
+        size = min(BULK_CHUNK, start + n - offset)
+        raw.copy_live_rows(conn, size, offset, fair=fair, **case)
+    return n
 
 
 def tasks_available() -> bool:
@@ -220,7 +179,7 @@ def drain(ctx: Context, rep: int) -> None:
     fast = max(1, s.drain_n // ROUNDS)
     with raw.connect(ctx.dsn) as conn, raw.connect(ctx.dsn) as async_conn:
         async_conn.execute("SET synchronous_commit = off")
-        _reset_all(ctx, conn)
+        _reset_all(conn)
         raw.copy_rows(conn, slow * ROUNDS, queue="d1")
         raw.copy_rows(conn, mid * ROUNDS, queue="d10")
         for q in ("d100", "la", "la_async"):
@@ -230,47 +189,31 @@ def drain(ctx: Context, rep: int) -> None:
         conn.execute("VACUUM ANALYZE raw_q")
         conn.execute("VACUUM ANALYZE pgqueue_message")
         core_cases.warm_up()
-        cases: list[tuple[str, Any]] = [
-            ("raw.delete.b1", lambda r: raw.delete_drain(conn, 1, slow, "d1")),
-            ("raw.delete.b10", lambda r: raw.delete_drain(conn, 10, mid, "d10")),
-            ("raw.delete.b100", lambda r: raw.delete_drain(conn, 100, fast, "d100")),
-            ("raw.lease_archive.b100", lambda r: raw.lease_archive_drain(conn, 100, fast, "la")),
-            (
-                "raw.lease_archive.b100.async",
-                lambda r: raw.lease_archive_drain(async_conn, 100, fast, "la_async"),
-            ),
-            (
-                "pgq.lease_complete.b100",
-                lambda r: core_cases.lease_complete_drain(100, fast, "pgq"),
-            ),
-            (
-                "pgq.lease_complete.b100.sync",
-                lambda r: core_cases.lease_complete_drain(100, fast, "pgq_sync", True),
-            ),
-        ]
-        runs = interleaved(ctx.probe, [conn, async_conn, _django()], ROUNDS, cases)
         ref = "raw.lease_archive.b100"
-        labels = {
-            "raw.delete.b1": (RAW, "DELETE ... SKIP LOCKED RETURNING, batch 1, 1 conn", ref),
-            "raw.delete.b10": (RAW, "DELETE ... SKIP LOCKED RETURNING, batch 10, 1 conn", ref),
-            "raw.delete.b100": (RAW, "DELETE ... SKIP LOCKED RETURNING, batch 100, 1 conn", ref),
-            "raw.lease_archive.b100": (
-                RAW,
-                "lease UPDATE ... RETURNING, then DELETE -> archive INSERT; batch 100",
-                None,
-            ),
-            "raw.lease_archive.b100.async": (RAW, "the same with synchronous_commit = off", ref),
-            "pgq.lease_complete.b100": (
-                PGQ,
-                "Message.objects.lease() + complete(), batch 100 (default: async acks)",
-                ref,
-            ),
-            "pgq.lease_complete.b100.sync": (PGQ, "the same with SYNCHRONOUS_ACKS = True", ref),
-        }
-        backlogs = {key: fast * ROUNDS for key in labels}
-        backlogs.update({"raw.delete.b1": slow * ROUNDS, "raw.delete.b10": mid * ROUNDS})
-        _record_runs(ctx, rep, "drain", runs, labels, backlogs)
-        _reset_all(ctx, conn)
+        delete = "DELETE ... SKIP LOCKED RETURNING, batch {}, 1 conn"
+        lease = "Message.objects.lease() + complete(), batch 100 (default: async acks)"
+        # fmt: off
+        cases = [
+            Case("raw.delete.b1", RAW, delete.format(1), ref,
+                 lambda r: raw.delete_drain(conn, 1, slow, "d1"), slow * ROUNDS),
+            Case("raw.delete.b10", RAW, delete.format(10), ref,
+                 lambda r: raw.delete_drain(conn, 10, mid, "d10"), mid * ROUNDS),
+            Case("raw.delete.b100", RAW, delete.format(100), ref,
+                 lambda r: raw.delete_drain(conn, 100, fast, "d100"), fast * ROUNDS),
+            Case(ref, RAW, "lease UPDATE ... RETURNING, then DELETE -> archive INSERT; batch 100",
+                 None, lambda r: raw.lease_archive_drain(conn, 100, fast, "la"), fast * ROUNDS),
+            Case(f"{ref}.async", RAW, "the same with synchronous_commit = off", ref,
+                 lambda r: raw.lease_archive_drain(async_conn, 100, fast, "la_async"),
+                 fast * ROUNDS),
+            Case("pgq.lease_complete.b100", PGQ, lease, ref,
+                 lambda r: core_cases.lease_complete_drain(100, fast, "pgq"), fast * ROUNDS),
+            Case("pgq.lease_complete.b100.sync", PGQ, "the same with SYNCHRONOUS_ACKS = True", ref,
+                 lambda r: core_cases.lease_complete_drain(100, fast, "pgq_sync", True),
+                 fast * ROUNDS),
+        ]
+        # fmt: on
+        _measure(ctx, rep, "drain", [conn, async_conn, *_conns(None)], ROUNDS, cases)
+        _reset_all(conn)
         _json_drains(ctx, rep, fast)
 
 
@@ -283,55 +226,26 @@ def _json_drains(ctx: Context, rep: int, fast: int) -> None:
         return
     core_cases.enqueue_many(fast * ROUNDS, queue="pgq_orjson")
     core_cases.enqueue_many(fast * ROUNDS, queue="pgq_json")
-    _vacuum_analyze_live()
+    core_cases.execute("VACUUM ANALYZE pgqueue_message")
 
     def with_standard_json(r: int) -> int:
         with core_cases.standard_json():
             return core_cases.lease_complete_drain(100, fast, "pgq_json")
 
-    runs = interleaved(
-        ctx.probe,
-        [_django()],
-        ROUNDS,
-        [
-            (
-                "pgq.lease_complete.b100.orjson",
-                lambda r: core_cases.lease_complete_drain(100, fast, "pgq_orjson"),
-            ),
-            ("pgq.lease_complete.b100.json", with_standard_json),
-        ],
-    )
-    labels = {
-        "pgq.lease_complete.b100.orjson": (
-            "lease() + complete(), batch 100, payloads decoded by orjson (the `fast` extra)",
-            None,
-        ),
-        "pgq.lease_complete.b100.json": (
-            "the same, decoded by the standard library's json",
-            "pgq.lease_complete.b100.orjson",
-        ),
-    }
-    for key, run in runs.items():
-        variant, ref = labels[key]
-        ctx.recorder.add(
-            result_from_run(
-                run, key=key, scenario="drain", system=PGQ, variant=variant, rep=rep, ref=ref
-            )
-        )
+    def with_orjson(r: int) -> int:
+        return core_cases.lease_complete_drain(100, fast, "pgq_orjson")
+
+    orjson = "pgq.lease_complete.b100.orjson"
+    # fmt: off
+    cases = [
+        Case(orjson, PGQ, "lease() + complete(), batch 100, payloads decoded by orjson (the "
+             "`fast` extra)", None, with_orjson),
+        Case("pgq.lease_complete.b100.json", PGQ, "the same, decoded by the standard library's "
+             "json", orjson, with_standard_json),
+    ]
+    # fmt: on
+    _measure(ctx, rep, "drain", _conns(None), ROUNDS, cases)
     core_cases.reset()
-
-
-def _vacuum_analyze_live() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE pgqueue_message")
-
-
-def _django() -> Any:
-    from django.db import connection
-
-    return connection
 
 
 # --- claim rate vs backlog -----------------------------------------------------------------
@@ -358,7 +272,7 @@ def claim(ctx: Context, rep: int) -> None:
         seconds = 0.0
         tx = wal = done = 0
         for _ in range(rounds):
-            _reset_all(ctx, conn)
+            _reset_all(conn)
             _load_messages(conn, s.claim_small)
             core_cases.warm_up()
             with timed(ctx.probe, _conns(conn)) as box:
@@ -382,7 +296,7 @@ def claim(ctx: Context, rep: int) -> None:
             )
         )
 
-        _reset_all(ctx, conn)
+        _reset_all(conn)
         t0 = time.perf_counter()
         _load_messages(conn, s.claim_big)
         load_s = time.perf_counter() - t0
@@ -400,7 +314,7 @@ def claim(ctx: Context, rep: int) -> None:
                 load_seconds=round(load_s, 1),
             )
         )
-        _reset_all(ctx, conn)
+        _reset_all(conn)
         conn.execute("VACUUM ANALYZE pgqueue_message")
 
 
@@ -476,7 +390,7 @@ def producers(ctx: Context, rep: int) -> None:
     totals = {key: [0, 0.0] for _, key, *_ in cases}
     costs: dict[str, Any] = {}
     with raw.connect(ctx.dsn) as conn:
-        _reset_all(ctx, conn)
+        _reset_all(conn)
         group = Producers(ctx, s.producers)
         try:
             for r in range(rounds):
@@ -515,4 +429,4 @@ def producers(ctx: Context, rep: int) -> None:
                     wal_per_msg=box.wal_bytes() / cost_n,
                 )
             )
-        _reset_all(ctx, conn)
+        _reset_all(conn)

@@ -1,5 +1,5 @@
 """Django settings for the benchmark: the bench database, persistent connections, no-op
-handlers. ``BENCH_DSN`` names the database; ``BENCH_NOTIFY=0`` turns NOTIFY off."""
+handlers. ``BENCH_DSN`` names the database."""
 
 import importlib.util
 import os
@@ -20,7 +20,7 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PGQUEUE = {
-    "NOTIFY": os.environ.get("BENCH_NOTIFY", "1") != "0",
+    "NOTIFY": True,
     "SYNCHRONOUS_ACKS": os.environ.get("BENCH_SYNC_ACKS", "0") == "1",
     # A queue of its own for the fair-backlog case (bench/mvcc_scale.py); "bench" stays plain.
     "QUEUES": {"bench_fair": {"FAIRNESS": True}},

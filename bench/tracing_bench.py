@@ -1,8 +1,7 @@
 """Headers and tracing: what message headers and OpenTelemetry cost enqueue and a drain.
 
-Self-contained: creates and drops its own database (``pgq_tracing_bench``, or
-``BENCH_TRACING_DB``) on the server named by ``BENCH_SERVER_DSN`` (default
-``postgresql://postgres@127.0.0.1:5432/postgres``)::
+Creates and drops its own database (``pgq_tracing_bench``, or ``BENCH_TRACING_DB``) on
+``BENCH_SERVER_DSN``::
 
     python -m bench tracing [--quick] [--reps N] [--enqueues N] [--drain N]
 
@@ -21,7 +20,7 @@ markdown table of medians; the ratios are against ``off``.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import os
 import statistics
 import threading
@@ -29,11 +28,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .scratch_django import checkpoint, configure, execute, migrated_database
+from .report import table
+from .study import QUEUE, checkpoint, execute, migrated_database, parse, parser
 
-SERVER_DSN = os.environ.get("BENCH_SERVER_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 DBNAME = os.environ.get("BENCH_TRACING_DB", "pgq_tracing_bench")
-QUEUE = "bench"
 MODES = ("off", "headers", "tracing")
 HEADERS = {"request-id": "0f6c1e2a-5d7b-4c1e-9b7e-3a1f0c2d4e5f", "origin": "bench"}
 
@@ -74,18 +72,13 @@ def enqueue_rate(mode: str, count: int) -> float:
     headers = HEADERS if mode != "off" else None
     shutdown = _tracing(mode == "tracing")
     try:
+        span: Any = contextlib.nullcontext()
         if mode == "tracing":
             from opentelemetry import trace
 
             span = trace.get_tracer("bench").start_as_current_span("request")
-        else:
-            span = None
         start = time.perf_counter()
-        if span is not None:
-            with span:
-                for n in range(count):
-                    django_pgqueue.enqueue("bench.noop", {"n": n}, queue=QUEUE, headers=headers)
-        else:
+        with span:
             for n in range(count):
                 django_pgqueue.enqueue("bench.noop", {"n": n}, queue=QUEUE, headers=headers)
         return count / (time.perf_counter() - start)
@@ -134,45 +127,30 @@ def drain_rate(mode: str, count: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench tracing", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer messages and repetitions")
-    parser.add_argument("--reps", type=int, default=None)
-    parser.add_argument("--enqueues", type=int, default=None)
-    parser.add_argument("--drain", type=int, default=None)
-    args = parser.parse_args(argv)
-    reps = args.reps or (3 if args.quick else 5)
-    enqueues = args.enqueues or (2000 if args.quick else 10000)
-    drained = args.drain or (5000 if args.quick else 20000)
+    options = parser("tracing", __doc__, reps=5, quick="fewer messages and repetitions")
+    options.add_argument("--enqueues", type=int, default=10_000)
+    options.add_argument("--drain", type=int, default=20_000)
+    args = parse(options, argv, reps=3, enqueues=2_000, drain=5_000)
     try:
         import opentelemetry.sdk.trace  # noqa: F401
     except ImportError:
         raise SystemExit(
             "python -m bench tracing needs opentelemetry-sdk (the dev extra)"
         ) from None
-    with migrated_database(SERVER_DSN, DBNAME, {"NOTIFY": True}):
-        configure(SERVER_DSN, DBNAME, {"NOTIFY": True})
-        import bench.benchapp.handlers  # noqa: F401  (bench.noop)
-
+    with migrated_database(DBNAME, {"NOTIFY": True}):
         rates: dict[tuple[str, str], list[float]] = {}
-        for rep in range(reps):
+        for rep in range(args.reps):
             # The modes' order turns each repetition: no mode always runs first.
-            order = MODES[rep % 3 :] + MODES[: rep % 3]
-            for mode in order:
-                rates.setdefault(("enqueue", mode), []).append(enqueue_rate(mode, enqueues))
-                rates.setdefault(("drain", mode), []).append(drain_rate(mode, drained))
-        print(f"\n### Headers and tracing ({reps} repetitions, medians)\n")
-        print("| measure | off | headers | tracing | headers / off | tracing / off |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for what, label in (
-            ("enqueue", f"enqueue() calls/s ({enqueues} each)"),
-            ("drain", f"worker drain msg/s ({drained} no-op)"),
-        ):
-            med = {m: statistics.median(rates[what, m]) for m in MODES}
-            print(
-                f"| {label} | {med['off']:,.0f} | {med['headers']:,.0f} | {med['tracing']:,.0f}"
-                f" | {med['headers'] / med['off']:.3f} | {med['tracing'] / med['off']:.3f} |"
-            )
-
-
-if __name__ == "__main__":
-    main()
+            for mode in MODES[rep % 3 :] + MODES[: rep % 3]:
+                rates.setdefault(("enqueue", mode), []).append(enqueue_rate(mode, args.enqueues))
+                rates.setdefault(("drain", mode), []).append(drain_rate(mode, args.drain))
+    print(f"\n### Headers and tracing ({args.reps} repetitions, medians)\n")
+    rows = []
+    for what, label in (
+        ("enqueue", f"enqueue() calls/s ({args.enqueues} each)"),
+        ("drain", f"worker drain msg/s ({args.drain} no-op)"),
+    ):
+        med = {m: statistics.median(rates[what, m]) for m in MODES}
+        ratios = (f"{med[m] / med['off']:.3f}" for m in ("headers", "tracing"))
+        rows.append([label, *(f"{med[m]:,.0f}" for m in MODES), *ratios])
+    print(table("measure | off | headers | tracing | headers / off | tracing / off", rows))

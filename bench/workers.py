@@ -26,7 +26,7 @@ from .measure import (
     wait_until,
 )
 from .peers.protocol import trickle_sync
-from .pg import Snapshot, rss_kib
+from .pg import Snapshot, rss_kib, scalar
 from .scenarios import PGQ, Producers, _conns
 
 # How often the watcher checks that a slice is drained. The drain's end is read from the
@@ -44,20 +44,8 @@ class Worker:
 
     def __init__(self, ctx: Context, concurrency: int, batch: int, label: str, **env: str) -> None:
         self.ctx = ctx
-        args = [
-            ctx.python,
-            "-m",
-            "django",
-            "pgq_worker",
-            "--queue",
-            QUEUE,
-            "--concurrency",
-            str(concurrency),
-            "--batch-size",
-            str(batch),
-            "--worker-id",
-            label,
-        ]
+        args = [ctx.python, "-m", "django", "pgq_worker", "--queue", QUEUE, "--worker-id", label]
+        args += ["--concurrency", str(concurrency), "--batch-size", str(batch)]
         self.proc = ctx.spawn(args, label, pipe_stdout=False, **env)
 
     @property
@@ -83,18 +71,11 @@ class Worker:
 
 
 def _live(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT count(*) FROM pgqueue_message").fetchone()
-    return int(row[0]) if row else 0
+    return int(scalar(conn, "SELECT count(*) FROM pgqueue_message"))
 
 
 def _drained(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM pgqueue_message)").fetchone()
-    return bool(row and row[0])
-
-
-def _archived(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT count(*) FROM pgqueue_archive").fetchone()
-    return int(row[0]) if row else 0
+    return bool(scalar(conn, "SELECT NOT EXISTS (SELECT 1 FROM pgqueue_message)"))
 
 
 COPY_MESSAGES = "COPY pgqueue_message (queue, task, payload) FROM STDIN"
@@ -110,20 +91,17 @@ def load_and_release(conn: psycopg.Connection[Any], n: int, start: int) -> float
             for i in range(start, start + n):
                 copy.write_row((QUEUE, TASK, json.dumps(payload(i))))
         cur.execute("SELECT pg_notify(%s, %s)", [get_settings().NOTIFY_CHANNEL, QUEUE])
-        row = cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        now = scalar(cur, "SELECT extract(epoch FROM clock_timestamp())::float8")
     conn.commit()
-    assert row is not None
-    return float(row[0])
+    return float(now)
 
 
 def last_ack_at(conn: psycopg.Connection[Any]) -> float:
     """When the newest archived message was acknowledged (database clock, epoch seconds):
     the end of a drain, without the watcher's polling interval."""
-    row = conn.execute(
-        "SELECT extract(epoch FROM max(finished_at))::float8 FROM pgqueue_archive"
-    ).fetchone()
-    assert row is not None and row[0] is not None
-    return float(row[0])
+    return float(
+        scalar(conn, "SELECT extract(epoch FROM max(finished_at))::float8 FROM pgqueue_archive")
+    )
 
 
 def wait_drained(watch: psycopg.Connection[Any], timeout: float = 600) -> tuple[float, int]:
@@ -191,7 +169,7 @@ def drain(ctx: Context, rep: int) -> None:
                 peak = rss_kib(worker.pid, "VmHWM")
             finally:
                 worker.stop()
-            archived = _archived(watch)
+            archived = scalar(watch, "SELECT count(*) FROM pgqueue_archive")
         assert box is not None
         box.seconds = t1 - t0
         tx_per_msg, wal_per_msg = box.per_message(chunk)

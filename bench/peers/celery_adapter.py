@@ -23,30 +23,10 @@ def _start_worker(concurrency: str) -> None:
         return
     _stop_worker()
     name = f"bench-{os.getpid()}@localhost"
-    state["proc"] = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "bench.peers.celery_app",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            concurrency,
-            "-Q",
-            "pgq_bench_idle",
-            "-n",
-            name,
-            "-l",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        stdout=sys.stderr,
-        stderr=sys.stderr,
-    )
+    command = [sys.executable, "-m", "celery", "-A", "bench.peers.celery_app", "worker"]
+    command += ["-P", "prefork", "-c", concurrency, "-Q", "pgq_bench_idle", "-n", name]
+    command += ["-l", "WARNING", "--without-gossip", "--without-mingle"]
+    state["proc"] = subprocess.Popen(command, stdout=sys.stderr, stderr=sys.stderr)
     state["name"], state["concurrency"] = name, concurrency
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

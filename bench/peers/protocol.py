@@ -81,21 +81,17 @@ async def _serve(commands: dict[str, Callable[..., Any]], setup: Callable[[], An
         if inspect.isawaitable(result):
             await result
     print("ready", flush=True)
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            return
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
         command, *args = line.split()
-        if command == "exit":
-            print(json.dumps({"ok": True}), flush=True)
-            return
         try:
-            result = commands[command](*args)
+            result = None if command == "exit" else commands[command](*args)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:  # report, keep serving: the harness decides
             result = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(result if result is not None else {"ok": True}), flush=True)
+        if command == "exit":
+            return
 
 
 def serve_sync(
@@ -107,17 +103,10 @@ def serve_sync(
     print("ready", flush=True)
     for line in sys.stdin:
         command, *args = line.split()
-        if command == "exit":
-            print(json.dumps({"ok": True}), flush=True)
-            return
         try:
-            result = commands[command](*args)
+            result = None if command == "exit" else commands[command](*args)
         except Exception as exc:
             result = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(result if result is not None else {"ok": True}), flush=True)
-
-
-def timed_call(fn: Callable[[], Any]) -> dict[str, float]:
-    t0 = time.perf_counter()
-    fn()
-    return {"seconds": time.perf_counter() - t0}
+        if command == "exit":
+            return

@@ -1,24 +1,56 @@
-"""Django on a scratch database of its own, for the self-contained benches (``flow``,
-``compose``): configured in-process (child processes forked from the harness inherit it),
-migrated at the start, dropped at the end."""
+"""What the study benches (``flow``, ``compose``, ``tracing``, ``processes``, ``pipeline``,
+``export``) share: the server (``BENCH_SERVER_DSN``), their common options, and Django on a
+scratch database of their own, configured in-process (forked children inherit it), migrated
+at the start and dropped at the end."""
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
+import statistics
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .pg import django_database, dsn_for, scratch_database
+from .pg import SERVER_DSN, django_database, dsn_for, scratch_database
 
 if TYPE_CHECKING:
     from django_pgqueue.worker.runner import Worker
 
+QUEUE = "bench"
 
-def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
+
+def parser(name: str, doc: str, *, reps: int, quick: str) -> argparse.ArgumentParser:
+    """The options of ``python -m bench <name>``, ``--quick`` and ``--reps`` among them."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench {name}", description=doc)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--reps", type=int, default=reps, help="repetitions (median reported)")
+    return parser
+
+
+def parse(options: argparse.ArgumentParser, argv: list[str] | None, **quick: Any) -> Any:
+    """The options given; with ``--quick``, ``quick`` stands for the defaults."""
+    args = options.parse_args(argv)
+    if args.quick:
+        options.set_defaults(**quick)
+        args = options.parse_args(argv)
+    return args
+
+
+def ratios(a: list[float], b: list[float]) -> list[float]:
+    """Each repetition's own ratio ``a / b`` (runs of the same repetition)."""
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
+def paired(a: list[float], b: list[float]) -> float:
+    """The median of :func:`ratios`: slow drift of a shared machine moves both sides alike."""
+    return statistics.median(ratios(a, b))
+
+
+def configure(dbname: str, pgqueue: dict[str, Any]) -> None:
     """Django settings for the bench database (once per process)."""
     import django
     from django.conf import settings
@@ -27,7 +59,7 @@ def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
         return
     settings.configure(
         INSTALLED_APPS=["django_pgqueue", "bench.benchapp"],
-        DATABASES={"default": django_database(dsn_for(server_dsn, dbname))},
+        DATABASES={"default": django_database(dsn_for(SERVER_DSN, dbname))},
         USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         # bench.benchapp's django.tasks task names its own queue: any queue is valid here.
@@ -38,10 +70,10 @@ def configure(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> None:
 
 
 @contextmanager
-def migrated_database(server_dsn: str, dbname: str, pgqueue: dict[str, Any]) -> Iterator[None]:
+def migrated_database(dbname: str, pgqueue: dict[str, Any]) -> Iterator[None]:
     """A scratch database for the run, Django set up on it and migrated; dropped at the end."""
-    with scratch_database(server_dsn, dbname):
-        configure(server_dsn, dbname, pgqueue)
+    with scratch_database(SERVER_DSN, dbname):
+        configure(dbname, pgqueue)
         from django.core.management import call_command
         from django.db import connections
 
