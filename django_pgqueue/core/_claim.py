@@ -21,7 +21,7 @@ from ..conf import get_settings
 from ..exceptions import LeaseError
 from . import _claim_sql, _json, _send
 from ._claim_bound import ClaimBounds, Level
-from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, execute, is_claim_session
+from ._execution import CLAIM_PLAN, ORDERED_PLAN, async_commit, beyond_session, execute
 from ._flow_control import flow_config
 from ._log_fields import message_fields
 from ._registry import notify_dead
@@ -176,7 +176,7 @@ def _run_claim(alias: str, statement: str, params: dict[str, Any], hold: bool) -
     """
     connection = connections[alias]
     if not hold and _send.direct(connection):
-        plan = None if is_claim_session(connection) else {**CLAIM_PLAN, **async_commit()}
+        plan = beyond_session(connection, {**CLAIM_PLAN, **async_commit()})
         rows = _send.run(connection, statement, params, plan=plan)
         if rows is not None:
             return rows

@@ -57,8 +57,13 @@ CLAIM_PLAN = {"plan_cache_mode": "force_generic_plan", **ORDERED_PLAN}
 # alone (worker/executor.py), may promise that; other claims count every attempt.
 REFUND_ON_EXPIRY = {"pgqueue.refund_on_expiry": "on"}
 
-# Driver connections whose whole session runs under CLAIM_PLAN (and the async commit).
-_claim_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+# How every batch transition by id (an ack, a failure, an extension) is planned: once per
+# session, by id (``BY_ID_PLAN``).
+ACK_PLAN = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN}
+
+# Driver connections that run nothing but a worker's own statements, and the settings their
+# whole session runs under.
+_dedicated: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def dedicate_to_claims(connection: BaseDatabaseWrapper, *, refund_on_expiry: bool = False) -> None:
@@ -70,27 +75,42 @@ def dedicate_to_claims(connection: BaseDatabaseWrapper, *, refund_on_expiry: boo
     (:data:`REFUND_ON_EXPIRY`; the worker's claims). Idempotent and cheap; a new session
     (after a reconnect) is set up again.
     """
+    refund = REFUND_ON_EXPIRY if refund_on_expiry else {}
+    _dedicate(connection, {**CLAIM_PLAN, **async_commit(), **refund})
+
+
+def dedicate_to_acks(connection: BaseDatabaseWrapper) -> None:
+    """:func:`dedicate_to_claims` for a worker's completer: its session runs under the
+    transitions' settings (``ACK_PLAN`` and the async commit), so an ack is the prepared
+    statement alone."""
+    _dedicate(connection, {**ACK_PLAN, **async_commit()})
+
+
+def _dedicate(connection: BaseDatabaseWrapper, session: dict[str, str]) -> None:
     connection.ensure_connection()
     raw = connection.connection
-    if raw in _claim_sessions:
+    if _dedicated.get(raw) == session:
         return
-    session = {**CLAIM_PLAN, **async_commit(), **(REFUND_ON_EXPIRY if refund_on_expiry else {})}
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in session),
             [value for item in session.items() for value in item],
         )
-    _claim_sessions.add(raw)
+    _dedicated[raw] = session
 
 
-def is_claim_session(connection: BaseDatabaseWrapper) -> bool:
-    return connection.connection is not None and connection.connection in _claim_sessions
+def beyond_session(connection: BaseDatabaseWrapper, wanted: Mapping[str, str]) -> dict[str, str]:
+    """The settings of ``wanted`` this connection's session does not run under already."""
+    session = _dedicated.get(connection.connection) if connection.connection else None
+    if not session:
+        return dict(wanted)
+    return {name: value for name, value in wanted.items() if session.get(name) != value}
 
 
-def end_claim_session(connection: BaseDatabaseWrapper) -> None:
-    """Close a connection :func:`dedicate_to_claims` set up, so that whatever runs next on
-    this thread gets a connection with Django's settings, not the claim's."""
-    if is_claim_session(connection) and not connection.in_atomic_block:
+def end_dedicated_session(connection: BaseDatabaseWrapper) -> None:
+    """Close a connection dedicated to a worker's statements, so that whatever runs next on
+    this thread gets a connection with Django's settings, not the worker's."""
+    if connection.connection in _dedicated and not connection.in_atomic_block:
         connection.close()
 
 

@@ -20,7 +20,7 @@ from django.db import connections
 from ..conf import get_settings
 from ..models import DeadReason
 from . import _send, _sql
-from ._execution import BY_ID_PLAN, ack_settings, execute
+from ._execution import ACK_PLAN, ack_settings, beyond_session, execute
 
 __all__ = [
     "FailedAttempt",
@@ -89,9 +89,10 @@ def _run(
     connection: Any, statement: str, params: list[Any], local_settings: dict[str, str]
 ) -> list[Any]:
     """Run a batch transition: in a transaction of its own, prepared, with a nested-loop
-    generic plan (``_send.py``, ``_execution.BY_ID_PLAN``); else through Django's cursor."""
+    generic plan (``_send.py``, ``_execution.ACK_PLAN``: sent with it unless the session runs
+    under it already); else through Django's cursor."""
     if _send.direct(connection):
-        plan = {"plan_cache_mode": "force_generic_plan", **BY_ID_PLAN, **local_settings}
+        plan = beyond_session(connection, {**ACK_PLAN, **local_settings})
         rows = _send.run(connection, statement, params, plan=plan)
         if rows is not None:
             return rows

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import DataError
+from django.db import DataError, connections
 
-from ..core import transitions
+from ..core import _execution, transitions
 from ..core._log_fields import batch_fields, message_fields
 from ..core._registry import notify_dead
 from ..core._validation import printable
@@ -113,6 +113,8 @@ class OutcomeWriter:
         results: list[str | None],
     ) -> list[int]:
         def write() -> list[int]:
+            # This thread's connection runs only the worker's transitions.
+            _execution.dedicate_to_acks(connections[self.alias])
             outcome = transitions.complete_encoded(ids, tokens, results, using=self.alias)
             return outcome.done
 

@@ -316,7 +316,7 @@ class Worker:
             if signals is not None:
                 signals.close()
             stop_labelling()
-            _execution.end_claim_session(connections[self.alias])
+            _execution.end_dedicated_session(connections[self.alias])
             if not own_process:
                 # That thread's connection would outlive it otherwise.
                 connections.close_all()

@@ -135,7 +135,7 @@ def test_a_bounded_claim_checks_the_bound_on_the_claim_index(admin_conn):
         sorts = [n for n in nodes(plan) if n["Node Type"] == "Sort"]
         assert all("available_at" not in str(n["Sort Key"]) for n in sorts), plan
     finally:
-        _execution.end_claim_session(connection)
+        _execution.end_dedicated_session(connection)
 
 
 @pytest.mark.parametrize("from_bounds", [False, True])
@@ -173,7 +173,7 @@ def test_a_claim_planned_on_an_empty_queue_reads_its_batch_by_primary_key_once(
         assert claimed and all(n["Actual Loops"] == 1 for n in claimed), plan
         assert Message.objects.filter(lease_token__isnull=False).count() == 500 + bool(bounds)
     finally:
-        _execution.end_claim_session(connection)
+        _execution.end_dedicated_session(connection)
 
 
 def test_a_look_from_the_head_lowers_the_bounds_to_what_fell_due_below_them():

@@ -131,7 +131,7 @@ def test_settings_naming_tenants_with_quotes_and_placeholders_reach_the_claim_in
     try:
         assert Counter(m.tenant for m in lease(4)) == {ODD_TENANT: 1, "iron": 3}
     finally:
-        _execution.end_claim_session(connection)
+        _execution.end_dedicated_session(connection)
 
 
 @override_settings(PGQUEUE=FAIR)
@@ -304,7 +304,7 @@ def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
         assert type(getattr(fast[0], field)) is type(getattr(plain, field)), field
     assert fast[0].leased_at == row.leased_at and fast[0].available_at == row.available_at
     assert [m.tenant for m in lease(5)] == ["a", "b"]
-    _execution.end_claim_session(connection)
+    _execution.end_dedicated_session(connection)
 
 
 def test_flow_config_is_none_for_plain_queues_and_reads_per_queue_keys():
@@ -465,7 +465,7 @@ def test_a_flow_claim_planned_on_a_small_queue_reads_only_by_index_later(
             for plan in plans:
                 assert unbounded_reads([plan]) == [], plan["Query Text"]
         finally:
-            _execution.end_claim_session(connection)
+            _execution.end_dedicated_session(connection)
 
 
 @override_settings(PGQUEUE=FAIR)

@@ -260,7 +260,7 @@ def test_a_claim_session_claims_with_bind_execute_and_the_same_rows(monkeypatch,
 
     monkeypatch.setattr(_send, "run", spy)
     fast = _claim.lease("default", worker_id="w1", decode_payloads=False)[0]
-    assert sent == [(_claim_sql.PLAIN_CLAIM, None)]
+    assert sent == [(_claim_sql.PLAIN_CLAIM, {})]  # no settings sent with it
     assert [plain.id, fast.id] == ids[:2]
     row = Message.objects.get(id=fast.id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by"):
@@ -312,7 +312,7 @@ def test_a_claim_planned_on_a_small_queue_reads_only_by_index_later(admin_conn, 
             for node in nodes(plan)
         ), plan
     finally:
-        _execution.end_claim_session(connection)
+        _execution.end_dedicated_session(connection)
 
 
 def test_acks_survive_a_session_that_drops_prepared_statements(caplog):

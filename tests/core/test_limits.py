@@ -460,7 +460,7 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
             assert [m.tenant for m in lease(10)] == ["c", "c"]
         assert "prepared statement vanished" in caplog.text
     finally:
-        _execution.end_claim_session(connection)
+        _execution.end_dedicated_session(connection)
 
 
 # --- settings --------------------------------------------------------------------------------

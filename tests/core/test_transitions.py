@@ -347,6 +347,42 @@ def test_synchronous_acks_setting_keeps_the_same_outcome(synchronous):
         assert cursor.fetchone()[0] == "on", "SET LOCAL must not leak into the session"
 
 
+def test_a_connection_dedicated_to_acks_sends_each_ack_alone(monkeypatch):
+    """A worker's completer keeps the transitions' settings for its session: an ack is the
+    prepared statement alone, with the same outcome; once the session ends, the thread's
+    next connection has Django's settings again."""
+    from django_pgqueue.core import _execution, _send
+
+    for n in range(3):
+        django_pgqueue.enqueue("t", {"n": n})
+    first, second, third = Message.objects.lease("default", worker_id="w1", batch_size=3)
+    _execution.dedicate_to_acks(connection)
+    sent: list[object] = []
+    real = _send.run
+
+    def spy(*args, **kwargs):
+        sent.append(kwargs["plan"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_send, "run", spy)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('enable_hashjoin')")
+            assert cursor.fetchone()[0] == "off"
+        assert transitions.complete([first], [{"ok": 1}]).done == [first.id]
+        assert sent == [{}]
+        assert ArchivedMessage.objects.get(message_id=first.id).result == {"ok": 1}
+        assert transitions.extend([second], 60).done == [second.id]
+        assert sent[-1] == {}
+    finally:
+        _execution.end_dedicated_session(connection)
+    assert connection.connection is None, "closed: the next statement gets Django's settings"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_hashjoin')")
+        assert cursor.fetchone()[0] == "on"
+    assert transitions.complete([third]).done == [third.id]
+
+
 def test_leased_message_loads_its_error_history_lazily():
     sent = django_pgqueue.enqueue("t", {}, max_attempts=3)
     message = lease_one()
