@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from .. import tracing
 from .failures import HandlerTimeout
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ class AsyncHandlers:
                 return
             handler = job.handler
             try:
-                with tracing.processing(job.message):
+                with job.span():
                     async with asyncio.timeout(job.timeout) as scope:
                         if handler.takes_context:
                             context = ex.context_for(job, self._extend(job))

@@ -27,11 +27,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from .. import tracing
 from ..conf import get_settings
 from ..core import _json, transitions
 from ..core._log_fields import message_fields
@@ -67,6 +69,7 @@ class Job:
         "started",
         "state",
         "timeout",
+        "traced",
         "vt",
     )
 
@@ -86,6 +89,8 @@ class Job:
         # Leased with decode_payloads=False: the JSON text is decoded by the handler's
         # thread, off the main loop that claims the next batch.
         self.encoded = isinstance(message.payload, str)
+        # Whether its handler runs in a span: decided once per batch (Executor.submit).
+        self.traced = False
 
     @property
     def abandoned(self) -> bool:
@@ -97,6 +102,13 @@ class Job:
             self.message.payload = _json.loads(text)
             self.encoded = False
         return self.message.payload
+
+    def span(self) -> AbstractContextManager[Any]:
+        """The CONSUMER span its handler runs in, or nothing when tracing is off."""
+        return tracing.processing(self.message) if self.traced else _NO_SPAN
+
+
+_NO_SPAN: nullcontext[None] = nullcontext()
 
 
 class Executor:
@@ -265,8 +277,12 @@ class Executor:
     # -- submission ------------------------------------------------------------------------
 
     def submit(self, jobs: list[Job]) -> None:
+        # Asking OpenTelemetry for its provider costs as much as the rest of a no-op
+        # handler's bookkeeping: once per batch, not per message.
+        traced = tracing.active() is not None
         with self.lock:
             for job in jobs:
+                job.traced = traced
                 self.jobs[job.message.id] = job
         for job in jobs:
             if job.handler.is_async:
