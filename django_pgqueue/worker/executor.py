@@ -277,9 +277,7 @@ class Executor:
     # -- submission ------------------------------------------------------------------------
 
     def submit(self, jobs: list[Job]) -> None:
-        # Asking OpenTelemetry for its provider costs as much as the rest of a no-op
-        # handler's bookkeeping: once per batch, not per message.
-        traced = tracing.active() is not None
+        traced = tracing.active() is not None  # once per batch: the check reads os.environ
         with self.lock:
             for job in jobs:
                 job.traced = traced
