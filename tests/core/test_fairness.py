@@ -296,7 +296,7 @@ def test_a_claim_session_claims_a_fair_queue_with_bind_execute(monkeypatch):
 
     monkeypatch.setattr(_send, "run", spy)
     fast = lease(3)
-    assert sent == [(_claim_sql.FLOW_CLAIM, None)]
+    assert sent == [(_claim_sql.FLOW_CLAIM, {})]  # no settings sent with it
     assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b"]
     row = Message.objects.get(id=fast[0].id)
     for field in ("queue", "task", "tenant", "attempts", "lease_token", "leased_by", "payload"):

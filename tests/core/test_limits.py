@@ -445,7 +445,7 @@ def test_a_claim_session_claims_with_limits_on_the_driver_with_the_same_rows(mon
     monkeypatch.setattr(_send, "run", spy)
     try:
         fast = lease(10)
-        assert sent == [(_claim_sql.FLOW_CLAIM, None)]
+        assert sent == [(_claim_sql.FLOW_CLAIM, {})]  # no settings sent with it
         assert sorted([plain.id] + [m.id for m in fast]) == sorted(ids)
         assert [plain.tenant] + [m.tenant for m in fast] == ["a", "b", "a", "b", "a", "b"]
         row = Message.objects.get(id=fast[0].id)
