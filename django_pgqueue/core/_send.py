@@ -49,7 +49,8 @@ def direct(connection: Any) -> bool:
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     return (
-        connection.get_autocommit()
+        # get_autocommit() without its second ensure_connection()
+        connection.autocommit
         and not connection.in_atomic_block
         and connection.connection not in _unpreparable
     )
@@ -70,7 +71,8 @@ def run(
     if plan and not _PIPELINE:
         return None  # a libpq before 14: the caller's way, with its ``SET LOCAL``
     connection.validate_thread_sharing()
-    connection.ensure_connection()
+    if connection.connection is None:  # else :func:`direct` just ensured it, async check too
+        connection.ensure_connection()
     raw = connection.connection
     cursor = _cursors.get(raw)
     if cursor is None:
