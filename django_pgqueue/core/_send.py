@@ -21,6 +21,7 @@ that way from then on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -47,7 +48,10 @@ def direct(connection: Any) -> bool:
     if connection.execute_wrappers or connection.queries_logged:
         return False
     connection.close_if_health_check_failed()
-    connection.ensure_connection()
+    # ensure_connection() looks for a running event loop (async code must not block on the
+    # database) by catching get_running_loop()'s error: a costly raise, on every call.
+    if connection.connection is None or asyncio._get_running_loop() is not None:
+        connection.ensure_connection()
     return (
         # get_autocommit() without its second ensure_connection()
         connection.autocommit
