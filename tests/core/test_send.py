@@ -113,3 +113,18 @@ def test_async_code_gets_djangos_error_on_an_open_connection_too(monkeypatch):
             connections["default"].close()
 
     asyncio.run(enqueue_twice())
+
+
+def test_the_kept_cursor_follows_a_time_zone_change(settings):
+    """The direct path loads timestamps as Django's cursor would, on the same session before
+    and after ``USE_TZ`` changes: aware in UTC, or naive in ``TIME_ZONE``."""
+    import django_pgqueue
+    from django_pgqueue.models import Message
+
+    settings.TIME_ZONE = "America/New_York"
+    for use_tz in (True, False, True):
+        settings.USE_TZ = use_tz
+        sent = django_pgqueue.enqueue("t", {})
+        stored = Message.objects.get(pk=sent.id)
+        assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
+        assert (sent.enqueued_at.tzinfo is None) is (not use_tz)
