@@ -15,6 +15,7 @@ call after costs one global read.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -39,10 +40,18 @@ def _opentelemetry() -> SimpleNamespace | None:
     if not _checked:
         try:
             from opentelemetry import propagate, trace
+            from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
         except ImportError:
             _api = None
         else:
-            _api = SimpleNamespace(propagate=propagate, trace=trace, provider=None, tracer=None)
+            _api = SimpleNamespace(
+                propagate=propagate,
+                trace=trace,
+                provider=None,
+                tracer=None,
+                # A provider named by the environment is loaded by the first lookup.
+                from_environment=OTEL_PYTHON_TRACER_PROVIDER in os.environ,
+            )
         _checked = True
     return _api
 
@@ -51,6 +60,10 @@ def active() -> SimpleNamespace | None:
     """The API when a tracer provider is configured (else spans would be no-ops)."""
     api = _opentelemetry()
     if api is None:
+        return None
+    # Until a provider is set, get_tracer_provider() searches os.environ on every call (a
+    # KeyError raised and caught, on every enqueue): the API's global says it first.
+    if not api.from_environment and getattr(api.trace, "_TRACER_PROVIDER", True) is None:
         return None
     provider = api.trace.get_tracer_provider()
     if isinstance(provider, api.trace.ProxyTracerProvider):

@@ -58,7 +58,10 @@ class EnqueuedMessage:
     deduplicated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's ``__init__`` sets each field through
+# ``object.__setattr__``, a tenth of ``enqueue()``'s own Python. Nothing changes one once
+# made: ``dataclasses.replace`` makes another.
+@dataclass(slots=True)
 class PreparedMessage:
     """A message that passed every check, ready to be written (:func:`write_message`)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -67,12 +68,18 @@ MAX_PRIORITY = 100
 
 
 def validate_queue_name(name: object) -> str:
-    if not isinstance(name, str) or not _QUEUE_NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or len(name) > QUEUE_NAME_MAX_LENGTH or not _is_queue_name(name):
         raise QueueNameError(
             f"Invalid queue name {name!r}: use 1-{QUEUE_NAME_MAX_LENGTH} characters from "
             "a-z, 0-9, '_' and '-', starting with a letter or digit."
         )
     return name
+
+
+# An application enqueues to a few queues, many times: each name is matched once.
+@functools.lru_cache(maxsize=1024)
+def _is_queue_name(name: str) -> bool:
+    return _QUEUE_NAME_RE.fullmatch(name) is not None
 
 
 def storable_text(value: str, field: str) -> str:
@@ -101,6 +108,8 @@ def validate_task_name(name: object) -> str:
             f"Invalid task name {name!r}: a non-empty string of at most "
             f"{TASK_NAME_MAX_LENGTH} characters."
         )
+    if name.isprintable():  # the common case: no U+0000, lone surrogate nor control
+        return name
     storable_text(name, "task")
     control = _CONTROL_RE.search(name)
     if control is not None:

@@ -88,3 +88,43 @@ def test_without_pipeline_mode_statements_with_settings_go_through_djangos_curso
     assert sorted(m.id for m in leased) == sorted(m.id for m in sent)
     assert transitions.complete(leased).done == [m.id for m in leased]
     assert _send.direct(connection)  # nothing was lost on the way
+
+
+def test_async_code_gets_djangos_error_on_an_open_connection_too(monkeypatch):
+    """The direct path keeps ``ensure_connection()``'s guard: under a running event loop a
+    statement raises ``SynchronousOnlyOperation`` instead of blocking the loop."""
+    import asyncio
+
+    from django.core.exceptions import SynchronousOnlyOperation
+    from django.db import connections
+
+    import django_pgqueue
+
+    async def enqueue_twice() -> None:
+        monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+        django_pgqueue.enqueue("t", {})  # opens this context's connection
+        monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE")
+        try:
+            assert connections["default"].connection is not None
+            with pytest.raises(SynchronousOnlyOperation):
+                django_pgqueue.enqueue("t", {})
+        finally:
+            monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+            connections["default"].close()
+
+    asyncio.run(enqueue_twice())
+
+
+def test_the_kept_cursor_follows_a_time_zone_change(settings):
+    """The direct path loads timestamps as Django's cursor would, on the same session before
+    and after ``USE_TZ`` changes: aware in UTC, or naive in ``TIME_ZONE``."""
+    import django_pgqueue
+    from django_pgqueue.models import Message
+
+    settings.TIME_ZONE = "America/New_York"
+    for use_tz in (True, False, True):
+        settings.USE_TZ = use_tz
+        sent = django_pgqueue.enqueue("t", {})
+        stored = Message.objects.get(pk=sent.id)
+        assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
+        assert (sent.enqueued_at.tzinfo is None) is (not use_tz)
