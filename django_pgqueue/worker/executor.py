@@ -136,10 +136,7 @@ class Executor:
         # Told about an error in the executor's own machinery (not a handler's): the worker
         # stops rather than run on with a slot or a job lost.
         self.on_crash = on_crash or _log_crash
-        conf = get_settings()
-        self.max_result_bytes = conf.MAX_RESULT_BYTES
-        self.max_error_message = conf.MAX_ERROR_MESSAGE_CHARS
-        self.max_traceback = conf.MAX_TRACEBACK_CHARS
+        self.conf = get_settings()
         self.lock = threading.Lock()
         self.jobs: dict[int, Job] = {}  # leased and not yet finished, by message id
         self._running = 0  # jobs in RUNNING
@@ -351,7 +348,7 @@ class Executor:
     def handler_returned(self, job: Job, result: Any) -> None:
         """Store what the handler returned; a result that cannot be stored fails the attempt."""
         try:
-            encoded = encode_result(result, self.max_result_bytes)
+            encoded = encode_result(result, self.conf.MAX_RESULT_BYTES)
         except BaseException as exc:
             self.handler_raised(job, exc)
             return
@@ -408,8 +405,8 @@ class Executor:
             job,
             exc,
             worker_id=self.worker_id,
-            max_message=self.max_error_message,
-            max_traceback=self.max_traceback,
+            max_message=self.conf.MAX_ERROR_MESSAGE_CHARS,
+            max_traceback=self.conf.MAX_TRACEBACK_CHARS,
         )
 
 
