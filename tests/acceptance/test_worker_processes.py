@@ -76,10 +76,14 @@ def test_sigterm_while_idle_exits_within_a_second(spawn_worker: Spawn) -> None:
     assert time.monotonic() - started < 1.0
 
 
-def test_second_sigterm_releases_running_messages_and_exits_non_zero(spawn_worker: Spawn) -> None:
-    msg = django_pgqueue.enqueue("tests.sleep", {"seconds": 30})
+def test_second_sigterm_releases_running_messages_and_exits_non_zero(
+    spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    msg = django_pgqueue.enqueue("tests.sleep", {"seconds": 30, "started_file": str(started)})
     worker = spawn_worker("--grace-period", "60").ready()
-    wait_for(lambda: leased(msg.id))
+    # Running, not only leased: a SIGTERM before the handler starts releases it at once.
+    wait_for(started.exists)
     worker.signal(signal.SIGTERM)
     worker.wait_for_line("SIGTERM: finishing")
     worker.signal(signal.SIGTERM)
