@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from .. import tracing
 from .failures import HandlerTimeout
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class AsyncHandlers:
                 return
             handler = job.handler
             try:
-                with job.span():
+                with tracing.processing(job.message):
                     async with asyncio.timeout(job.timeout) as scope:
                         if handler.takes_context:
                             context = ex.context_for(job, self._extend(job))

@@ -27,13 +27,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from .. import tracing
 from ..conf import get_settings
 from ..core import _json, transitions
 from ..core._log_fields import message_fields
@@ -69,7 +67,6 @@ class Job:
         "started",
         "state",
         "timeout",
-        "traced",
         "vt",
     )
 
@@ -89,8 +86,6 @@ class Job:
         # Leased with decode_payloads=False: the JSON text is decoded by the handler's
         # thread, off the main loop that claims the next batch.
         self.encoded = isinstance(message.payload, str)
-        # Whether its handler runs in a span: decided once per batch (Executor.submit).
-        self.traced = False
 
     @property
     def abandoned(self) -> bool:
@@ -102,13 +97,6 @@ class Job:
             self.message.payload = _json.loads(text)
             self.encoded = False
         return self.message.payload
-
-    def span(self) -> AbstractContextManager[Any]:
-        """The CONSUMER span its handler runs in, or nothing when tracing is off."""
-        return tracing.processing(self.message) if self.traced else _NO_SPAN
-
-
-_NO_SPAN: nullcontext[None] = nullcontext()
 
 
 class Executor:
@@ -274,10 +262,8 @@ class Executor:
     # -- submission ------------------------------------------------------------------------
 
     def submit(self, jobs: list[Job]) -> None:
-        traced = tracing.active() is not None  # once per batch: the check reads os.environ
         with self.lock:
             for job in jobs:
-                job.traced = traced
                 self.jobs[job.message.id] = job
         for job in jobs:
             if job.handler.is_async:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from .. import tracing
 from ..core._log_fields import message_fields
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class SyncHandlers:
         ex = self.executor
         handler = job.handler
         try:
-            with job.span():
+            with tracing.processing(job.message):
                 if handler.takes_context:
                     ctx = ex.context_for(job, lambda s: ex.extend_now(job, s))
                     result = handler.func(ctx, job.payload())
