@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -19,6 +20,15 @@ def claim(bounds: ClaimBounds) -> list[int]:
     """The ids one claim of queue ``default`` with ``bounds`` takes (at most 10)."""
     leased = _claim.lease("default", worker_id="w1", batch_size=10, bounds=bounds)
     return [m.id for m in leased]
+
+
+def until_the_head_walk_is_due(bounds: ClaimBounds) -> None:
+    """Wait until the next claim of queue ``default`` walks from the head: HEAD_WALK_EVERY
+    after the last walk from the head, or longer after a slow one (a loaded machine)."""
+    deadline = time.monotonic() + 30
+    while bounds.start("default") is not None:
+        assert time.monotonic() < deadline, "the walk from the head never fell due"
+        time.sleep(0.05)
 
 
 def db_now() -> dt.datetime:

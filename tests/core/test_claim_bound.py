@@ -16,9 +16,9 @@ from django.test import override_settings
 import django_pgqueue
 from django_pgqueue.core import _claim, _claim_sql, transitions
 from django_pgqueue.core._claim import levels_params
-from django_pgqueue.core._claim_bound import HEAD_WALK_EVERY, MAX_LEVELS, SLACK, ClaimBounds
+from django_pgqueue.core._claim_bound import MAX_LEVELS, SLACK, ClaimBounds
 from django_pgqueue.models import Message
-from tests.bounds import bounded, claim, committed_late, db_now
+from tests.bounds import bounded, claim, committed_late, db_now, until_the_head_walk_is_due
 from tests.conftest import connection_kwargs
 from tests.plans import buffers, explain_prepared, nodes, unbounded_reads
 
@@ -31,7 +31,7 @@ def test_a_message_run_after_a_time_before_the_bound_is_claimed_all_the_same():
         "t", {"n": 1}, priority=10, run_after=db_now() - dt.timedelta(hours=1)
     ).id
     assert claim(bounds) == []  # the walk from the bound passes it over...
-    time.sleep(HEAD_WALK_EVERY)
+    until_the_head_walk_is_due(bounds)
     assert claim(bounds) == [old]  # ...the next walk from the head takes it
 
 
@@ -40,14 +40,14 @@ def test_a_message_enqueued_before_the_bound_and_committed_after_it_is_claimed()
         time.sleep(SLACK + 0.2)  # its available_at falls below the bound the next claim sets
         bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     assert claim(bounds) == []
-    time.sleep(HEAD_WALK_EVERY)
+    until_the_head_walk_is_due(bounds)
     assert claim(bounds) == late
 
 
 def test_a_bounded_claim_takes_what_is_due_above_the_bounds_in_claim_order():
     bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     first_high = django_pgqueue.enqueue("t", {"n": 1}, priority=5).id
-    time.sleep(HEAD_WALK_EVERY)
+    until_the_head_walk_is_due(bounds)
     assert claim(bounds) == [first_high]  # from the head: the claimer learns priority 5
     low = django_pgqueue.enqueue("t", {"n": 2}).id
     high = django_pgqueue.enqueue("t", {"n": 3}, priority=5).id
@@ -61,7 +61,7 @@ def test_a_message_at_a_priority_no_claim_took_yet_waits_for_the_walk_from_the_h
     bounds = bounded(ClaimBounds(slow_head_walk=0.0))
     new_level = django_pgqueue.enqueue("t", {"n": 1}, priority=-3).id
     assert claim(bounds) == []  # the walks from the bounds know only priority 0...
-    time.sleep(HEAD_WALK_EVERY)
+    until_the_head_walk_is_due(bounds)
     assert claim(bounds) == [new_level]  # ...the next walk from the head takes it
 
 
