@@ -173,8 +173,10 @@ def test_concurrent_leases_never_share_a_message():
     barrier = threading.Barrier(4)
 
     def work(name: str) -> None:
-        mine: list[int] = []
-        barrier.wait()
+        # Each takes a first batch and holds it until all four hold one: the leases overlap
+        # in time whatever the machine's load, then they race for the rest.
+        mine = [m.id for m in Message.objects.lease("default", worker_id=name, batch_size=7)]
+        barrier.wait(timeout=60)
         while batch := Message.objects.lease("default", worker_id=name, batch_size=7):
             mine.extend(m.id for m in batch)
         got[name] = mine

@@ -103,6 +103,8 @@ def test_a_message_cancelled_while_it_waits_for_a_handler_never_starts(
     assert dead.details["type"] == "Cancelled"
     assert "before its handler started" in dead.details["message"]
     assert not second_started.exists()
+    # The hook runs once the burial has committed, so a moment after the row is visible.
+    wait_for(lambda: dead_calls)
     assert dead_calls == [(second.id, "cancelled")]
     # The running one was not touched: it finishes and is archived.
     release_first.touch()
