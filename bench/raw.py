@@ -95,9 +95,13 @@ def insert_notify_one_by_one(conn: psycopg.Connection[Any], n: int, start: int =
     return n
 
 
-def enqueue_statement_one_by_one(conn: psycopg.Connection[Any], n: int, start: int = 0) -> int:
+def enqueue_statement_one_by_one(
+    conn: psycopg.Connection[Any], n: int, start: int = 0, *, own_transaction: bool = False
+) -> int:
     """django-pgqueue's own single-row INSERT + NOTIFY (``_sql.ENQUEUE``, prepared), sent
-    raw into its table, one commit each: ``enqueue()`` without its Python."""
+    raw into its table, one commit each: ``enqueue()`` without its Python. With
+    ``own_transaction``, each in a transaction block (``BEGIN``, the INSERT, ``COMMIT``: what
+    ``enqueue_on_commit()`` in ``atomic()`` sends), else in autocommit."""
     from django_pgqueue.core import _sql
 
     params: dict[str, Any] = {
@@ -117,7 +121,11 @@ def enqueue_statement_one_by_one(conn: psycopg.Connection[Any], n: int, start: i
     with conn.cursor() as cur:
         for i in range(start, start + n):
             params["payload"] = json.dumps(payload(i))
-            cur.execute(_sql.ENQUEUE, params, prepare=True)
+            if own_transaction:
+                with conn.transaction():
+                    cur.execute(_sql.ENQUEUE, params, prepare=True)
+            else:
+                cur.execute(_sql.ENQUEUE, params, prepare=True)
     return n
 
 
