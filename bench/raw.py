@@ -96,12 +96,15 @@ def insert_notify_one_by_one(conn: psycopg.Connection[Any], n: int, start: int =
 
 
 def enqueue_statement_one_by_one(
-    conn: psycopg.Connection[Any], n: int, start: int = 0, *, own_transaction: bool = False
+    conn: psycopg.Connection[Any], n: int, start: int = 0, *, on_commit: bool = False
 ) -> int:
     """django-pgqueue's own single-row INSERT + NOTIFY (``_sql.ENQUEUE``, prepared), sent
     raw into its table, one commit each: ``enqueue()`` without its Python. With
-    ``own_transaction``, each in a transaction block (``BEGIN``, the INSERT, ``COMMIT``: what
-    ``enqueue_on_commit()`` in ``atomic()`` sends), else in autocommit."""
+    ``on_commit``, each sent from a ``transaction.on_commit()`` hook of an ``atomic()`` block
+    of Django's, as ``enqueue_on_commit()`` in ``atomic()`` sends it (the block runs no
+    statement, so it sends none: the INSERT goes in autocommit after it)."""
+    from django.db import transaction
+
     from django_pgqueue.core import _sql
 
     params: dict[str, Any] = {
@@ -121,9 +124,9 @@ def enqueue_statement_one_by_one(
     with conn.cursor() as cur:
         for i in range(start, start + n):
             params["payload"] = json.dumps(payload(i))
-            if own_transaction:
-                with conn.transaction():
-                    cur.execute(_sql.ENQUEUE, params, prepare=True)
+            if on_commit:
+                with transaction.atomic():
+                    transaction.on_commit(lambda: cur.execute(_sql.ENQUEUE, params, prepare=True))
             else:
                 cur.execute(_sql.ENQUEUE, params, prepare=True)
     return n

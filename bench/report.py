@@ -279,8 +279,8 @@ TARGETS = [
            _vs("pgq.enqueue", "raw.enqueue_statement"), ">=", 0.9, note="enqueue_own"),
     Target("`enqueue_on_commit()` / raw INSERT+NOTIFY+commit",
            _vs("pgq.enqueue_on_commit", "raw.insert1_notify"), ">=", 0.9),
-    Target(f"{SAME} / `enqueue()`'s own statement sent raw in a transaction block each",
-           _vs("pgq.enqueue_on_commit", "raw.enqueue_statement_tx"), ">=", 0.9,
+    Target(f"{SAME} / `enqueue()`'s own statement sent raw from an `on_commit` hook",
+           _vs("pgq.enqueue_on_commit", "raw.enqueue_statement_on_commit"), ">=", 0.9,
            note="enqueue_on_commit_own"),
     *(
         target

@@ -100,9 +100,9 @@ def enqueue(ctx: Context, rep: int) -> None:
             Case("raw.enqueue_statement", RAW, "enqueue()'s own INSERT + NOTIFY, prepared, into "
                  "django-pgqueue's table + commit", None,
                  _slices(n, raw.enqueue_statement_one_by_one, conn)),
-            Case("raw.enqueue_statement_tx", RAW, "the same in a transaction block each "
-                 "(BEGIN, INSERT + NOTIFY, COMMIT)", None,
-                 lambda r: raw.enqueue_statement_one_by_one(conn, n, r * n, own_transaction=True)),
+            Case("raw.enqueue_statement_on_commit", RAW, "the same, each sent from an on_commit "
+                 "hook of Django's atomic()", None,
+                 lambda r: raw.enqueue_statement_one_by_one(conn, n, r * n, on_commit=True)),
             Case("pgq.enqueue", PGQ, "enqueue(), autocommit, NOTIFY on (default)", notify,
                  _slices(n, core_cases.enqueue_single)),
             Case("pgq.enqueue_nonotify", PGQ, "enqueue(), autocommit, NOTIFY off", "raw.insert1",
