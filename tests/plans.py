@@ -46,13 +46,16 @@ def explain_prepared(
 ) -> dict[str, Any]:
     """``EXPLAIN (FORMAT JSON) EXECUTE`` (``analyze``: ``EXPLAIN (ANALYZE, ...)``, which runs
     it) of each prepared statement of this session whose
-    text is ``statement`` as psycopg prepares it (its placeholders numbered), with
+    text is ``statement`` as sent (``_send.as_sent``) and prepared by psycopg (its
+    placeholders numbered), with
     ``params``, under ``local_settings`` (those the statement runs under: its cached generic
     plan is what gets explained). Plans by statement name."""
     from django.db import transaction
 
     from django_pgqueue.core._execution import set_local
+    from django_pgqueue.core._send import as_sent
 
+    statement = as_sent(statement)  # the text the session prepared
     if isinstance(params, Mapping):
         params = [params[name] for name in dict.fromkeys(re.findall(r"%\((\w+)\)s", statement))]
     pattern = re.compile(

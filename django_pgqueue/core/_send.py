@@ -22,6 +22,7 @@ that way from then on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -91,9 +92,9 @@ def run(
             if plan:
                 with raw.pipeline():
                     cursor.execute(_set_config(tuple(plan.items())), prepare=True)
-                    cursor.execute(statement, params, prepare=True)
+                    cursor.execute(as_sent(statement), params, prepare=True)
             else:
-                cursor.execute(statement, params, prepare=True)
+                cursor.execute(as_sent(statement), params, prepare=True)
         except psycopg.errors.InvalidSqlStatementName:
             _unpreparable.add(raw)
             logger.warning(
@@ -106,6 +107,27 @@ def run(
         if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
             return []
         return cursor.fetchall()
+
+
+@functools.cache
+def as_sent(statement: str) -> str:
+    """``statement`` without its comments and indentation, which are there for the reader of
+    the source: psycopg keeps its parse of a query of up to 4 KiB and parses a longer one
+    again on every call, and the claims are longer with their comments. String literals are
+    kept as they are, even across lines."""
+    lines = []
+    quoted = False  # inside a string literal
+    for line in statement.splitlines():
+        text = line if quoted else line.lstrip()
+        for at, char in enumerate(text):
+            if char == "'":
+                quoted = not quoted  # a doubled quote inside a literal toggles twice
+            elif not quoted and text.startswith("--", at):
+                text = text[:at].rstrip()
+                break
+        if text or quoted:
+            lines.append(text)
+    return "\n".join(lines)
 
 
 def _cursor(connection: Any) -> psycopg.Cursor[Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from psycopg import _queries
 
-from django_pgqueue.core import _send
+from django_pgqueue.core import _claim_sql, _send
 from tests.sessions import lose_prepared_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,3 +129,23 @@ def test_the_kept_cursor_follows_a_time_zone_change(settings):
         stored = Message.objects.get(pk=sent.id)
         assert (sent.enqueued_at, sent.available_at) == (stored.enqueued_at, stored.available_at)
         assert (sent.enqueued_at.tzinfo is None) is (not use_tz)
+
+
+def test_a_statement_is_sent_without_its_comments_and_indentation_but_its_literals_whole():
+    statement = """
+    SELECT 'a -- b',  -- a comment
+           'two
+      lines', ''  -- another
+    -- a line of comment
+    FROM t
+    """
+    assert _send.as_sent(statement) == "SELECT 'a -- b',\n'two\n      lines', ''\nFROM t"
+    rows = _send.run(connection, "SELECT 'x -- y' AS v -- gone\n  , 1", [])
+    assert rows == [("x -- y", 1)]
+
+
+@pytest.mark.parametrize("name", ["PLAIN_CLAIM", "BOUNDED_CLAIM", "FLOW_CLAIM"])
+def test_each_claim_as_sent_is_short_enough_for_psycopg_to_keep_its_parse(name):
+    assert len(_send.as_sent(getattr(_claim_sql, name)).encode()) <= (
+        _queries.MAX_CACHED_STATEMENT_LENGTH
+    )
