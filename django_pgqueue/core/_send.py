@@ -6,7 +6,8 @@ Django's, through psycopg's own prepared statements (``execute(prepare=True)``):
 once per session, then one Bind/Execute. Django turns psycopg's statement cache off
 (``prepare_threshold=None``, for poolers), which switches ``prepare=True`` off too; on the
 connections used here the threshold is set out of reach instead, so psycopg prepares exactly
-the statements sent with ``prepare=True`` and never one of Django's.
+the statements sent with ``prepare=True`` and never one of Django's. Each goes without its
+comments and indentation (:func:`as_sent`), short enough for psycopg to keep its parse.
 
 A statement that needs plan settings of its own (``plan``) goes in a pipeline after a
 ``set_config(..., true)`` of each: both statements before one Sync, so they form one
